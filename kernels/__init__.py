@@ -1,0 +1,2 @@
+"""accelsweep kernels: one folder per op, each with a reference and one module per
+implementation language."""

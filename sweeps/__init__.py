@@ -1,0 +1,1 @@
+"""accelsweep sweeps: runnable studies, and the sweep-building API (sweeps.api)."""

@@ -1,0 +1,305 @@
+"""The sweep-building API: what every script in sweeps/ calls, and what users call.
+
+    from sweeps.api import Objective, Sweep, run_sweep
+    from trainables.config import TrialConfig
+    from trainables.trainable import train_trainable
+
+    def space(trial):
+        trial.suggest_categorical("batch_size", [16, 32, 64])
+        trial.suggest_categorical("precision", ["fp32", "bf16-autocast"])
+
+    result = run_sweep(Sweep(name="my_study", trainable=train_trainable,
+                             base=TrialConfig(model="vit-tiny"), space=space, num_samples=8))
+
+A sweep is validated whole before anything starts: the base config, every config the
+space can propose (sampled), the objectives, the tracking URI, the platform. Then the
+base config runs first as the baseline, a seeded Optuna TPE search proposes the rest,
+ASHA (or the median rule) stops hopeless trials after a window, trial processes are
+reused so torch is imported once per process, and every trial becomes one nested
+MLflow run under one parent run for the sweep.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+from sweeps.callbacks import SweepCallback, TrialRecord
+from sweeps.report import best_record, mean_overhead_s, summary
+from sweeps.space import SearchSpace, SpaceSpec
+from trainables.config import ConfigError, one_of, positive_int
+from trainables.cost import NO_BASIS_HINT, CostBasis
+from trainables.environment import environment_tags
+from trainables.platforms import get_platform
+from trainables.tracking import validate_tracking_uri
+
+SCHEDULERS = ("asha", "median", "none")
+MODES = ("max", "min")
+DRY_RUN_SAMPLE_TRIALS = 3
+
+
+@dataclass(frozen=True)
+class Objective:
+    metric: str = "throughput_samples_per_s"
+    mode: str = "max"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.metric, str) or not self.metric:
+            raise ConfigError("objective metric", "a result metric name", self.metric)
+        one_of("objective mode", self.mode, MODES)
+
+
+@dataclass
+class Sweep:
+    name: str
+    trainable: Callable[..., None]  # (searched, base=..., cost=...), reports through tune.report
+    base: Any  # a config dataclass with .platform, .to_dict() and .from_dict(): the baseline
+    space: SpaceSpec
+    objectives: Sequence[Objective] = (Objective(),)
+    metric_names: Optional[Sequence[str]] = None  # what the trainable reports, to check objectives
+    num_samples: int = 16
+    time_budget_s: Optional[float] = None
+    scheduler: str = "asha"
+    seed: int = 0
+    tracking_uri: str = "sqlite:///mlflow.db"
+    experiment: Optional[str] = None  # default: the sweep's name
+    storage_path: Optional[str] = None
+    address: Optional[str] = None  # Ray cluster; None: a local Ray instance
+    cost: Optional[CostBasis] = None
+    cost_note: str = NO_BASIS_HINT
+    max_concurrent_trials: Optional[int] = None  # None: as many as the resources fit
+    platform_note: str = ""
+    print_line: Callable[[str], None] = print
+
+
+@dataclass
+class SweepResult:
+    records: list[TrialRecord]
+    best: Optional[TrialRecord]
+    baseline: Optional[TrialRecord]
+    parent_run_id: str
+    experiment_id: str
+    summary: str
+    mean_overhead_s: float = float("nan")
+    extra: dict = field(default_factory=dict)
+
+
+@dataclass
+class Plan:
+    """A validated sweep: what --dry-run prints and what run_sweep runs."""
+
+    sweep: Sweep
+    space: SearchSpace
+    baseline_point: dict[str, Any]
+    base_dict: dict[str, Any]
+
+    def complete_config(self, searched: Mapping[str, Any]) -> dict[str, Any]:
+        return type(self.sweep.base).from_dict({**self.base_dict, **searched}).to_dict()
+
+    def resources_of(self, searched: Mapping[str, Any]) -> dict[str, float]:
+        config = type(self.sweep.base).from_dict({**self.base_dict, **searched})
+        return dict(get_platform(config.platform).resources(config))
+
+    def trial_env(self, searched: Mapping[str, Any]) -> dict[str, str]:
+        config = type(self.sweep.base).from_dict({**self.base_dict, **searched})
+        return get_platform(config.platform).trial_env(config)
+
+    def describe(self) -> str:
+        sweep = self.sweep
+        lines = [f"sweep {sweep.name!r} on platform {sweep.base.platform!r}"]
+        if sweep.platform_note:
+            lines.append(f"  ({sweep.platform_note})")
+        lines.append("search space:")
+        lines += [f"  {line}" for line in self.space.describe()]
+        lines.append("objectives: " + ", ".join(f"{o.mode} {o.metric}" for o in sweep.objectives))
+        lines.append(f"budget: {sweep.num_samples} trials"
+                     + (f", {sweep.time_budget_s:g} s" if sweep.time_budget_s else "")
+                     + f"; early stopping: {sweep.scheduler}; seed {sweep.seed}")
+        lines.append(sweep.cost_note)
+        samples = [("baseline", self.baseline_point)]
+        samples += [(f"sample {i}", p) for i, p in
+                    enumerate(self.space.sample(DRY_RUN_SAMPLE_TRIALS, seed=sweep.seed + 1), start=1)]
+        for label, point in samples:
+            resources = self.resources_of(point)
+            lines.append(f"{label}: {point}")
+            lines.append(f"  resources per trial: {resources}")
+            lines.append(f"  trial environment: {self.trial_env(point)}")
+            if sweep.cost is not None:
+                lines.append(f"  cost basis: {sweep.cost.describe(resources)}")
+        return "\n".join(lines)
+
+
+def plan_sweep(sweep: Sweep) -> Plan:
+    """Validate everything about a sweep that can be checked without running it."""
+    if not isinstance(sweep.name, str) or not sweep.name.strip():
+        raise ConfigError("name", "a non-empty sweep name", sweep.name)
+    positive_int("num_samples", sweep.num_samples)
+    if sweep.time_budget_s is not None and not (sweep.time_budget_s > 0 and math.isfinite(sweep.time_budget_s)):
+        raise ConfigError("time_budget_s", "a number of seconds > 0, or None", sweep.time_budget_s)
+    one_of("scheduler", sweep.scheduler, SCHEDULERS)
+    if not sweep.objectives:
+        raise ConfigError("objectives", "at least one Objective", list(sweep.objectives))
+    if sweep.metric_names is not None:
+        for objective in sweep.objectives:
+            one_of("objective metric", objective.metric, tuple(sweep.metric_names))
+    if sweep.max_concurrent_trials is not None:
+        positive_int("max_concurrent_trials", sweep.max_concurrent_trials)
+    validate_tracking_uri(sweep.tracking_uri)
+
+    base_dict = sweep.base.to_dict()
+    space = SearchSpace(sweep.space)
+    baseline_point = space.point_for(base_dict)
+    config_type = type(sweep.base)
+    for point in space.sample(64, seed=sweep.seed):
+        try:
+            config_type.from_dict({**base_dict, **point})
+        except ConfigError as error:
+            raise ConfigError(error.field, "valid for every config the search space can propose",
+                              point, f"Refused: {error}") from None
+    return Plan(sweep=sweep, space=space, baseline_point=baseline_point, base_dict=base_dict)
+
+
+def connect_ray(address: Optional[str]) -> str:
+    import ray
+
+    if ray.is_initialized():
+        return "using the Ray instance already initialised"
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if address:
+        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=True)
+        return f"connected to Ray at {address}"
+    # A private local instance: no token auth to set up, no dashboard to serve.
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    ray.init(include_dashboard=False, logging_level=logging.WARNING, log_to_driver=True)
+    return f"started a local Ray instance ({ray.cluster_resources().get('CPU', 0):g} CPUs)"
+
+
+def concurrency_for(per_trial: Mapping[str, float], sweep: Sweep) -> tuple[int, str]:
+    """How many trials fit at once in the cluster's current resources."""
+    import ray
+
+    if sweep.max_concurrent_trials:
+        return sweep.max_concurrent_trials, "as asked"
+    total = ray.cluster_resources()
+    fits = []
+    for resource, amount in per_trial.items():
+        if amount <= 0:
+            continue
+        if total.get(resource, 0) < amount:
+            return 1, (f"the cluster has {total.get(resource, 0):g} {resource} now and a trial needs {amount:g}: "
+                       "running one trial at a time while the autoscaler adds nodes")
+        fits.append(int(total[resource] // amount))
+    slots = max(1, min(fits) if fits else 1)
+    return min(slots, sweep.num_samples), f"{slots} trial(s) fit in the cluster's resources"
+
+
+def _searcher(plan: Plan):
+    import optuna
+    from ray.tune.search.optuna import OptunaSearch
+
+    sweep = plan.sweep
+    metrics = [o.metric for o in sweep.objectives]
+    modes = [o.mode for o in sweep.objectives]
+    sampler = optuna.samplers.TPESampler(seed=sweep.seed,
+                                         n_startup_trials=min(10, max(2, sweep.num_samples // 3)))
+    return OptunaSearch(plan.space.define_by_run, metric=metrics if len(metrics) > 1 else metrics[0],
+                        mode=modes if len(modes) > 1 else modes[0], sampler=sampler,
+                        points_to_evaluate=[plan.baseline_point], seed=sweep.seed)
+
+
+def _scheduler(sweep: Sweep):
+    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule
+
+    objective = sweep.objectives[0]  # early stopping needs one metric: the first objective
+    windows = getattr(sweep.base, "windows", 1)
+    if sweep.scheduler == "none" or windows < 2:
+        return FIFOScheduler()
+    if sweep.scheduler == "asha":
+        return ASHAScheduler(time_attr="training_iteration", metric=objective.metric, mode=objective.mode,
+                             max_t=windows, grace_period=1, reduction_factor=2)
+    return MedianStoppingRule(time_attr="training_iteration", metric=objective.metric, mode=objective.mode,
+                              grace_period=1, min_samples_required=3)
+
+
+def run_sweep(sweep: Sweep) -> SweepResult:
+    from ray import tune
+
+    from trainables.tracking import SweepTracker
+
+    started = time.monotonic()
+    plan = plan_sweep(sweep)
+    say = sweep.print_line
+    tracker = SweepTracker(sweep.tracking_uri, sweep.experiment or sweep.name)
+    say(connect_ray(sweep.address))
+    baseline_resources = plan.resources_of(plan.baseline_point)
+    concurrency, why = concurrency_for(baseline_resources, sweep)
+    say(f"{sweep.name}: up to {sweep.num_samples} trials, {concurrency} at a time ({why}); "
+        f"each trial holds {baseline_resources}")
+    if sweep.platform_note:
+        say(f"platform: {sweep.platform_note}")
+    say(sweep.cost_note)
+
+    env_tags = environment_tags()
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    sweep_tags = {**env_tags, "sweep": sweep.name, "platform": sweep.base.platform, "kind": "sweep",
+                  "instance_type": (sweep.cost.instance_type if sweep.cost else None) or "unknown",
+                  "cost_basis": sweep.cost_note, "status": "running"}
+    parent_params = {f"base.{k}": v for k, v in plan.base_dict.items()}
+    parent_params.update({"num_samples": sweep.num_samples, "time_budget_s": sweep.time_budget_s,
+                          "scheduler": sweep.scheduler, "seed": sweep.seed, "max_concurrent_trials": concurrency,
+                          "objectives": ", ".join(f"{o.mode} {o.metric}" for o in sweep.objectives),
+                          "search_space": "; ".join(plan.space.describe())})
+    parent_run_id = tracker.start_sweep(f"{sweep.name}-{stamp}", parent_params, sweep_tags)
+
+    trial_tags = {**env_tags, "sweep": sweep.name, "platform": sweep.base.platform,
+                  "instance_type": sweep_tags["instance_type"]}
+    callback = SweepCallback(tracker, plan.complete_config, plan.resources_of, plan.baseline_point,
+                             sweep.cost, trial_tags, sweep.num_samples, print_line=say)
+
+    def resources(searched: Mapping[str, Any]) -> dict[str, float]:
+        try:
+            return plan.resources_of(searched)
+        except ConfigError:
+            return baseline_resources  # the trial itself fails with the config error, on record
+
+    trainable = tune.with_resources(
+        tune.with_parameters(sweep.trainable, base=plan.base_dict, cost=sweep.cost), resources)
+    tuner = tune.Tuner(
+        trainable,
+        tune_config=tune.TuneConfig(search_alg=_searcher(plan), scheduler=_scheduler(sweep),
+                                    num_samples=sweep.num_samples, time_budget_s=sweep.time_budget_s,
+                                    max_concurrent_trials=concurrency, reuse_actors=True),
+        run_config=tune.RunConfig(name=f"{sweep.name}-{stamp}", storage_path=sweep.storage_path,
+                                  callbacks=[callback], verbose=0,
+                                  failure_config=tune.FailureConfig(max_failures=0)),
+    )
+    status = "FAILED"
+    try:
+        tuner.fit()
+        status = "FINISHED"
+    finally:
+        records = sorted(callback.records.values(), key=lambda r: r.number)
+        records = [r for r in records if r.run_id is not None]
+        objective = sweep.objectives[0]
+        best = best_record(records, objective.metric, objective.mode)
+        baseline = next((r for r in records if r.is_baseline), None)
+        text = summary(f"{sweep.name} on {sweep.base.platform}", records, objective.metric, objective.mode,
+                       list(plan.space.distributions), sweep.cost_note, tracker.ui_command(),
+                       time.monotonic() - started)
+        parent_metrics = {"trials": len(records), "failed_trials": sum(r.status == "failed" for r in records),
+                          "mean_overhead_s": mean_overhead_s(records)}
+        if best is not None:
+            parent_metrics[f"best_{objective.metric}"] = best.metric(objective.metric)
+            if baseline is not None and baseline.has_measurement:
+                parent_metrics[f"baseline_{objective.metric}"] = baseline.metric(objective.metric)
+        tracker.finish(parent_run_id, status, metrics=parent_metrics,
+                       tags={"status": status.lower(), "best_trial": str(best.number) if best else "none"})
+    say(text)
+    return SweepResult(records=records, best=best, baseline=baseline, parent_run_id=parent_run_id,
+                       experiment_id=tracker.experiment_id, summary=text,
+                       mean_overhead_s=mean_overhead_s(records))

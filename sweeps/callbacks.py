@@ -1,0 +1,167 @@
+"""The Tune callback that turns trials into records, MLflow runs and progress lines.
+
+It runs in the driver. It also measures what only the driver can see: a trial's wall
+time from the moment Tune created it (actor start and imports included) to its end,
+and from that the trial's overhead (wall time outside the training loop) and its cost.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Optional
+
+from ray.tune import Callback
+
+from trainables.cost import CostBasis, trial_cost_usd
+from trainables.tracking import SweepTracker
+
+FINISHED, STOPPED_EARLY, FAILED, CUT_BY_BUDGET = "finished", "stopped early", "failed", "cut by time budget"
+
+
+@dataclass
+class TrialRecord:
+    number: int
+    trial_id: str
+    searched: dict[str, Any]
+    config: dict[str, Any]
+    resources: dict[str, float]
+    is_baseline: bool
+    created_at: float
+    run_id: Optional[str] = None
+    status: str = "running"
+    result: dict[str, Any] = field(default_factory=dict)
+    error: str = ""
+    error_class: str = ""
+    wall_s: float = float("nan")
+
+    def metric(self, name: str) -> float:
+        value = self.result.get(name, float("nan"))
+        return float(value) if isinstance(value, (int, float)) else float("nan")
+
+    @property
+    def has_measurement(self) -> bool:
+        return self.metric("throughput_samples_per_s") > 0
+
+
+def _error_of(trial) -> tuple[str, str]:
+    """(exception class, last line of its message) for a failed Tune trial."""
+    error = None
+    try:
+        error = trial.get_pickled_error()
+    except Exception:  # noqa: BLE001 - an unreadable error file must not hide the failure itself
+        error = None
+    cause = getattr(error, "cause", None) or error  # RayTaskError wraps the trial's exception
+    if cause is not None:
+        name = type(cause).__name__
+        if name.startswith("RayTaskError(") and name.endswith(")"):
+            name = name[len("RayTaskError("):-1]
+        lines = [line for line in str(cause).strip().splitlines() if line.strip()]
+        return name, lines[-1].strip() if lines else name
+    return "UnknownError", "the trial failed and left no error file"
+
+
+class SweepCallback(Callback):
+    def __init__(self, tracker: SweepTracker, complete_config: Callable[[Mapping], dict],
+                 resources_of: Callable[[Mapping], dict], baseline: Mapping[str, Any],
+                 cost: Optional[CostBasis], trial_tags: Mapping[str, str], total_trials: int,
+                 print_line: Callable[[str], None] = print):
+        self.tracker = tracker
+        self.complete_config = complete_config
+        self.resources_of = resources_of
+        self.baseline = dict(baseline)
+        self.cost = cost
+        self.trial_tags = dict(trial_tags)
+        self.total_trials = total_trials
+        self.print_line = print_line
+        self.records: dict[str, TrialRecord] = {}
+
+    # Tune creates a trial when a slot frees; its clock starts then, so actor start-up
+    # and imports count toward the trial's wall time and overhead.
+    def on_step_begin(self, iteration, trials, **info):
+        for trial in trials:
+            if trial.trial_id not in self.records:
+                self._record(trial)
+
+    def _record(self, trial) -> TrialRecord:
+        searched = dict(trial.config)
+        try:
+            config = self.complete_config(searched)
+            resources = self.resources_of(searched)
+        except ValueError:
+            config, resources = dict(searched), {}
+        record = TrialRecord(
+            number=len(self.records) + 1, trial_id=trial.trial_id, searched=searched, config=config,
+            resources=resources, created_at=time.monotonic(),
+            is_baseline=not any(r.is_baseline for r in self.records.values()) and searched == self.baseline,
+        )
+        self.records[trial.trial_id] = record
+        return record
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        record = self.records.get(trial.trial_id) or self._record(trial)
+        tags = {**self.trial_tags, "trial_id": trial.trial_id, "trial_number": str(record.number),
+                "baseline": str(record.is_baseline).lower(), "status": "running"}
+        if self.cost is not None and record.resources:
+            tags["cost_basis"] = self.cost.describe(record.resources)
+        tags.update({f"resource.{k}": f"{v:g}" for k, v in record.resources.items()})
+        name = f"trial-{record.number:03d}" + (" (baseline)" if record.is_baseline else "")
+        record.run_id = self.tracker.start_trial(name, record.config, tags)
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        record = self.records[trial.trial_id]
+        record.result = dict(result)
+        window_metrics = {k: result[k] for k in ("throughput_samples_per_s", "window_throughput_samples_per_s",
+                                                 "final_loss") if k in result}
+        self.tracker.log_metrics(record.run_id, window_metrics, step=int(result.get("training_iteration", 0)))
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        record = self.records[trial.trial_id]
+        done = record.result.get("windows_done", 0)
+        expected = record.config.get("windows", done)
+        self._finish(record, FINISHED if done >= expected else STOPPED_EARLY)
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        record = self.records.get(trial.trial_id) or self._record(trial)
+        record.error_class, record.error = _error_of(trial)
+        if record.run_id is None:  # failed before it started: it still gets its run
+            self.on_trial_start(iteration, trials, trial)
+        self._finish(record, FAILED)
+
+    def on_experiment_end(self, trials, **info):
+        # Trials still running when the time budget ran out: keep what they measured.
+        for record in self.records.values():
+            if record.status == "running" and record.run_id is not None:
+                self._finish(record, CUT_BY_BUDGET)
+
+    def _finish(self, record: TrialRecord, status: str) -> None:
+        record.status = status
+        record.wall_s = time.monotonic() - record.created_at
+        final = {k: v for k, v in record.result.items() if not k.startswith(("time_", "timestamp"))}
+        final["wall_s"] = record.wall_s
+        if "loop_s" in record.result:
+            final["overhead_s"] = record.wall_s - record.result["loop_s"]
+        rate = self.cost.hourly_rate(record.resources) if self.cost and record.resources else float("nan")
+        final["trial_cost_usd"] = trial_cost_usd(rate, record.wall_s)
+        record.result.update(final)
+        tags = {"status": status}
+        for key in ("device", "step_time_source"):
+            if key in record.result:
+                tags[key] = str(record.result[key])
+        if record.error:
+            tags.update({"error_class": record.error_class, "error": record.error})
+        mlflow_status = {FAILED: "FAILED", CUT_BY_BUDGET: "KILLED"}.get(status, "FINISHED")
+        self.tracker.finish(record.run_id, mlflow_status, metrics=final, tags=tags)
+        self.print_line(self.progress_line(record))
+
+    def progress_line(self, record: TrialRecord) -> str:
+        knobs = " ".join(f"{k}={v}" for k, v in record.searched.items())
+        head = f"[trial {record.number}/{self.total_trials}{' baseline' if record.is_baseline else ''}] {knobs}"
+        if record.status == FAILED:
+            return f"{head} -> FAILED: {record.error_class}: {record.error}"
+        throughput = record.metric("throughput_samples_per_s")
+        usd = record.metric("usd_per_1m_samples")
+        cost = f", ${usd:.4g}/1M samples" if math.isfinite(usd) else ""
+        return (f"{head} -> {throughput:.1f} samples/s{cost}, p50 step {record.metric('step_time_p50_s'):.4f} s, "
+                f"overhead {record.metric('overhead_s'):.2f} s [{record.status}]")

@@ -1,0 +1,128 @@
+"""Seed 000 as a sweep: ViT training throughput, knob by knob, on whatever is present.
+
+    python sweeps/neuron_vit.py                          # local default: CPU, under 10 min
+    python sweeps/neuron_vit.py --smoke --num-samples 4  # tiny model, seconds per trial
+    python sweeps/neuron_vit.py --dry-run --platform neuron --instance-type trn1.2xlarge
+    ray up cluster.yaml && python sweeps/neuron_vit.py --address auto   # on trn1/inf2
+
+The seed's hand-run table (inf2.xlarge, 2 NeuronCores, ViT-B/16 at 224), as knobs:
+
+    experiment              knob                                   seed's samples/s
+    baseline                batch 16/core, 0 loader workers, fp32  251.98
+    multi-process loading   num_workers=1                          253.56
+    batch size              batch_size=8                           265.68
+    PyTorch AMP             precision=bf16-autocast                196.64
+    bf16 (was XLA_USE_BF16) precision=bf16                         394.51
+    MpDeviceLoader          batches_per_execution=10               1027.39
+    compiler                neuron_model_type=transformer,
+                            neuron_optlevel=3, --target inf2       1093.25
+    fp8                     neuron_auto_cast=all, fp8_e4m3          940.36
+
+On a machine with no accelerator the same study runs on the CPU with a ViT sized for
+it, searching the CPU post's knobs (threads, channels_last, torch.compile) instead of
+the Neuron compiler's. The seed's figures above are the seed's; nothing here has run
+on a NeuronCore (see README: "What was verified where").
+"""
+
+from __future__ import annotations
+
+import os
+
+from sweeps.api import Objective, Sweep, plan_sweep, run_sweep
+from sweeps.cli import common_parser, cost_basis, main_guard
+from trainables.config import TrialConfig
+from trainables.platforms import get_platform, resolve_platform
+from trainables.platforms.neuron import neuron_target_for_instance
+from trainables.train_loop import METRIC_NAMES
+from trainables.trainable import train_trainable
+
+DEFAULT_SAMPLES = 16
+CPU_TIME_BUDGET_S = 420  # keeps the local default run under 10 minutes on 2 cores
+
+
+def batch_sizes(platform: str, smoke: bool) -> list[int]:
+    if smoke:
+        return [8, 16, 32]
+    return [8, 16, 32, 64] if platform == "cpu" else [4, 8, 16, 32]
+
+
+def make_space(platform: str, smoke: bool, cpus: int):
+    def space(trial):
+        trial.suggest_categorical("batch_size", batch_sizes(platform, smoke))
+        trial.suggest_categorical("num_workers", [0, 1, 2])
+        precision = trial.suggest_categorical("precision", ["fp32", "bf16-autocast", "bf16"])
+        trial.suggest_categorical("patch_embed", ["conv", "linear"])
+        if platform == "cpu":
+            trial.suggest_categorical("threads", sorted({1, max(1, cpus // 2), cpus}))
+            trial.suggest_categorical("channels_last", [False, True])
+            if not smoke:  # inductor compiles for 40 s or more on 2 cores: not for smoke runs
+                trial.suggest_categorical("torch_compile", ["none", "inductor"])
+        if platform in ("xla", "neuron"):
+            trial.suggest_categorical("batches_per_execution", [1, 4, 10])
+        if platform == "neuron":
+            trial.suggest_categorical("neuron_model_type", ["generic", "transformer"])
+            trial.suggest_categorical("neuron_optlevel", [1, 2, 3])
+            if precision != "fp32":  # torch decides the casts; the compiler must not (NeuronPlatform)
+                return {"neuron_auto_cast": None, "neuron_auto_cast_type": None}
+            if trial.suggest_categorical("neuron_auto_cast", ["none", "matmult", "all"]) == "none":
+                return {"neuron_auto_cast_type": None}
+            trial.suggest_categorical("neuron_auto_cast_type", ["bf16", "fp8_e4m3"])
+        return None
+
+    return space
+
+
+def base_config(platform: str, smoke: bool, cpus: int, instance_type, seed: int) -> TrialConfig:
+    """The seed's baseline: batch 16 per core, no loader workers, fp32, conv patch embed."""
+    if smoke:
+        model, measurement = "vit-micro", dict(warmup_steps=2, window_min_steps=3, window_min_s=0.25, windows=2)
+    elif platform == "cpu":
+        model, measurement = "vit-tiny", dict(warmup_steps=3, window_min_steps=5, window_min_s=2.0, windows=3)
+    else:
+        model, measurement = "vit-b16", dict(warmup_steps=10, window_min_steps=20, window_min_s=10.0, windows=3)
+    extra = {}
+    if platform == "cpu":
+        extra["threads"] = cpus
+    if platform == "neuron":
+        # The compiler's own defaults, spelled out so the baseline is a point of the space.
+        extra.update(neuron_target=neuron_target_for_instance(instance_type), neuron_model_type="generic",
+                     neuron_optlevel=2, neuron_auto_cast="matmult", neuron_auto_cast_type="bf16")
+    return TrialConfig(platform=platform, model=model, batch_size=16, num_workers=0, precision="fp32",
+                       cpus_per_trial=cpus if platform == "cpu" else 1, seed=seed, **measurement, **extra)
+
+
+def main() -> None:
+    parser = common_parser(__doc__.split("\n\n")[0], DEFAULT_SAMPLES)
+    parser.add_argument("--cpus-per-trial", type=int, default=None,
+                        help="CPUs each trial holds (default: cpu platform: all of this machine's; else 1)")
+    args = parser.parse_args()
+
+    if args.dry_run:
+        platform = resolve_platform(args.platform)[0] if args.platform == "auto" else get_platform(args.platform)
+        platform_note = f"dry run: {platform.name} as asked; detection says: {platform.detect().reason}"
+    else:
+        platform, platform_note = resolve_platform(args.platform)
+    cpus = args.cpus_per_trial or os.cpu_count() or 1
+    basis, cost_note = cost_basis(args)
+    sweep = Sweep(
+        name="neuron_vit",
+        trainable=train_trainable,
+        base=base_config(platform.name, args.smoke, cpus, args.instance_type or (basis and basis.instance_type),
+                         args.seed),
+        space=make_space(platform.name, args.smoke, cpus),
+        objectives=[Objective("throughput_samples_per_s", "max")],
+        metric_names=METRIC_NAMES,
+        num_samples=args.num_samples or (4 if args.smoke else DEFAULT_SAMPLES),
+        time_budget_s=args.time_budget_s or (CPU_TIME_BUDGET_S if platform.name == "cpu" and not args.smoke else None),
+        scheduler=args.scheduler, seed=args.seed, tracking_uri=args.tracking_uri, experiment=args.experiment,
+        storage_path=args.storage_path, address=args.address, cost=basis, cost_note=cost_note,
+        max_concurrent_trials=args.max_concurrent_trials, platform_note=platform_note,
+    )
+    if args.dry_run:
+        print(plan_sweep(sweep).describe())
+        return
+    run_sweep(sweep)
+
+
+if __name__ == "__main__":
+    main_guard(main)

@@ -1,0 +1,87 @@
+"""The end-of-sweep summary: the seed posts' results table, written by the sweep.
+
+Baseline config against best config, knob by knob, then the measured figures and the
+change; then counts by outcome, the mean per-trial overhead, the price basis, and the
+command that opens MLflow on the results.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Iterable, Optional, Sequence
+
+from sweeps.callbacks import TrialRecord
+
+SUMMARY_METRICS = (
+    ("throughput_samples_per_s", "throughput (samples/s)", "{:.2f}"),
+    ("step_time_p50_s", "step time p50 (s)", "{:.4f}"),
+    ("step_time_p90_s", "step time p90 (s)", "{:.4f}"),
+    ("first_step_s", "first step (s)", "{:.3f}"),
+    ("compile_s", "compile (s)", "{:.2f}"),
+    ("peak_memory_mb", "peak memory (MB)", "{:.0f}"),
+    ("final_loss", "final loss", "{:.4f}"),
+    ("usd_per_1m_samples", "$ per 1M samples", "{:.4f}"),
+    ("trial_cost_usd", "trial cost ($)", "{:.5f}"),
+)
+
+
+def _format(template: str, value: float) -> str:
+    return template.format(value) if isinstance(value, (int, float)) and math.isfinite(value) else "n/a"
+
+
+def _change(baseline: float, best: float) -> str:
+    if not (math.isfinite(baseline) and math.isfinite(best)) or baseline == 0:
+        return ""
+    return f"{(best - baseline) / baseline * 100:+.1f}%"
+
+
+def best_record(records: Iterable[TrialRecord], metric: str, mode: str) -> Optional[TrialRecord]:
+    measured = [r for r in records if math.isfinite(r.metric(metric)) and r.has_measurement]
+    if not measured:
+        return None
+    pick = max if mode == "max" else min
+    return pick(measured, key=lambda r: r.metric(metric))
+
+
+def mean_overhead_s(records: Iterable[TrialRecord]) -> float:
+    values = [r.metric("overhead_s") for r in records if math.isfinite(r.metric("overhead_s"))]
+    return sum(values) / len(values) if values else float("nan")
+
+
+def table(rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
+
+
+def summary(title: str, records: Sequence[TrialRecord], metric: str, mode: str, knobs: Sequence[str],
+            cost_note: str, ui_command: str, elapsed_s: float) -> str:
+    baseline = next((r for r in records if r.is_baseline), None)
+    best = best_record(records, metric, mode)
+    outcomes = Counter(r.status for r in records)
+    lines = [f"== {title}: {len(records)} trials in {elapsed_s:.0f} s ("
+             + ", ".join(f"{n} {status}" for status, n in sorted(outcomes.items())) + ") =="]
+    failures = Counter(r.error_class for r in records if r.error_class)
+    if failures:
+        lines.append("failures by cause: " + ", ".join(f"{cause} x{n}" for cause, n in failures.most_common()))
+    if best is None:
+        lines.append("No trial produced a measurement.")
+    else:
+        base = baseline if baseline is not None and baseline.has_measurement else None
+        rows = [["", "baseline" + ("" if base else " (no measurement)"), f"best (trial {best.number})", "change"]]
+        for knob in knobs:
+            base_value = str(base.config.get(knob, "")) if base else ""
+            best_value = str(best.config.get(knob, ""))
+            rows.append([knob, base_value, best_value, "" if base_value == best_value else "changed"])
+        for name, label, template in SUMMARY_METRICS:
+            base_metric = base.metric(name) if base else float("nan")
+            rows.append([label, _format(template, base_metric), _format(template, best.metric(name)),
+                         _change(base_metric, best.metric(name))])
+        lines += ["", table(rows), ""]
+        lines.append(f"best device: {best.result.get('device', 'n/a')}; "
+                     f"step times from {best.result.get('step_time_source', 'n/a')}")
+    lines.append(f"mean overhead per trial (wall time outside the training loop): "
+                 f"{_format('{:.2f}', mean_overhead_s(records))} s")
+    lines.append(cost_note)
+    lines.append(f"results: {ui_command}")
+    return "\n".join(lines)

@@ -1,0 +1,155 @@
+"""The trial config: every knob a training trial can turn, validated before it runs.
+
+A knob travels one road: search space -> ``TrialConfig`` (validated here, in the
+driver, before any trial starts) -> the platform applies it -> the loop measures ->
+one result dict. Nothing downstream re-derives a knob; it reads it from this config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional
+
+PRECISIONS = ("fp32", "bf16-autocast", "bf16")
+COMPILE_MODES = ("none", "inductor", "openxla")
+PATCH_EMBEDS = ("conv", "linear")
+
+# Neuron compiler (neuronx-cc) choices, as documented for NEURON_CC_FLAGS.
+NEURON_MODEL_TYPES = ("generic", "transformer", "unet-inference")
+NEURON_OPTLEVELS = (1, 2, 3)
+NEURON_AUTO_CAST = ("none", "matmult", "all")
+NEURON_AUTO_CAST_TYPES = ("bf16", "fp16", "tf32", "fp8_e4m3")
+NEURON_TARGETS = ("inf2", "trn1", "trn1n", "trn2")
+
+# Knobs only some platforms have, with the value that means "not used". A platform
+# lists the ones it honours; any other one set away from this value is refused.
+PLATFORM_KNOB_DEFAULTS: dict[str, Any] = {
+    "threads": None,
+    "channels_last": False,
+    "accelerator_type": None,
+    "batches_per_execution": 1,
+    "neuron_model_type": None,
+    "neuron_optlevel": None,
+    "neuron_auto_cast": None,
+    "neuron_auto_cast_type": None,
+    "neuron_target": None,
+}
+
+
+class ConfigError(ValueError):
+    """A bad value for a named field. The message names the field, what is allowed and
+    the value given, so it can be fixed without reading the code."""
+
+    def __init__(self, field: str, allowed: str, given: Any, hint: str = ""):
+        self.field = field
+        message = f"{field} must be {allowed}; got {given!r}"
+        super().__init__(f"{message}. {hint}" if hint else message)
+
+
+def one_of(field: str, value: Any, allowed: tuple, hint: str = "") -> None:
+    if value not in allowed:
+        listed = ", ".join(str(a) for a in allowed)
+        raise ConfigError(field, f"one of {listed}", value, hint)
+
+
+def positive_int(field: str, value: Any, minimum: int = 1) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(field, f"an integer >= {minimum}", value)
+
+
+def positive_float(field: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ConfigError(field, "a finite number > 0", value)
+
+
+def non_negative_float(field: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise ConfigError(field, "a finite number >= 0", value)
+
+
+@dataclass(frozen=True)
+class TrialConfig:
+    """One training trial. Sizes are per worker; the model preset fixes the architecture."""
+
+    platform: str = "cpu"
+    model: str = "vit-tiny"
+    patch_embed: str = "conv"  # "linear": seed 001's conv-free patch embedding
+    batch_size: int = 32
+    num_workers: int = 0  # DataLoader worker processes
+    precision: str = "fp32"
+    torch_compile: str = "none"
+    cpus_per_trial: int = 1  # CPUs the trial holds (Ray resource and cost share)
+    # Platform-specific knobs (see PLATFORM_KNOB_DEFAULTS).
+    threads: Optional[int] = None  # CPU intra-op threads; None: cpus_per_trial
+    channels_last: bool = False
+    accelerator_type: Optional[str] = None  # Ray accelerator type, e.g. "H100" or "A10G"
+    batches_per_execution: int = 1  # torch-xla MpDeviceLoader
+    neuron_model_type: Optional[str] = None  # None: leave the compiler's default
+    neuron_optlevel: Optional[int] = None
+    neuron_auto_cast: Optional[str] = None
+    neuron_auto_cast_type: Optional[str] = None
+    neuron_target: Optional[str] = None  # None: from the instance type
+    # Measurement: warm-up steps are never timed; each window runs at least
+    # window_min_steps steps and window_min_s seconds (short windows are noisy).
+    warmup_steps: int = 3
+    window_min_steps: int = 5
+    window_min_s: float = 2.0
+    windows: int = 3
+    learning_rate: float = 1e-3
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        from trainables.models import MODEL_PRESETS
+        from trainables.platforms import get_platform
+
+        one_of("model", self.model, tuple(MODEL_PRESETS))
+        one_of("patch_embed", self.patch_embed, PATCH_EMBEDS)
+        if self.patch_embed == "linear" and not MODEL_PRESETS[self.model].is_vit:
+            raise ConfigError("patch_embed", "'conv' for a non-ViT model", self.patch_embed,
+                              f"model {self.model!r} has no patch embedding.")
+        positive_int("batch_size", self.batch_size)
+        positive_int("num_workers", self.num_workers, minimum=0)
+        one_of("precision", self.precision, PRECISIONS)
+        one_of("torch_compile", self.torch_compile, COMPILE_MODES)
+        positive_int("cpus_per_trial", self.cpus_per_trial)
+        if self.threads is not None:
+            positive_int("threads", self.threads)
+        positive_int("batches_per_execution", self.batches_per_execution)
+        if self.neuron_model_type is not None:
+            one_of("neuron_model_type", self.neuron_model_type, NEURON_MODEL_TYPES)
+        if self.neuron_optlevel is not None:
+            one_of("neuron_optlevel", self.neuron_optlevel, NEURON_OPTLEVELS)
+        if self.neuron_auto_cast is not None:
+            one_of("neuron_auto_cast", self.neuron_auto_cast, NEURON_AUTO_CAST)
+        if self.neuron_auto_cast_type is not None:
+            one_of("neuron_auto_cast_type", self.neuron_auto_cast_type, NEURON_AUTO_CAST_TYPES)
+        if self.neuron_target is not None:
+            one_of("neuron_target", self.neuron_target, NEURON_TARGETS)
+        positive_int("warmup_steps", self.warmup_steps)
+        positive_int("window_min_steps", self.window_min_steps)
+        non_negative_float("window_min_s", self.window_min_s)
+        positive_int("windows", self.windows)
+        positive_float("learning_rate", self.learning_rate)
+        positive_int("seed", self.seed, minimum=0)
+        # The platform checks what only it knows: its precisions, compile modes and knobs.
+        get_platform(self.platform).validate(self)
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> "TrialConfig":
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - names)
+        if unknown:
+            raise ConfigError("config key", f"one of {', '.join(sorted(names))}", unknown[0])
+        return cls(**values)
+
+    def replace(self, **changes: Any) -> "TrialConfig":
+        return self.from_dict({**self.to_dict(), **changes})
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @property
+    def effective_threads(self) -> int:
+        return self.threads if self.threads is not None else self.cpus_per_trial

@@ -1,0 +1,152 @@
+"""What a trial costs, and on what basis.
+
+A trial costs the instance's hourly price times its share of the instance (the units
+of the priced resource it holds / the units the instance has) times its wall time,
+compile included. The basis (instance type, price, its source and date, the share) is
+recorded with every trial. With no basis there is no cost: metrics are NaN and the
+output says how to supply one. Nothing is guessed.
+"""
+
+from __future__ import annotations
+
+import os
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Mapping, Optional
+
+from trainables.config import ConfigError, positive_float
+
+PRICE_TABLE_DATE = "2026-11-01"
+PRICE_TABLE_SOURCE = ("AWS EC2 On-Demand Linux prices, us-east-1 (aws.amazon.com/ec2/pricing/on-demand/), "
+                      "as quoted in the seed posts and checked on the date given; spot and other regions differ")
+
+
+@dataclass(frozen=True)
+class InstancePrice:
+    usd_per_hour: float
+    vcpus: int
+    accelerators: Mapping[str, int] = field(default_factory=dict)  # Ray resource -> count
+
+    def units(self) -> dict[str, float]:
+        return {"CPU": float(self.vcpus), **{k: float(v) for k, v in self.accelerators.items()}}
+
+
+PRICE_TABLE: dict[str, InstancePrice] = {
+    "trn1.2xlarge": InstancePrice(1.34, 8, {"neuron_cores": 2}),
+    "trn1.32xlarge": InstancePrice(21.50, 128, {"neuron_cores": 32}),
+    "trn1n.32xlarge": InstancePrice(24.78, 128, {"neuron_cores": 32}),
+    "inf2.xlarge": InstancePrice(0.758, 4, {"neuron_cores": 2}),
+    "g5.2xlarge": InstancePrice(1.212, 8, {"GPU": 1}),
+    "c7i.2xlarge": InstancePrice(0.357, 8),
+}
+
+# EC2 instance metadata (IMDSv2). Queried only on a machine whose firmware says it is
+# an EC2 instance, so nothing is sent anywhere on other machines.
+IMDS_URL = "http://169.254.169.254"
+_EC2_DMI_FILES = ("/sys/devices/virtual/dmi/id/sys_vendor", "/sys/devices/virtual/dmi/id/board_vendor")
+
+
+def looks_like_ec2() -> bool:
+    for path in _EC2_DMI_FILES:
+        try:
+            with open(path) as vendor:
+                if "amazon" in vendor.read().lower():
+                    return True
+        except OSError:
+            continue
+    return False
+
+
+def instance_type_from_imds(base_url: str = IMDS_URL, timeout_s: float = 0.5) -> Optional[str]:
+    """The instance type from EC2 instance metadata (IMDSv2), or None if it cannot be read
+    within the timeout."""
+    try:
+        token_request = urllib.request.Request(
+            f"{base_url}/latest/api/token", method="PUT",
+            headers={"X-aws-ec2-metadata-token-ttl-seconds": "60"})
+        with urllib.request.urlopen(token_request, timeout=timeout_s) as response:
+            token = response.read().decode()
+        type_request = urllib.request.Request(
+            f"{base_url}/latest/meta-data/instance-type", headers={"X-aws-ec2-metadata-token": token})
+        with urllib.request.urlopen(type_request, timeout=timeout_s) as response:
+            return response.read().decode().strip() or None
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+
+
+def detect_instance_type() -> Optional[str]:
+    return instance_type_from_imds() if looks_like_ec2() else None
+
+
+@dataclass(frozen=True)
+class CostBasis:
+    usd_per_hour: float  # the whole instance
+    units: Mapping[str, float]  # what the instance has, per Ray resource
+    source: str
+    instance_type: Optional[str] = None
+
+    def priced_unit(self, resources: Mapping[str, float]) -> str:
+        """The resource a trial's share is counted in: the accelerator it holds, if the
+        instance has that accelerator, else CPUs."""
+        for unit in ("neuron_cores", "GPU", "TPU"):
+            if resources.get(unit) and unit in self.units:
+                return unit
+        return "CPU"
+
+    def share(self, resources: Mapping[str, float]) -> float:
+        unit = self.priced_unit(resources)
+        return min(1.0, float(resources.get(unit, 0)) / self.units[unit])
+
+    def hourly_rate(self, resources: Mapping[str, float]) -> float:
+        return self.usd_per_hour * self.share(resources)
+
+    def describe(self, resources: Mapping[str, float]) -> str:
+        unit = self.priced_unit(resources)
+        held = resources.get(unit, 0)
+        what = self.instance_type or "this machine"
+        return (f"{what} at ${self.usd_per_hour:g}/h ({self.source}) x {held:g}/{self.units[unit]:g} {unit} "
+                f"= ${self.hourly_rate(resources):.4g}/h")
+
+
+NO_BASIS_HINT = ("no price basis: cost metrics are NaN. Pass --instance-type (one of "
+                 + ", ".join(PRICE_TABLE) + ") or --price-per-hour USD.")
+
+
+def resolve_cost_basis(instance_type: Optional[str] = None, price_per_hour: Optional[float] = None,
+                       local_units: Optional[Mapping[str, float]] = None,
+                       detect: bool = True) -> tuple[Optional[CostBasis], str]:
+    """Pick the price basis: an explicit price, else the price table for the instance
+    type given or read from EC2 metadata. Returns (basis or None, a sentence why)."""
+    detected = False
+    if instance_type is None and detect:
+        instance_type = detect_instance_type()
+        detected = instance_type is not None
+    if price_per_hour is not None:
+        positive_float("price_per_hour", price_per_hour)
+        if instance_type in PRICE_TABLE:
+            units = PRICE_TABLE[instance_type].units()
+        else:
+            units = dict(local_units or {"CPU": float(os.cpu_count() or 1)})
+        basis = CostBasis(price_per_hour, units, "--price-per-hour", instance_type)
+        return basis, f"price basis: ${price_per_hour:g}/h given on the command line"
+    if instance_type is None:
+        return None, NO_BASIS_HINT
+    if instance_type not in PRICE_TABLE:
+        raise ConfigError("instance_type", f"one of {', '.join(PRICE_TABLE)} (or give --price-per-hour)",
+                          instance_type, "The price table has no entry for it.")
+    price = PRICE_TABLE[instance_type]
+    how = "read from EC2 instance metadata" if detected else "given"
+    basis = CostBasis(price.usd_per_hour, price.units(), f"price table {PRICE_TABLE_DATE}", instance_type)
+    return basis, f"price basis: {instance_type} ({how}) at ${price.usd_per_hour:g}/h, price table {PRICE_TABLE_DATE}"
+
+
+def trial_cost_usd(usd_per_hour: float, wall_s: float) -> float:
+    return usd_per_hour * wall_s / 3600.0
+
+
+def usd_per_1m_samples(usd_per_hour: float, samples_per_s: float) -> float:
+    """Steady-state price of a million samples at this throughput (compile excluded)."""
+    if not samples_per_s > 0:
+        return float("nan")
+    return usd_per_hour / 3600.0 / samples_per_s * 1e6

@@ -1,0 +1,87 @@
+"""Timing windows and their statistics, shared by every trainable.
+
+A window runs a step function until it has done at least ``min_steps`` steps and at
+least ``min_seconds`` have passed, then syncs the device once. The host clock is read
+after every step (a clock read, not a device sync): on synchronous devices those reads
+are real step times; on asynchronous ones only the window total is trusted.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile (q in 0..100); NaN for no values."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100.0
+    low = math.floor(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+@dataclass
+class Window:
+    steps: int
+    seconds: float
+    step_seconds: list[float]  # host-clock time of each step (see module docstring)
+
+    @property
+    def mean_step_s(self) -> float:
+        return self.seconds / self.steps
+
+
+def time_window(step: Callable[[], object], sync: Callable[[], None], min_steps: int,
+                min_seconds: float, clock: Callable[[], float] = time.perf_counter) -> Window:
+    sync()  # nothing queued before the window may be billed to it
+    start = previous = clock()
+    step_seconds = []
+    while len(step_seconds) < min_steps or previous - start < min_seconds:
+        step()
+        now = clock()
+        step_seconds.append(now - previous)
+        previous = now
+    sync()
+    return Window(steps=len(step_seconds), seconds=clock() - start, step_seconds=step_seconds)
+
+
+@dataclass
+class WindowStats:
+    """Everything measured so far in a trial's steady state."""
+
+    samples_per_step: int
+    host_clock_times_steps: bool
+    windows: list[Window] = field(default_factory=list)
+
+    def add(self, window: Window) -> None:
+        self.windows.append(window)
+
+    @property
+    def steps(self) -> int:
+        return sum(w.steps for w in self.windows)
+
+    @property
+    def seconds(self) -> float:
+        return sum(w.seconds for w in self.windows)
+
+    @property
+    def throughput(self) -> float:
+        return self.steps * self.samples_per_step / self.seconds if self.seconds > 0 else float("nan")
+
+    @property
+    def step_times(self) -> list[float]:
+        if self.host_clock_times_steps:
+            return [s for w in self.windows for s in w.step_seconds]
+        return [w.mean_step_s for w in self.windows]
+
+    @property
+    def step_time_source(self) -> str:
+        return "per-step host clock" if self.host_clock_times_steps else "per-window mean (async device)"
+
+    def step_time(self, q: float) -> float:
+        return percentile(self.step_times, q)

@@ -1,0 +1,51 @@
+"""The platform registry: one entry per place a trial can run.
+
+``auto`` picks the best platform present, in the order of ``AUTO_ORDER``, and says
+what it picked and why. The xla platform is never picked automatically: on a machine
+without an accelerator it would only run the XLA CPU client, which is a test lane,
+not a faster way to train.
+"""
+
+from __future__ import annotations
+
+from trainables.config import ConfigError
+from trainables.platforms.base import Detection, Platform
+from trainables.platforms.cpu import CpuPlatform
+from trainables.platforms.cuda import CudaPlatform
+from trainables.platforms.neuron import NeuronPlatform
+from trainables.platforms.xla import XlaPlatform
+
+PLATFORMS: dict[str, Platform] = {p.name: p for p in (CpuPlatform(), CudaPlatform(), XlaPlatform(), NeuronPlatform())}
+PLATFORM_NAMES = tuple(PLATFORMS)
+AUTO_ORDER = ("neuron", "cuda", "cpu")
+
+
+def get_platform(name: str) -> Platform:
+    try:
+        return PLATFORMS[name]
+    except KeyError:
+        raise ConfigError("platform", f"one of {', '.join(PLATFORM_NAMES)}", name) from None
+
+
+def resolve_platform(name: str) -> tuple[Platform, str]:
+    """Return the platform for ``name`` (or the best one present for ``auto``) and a
+    sentence saying why. A named platform that is not present is an error."""
+    if name == "auto":
+        skipped = []
+        for candidate in AUTO_ORDER:
+            detection = PLATFORMS[candidate].detect()
+            if detection.available:
+                why = f"picked {candidate}: {detection.reason}"
+                if skipped:
+                    why += " (" + "; ".join(skipped) + ")"
+                return PLATFORMS[candidate], why
+            skipped.append(f"no {candidate}: {detection.reason}")
+    platform = get_platform(name)
+    detection = platform.detect()
+    if not detection.available:
+        raise ConfigError("platform", f"a platform present on this machine (use --dry-run to plan for {name!r} "
+                          "without its hardware)", name, detection.reason)
+    return platform, f"{name} as asked: {detection.reason}"
+
+
+__all__ = ["Detection", "Platform", "PLATFORMS", "PLATFORM_NAMES", "get_platform", "resolve_platform"]

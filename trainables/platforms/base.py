@@ -1,0 +1,113 @@
+"""What every platform says about itself.
+
+A platform answers two kinds of question. In the driver, with no accelerator needed:
+is it here (``detect``), is a config valid on it (``validate``), which Ray resources a
+trial asks for (``resources``) and which environment a trial gets (``trial_env``). In
+the trial, on the hardware: which device to use, how to move batches there, how to
+step the optimizer, how to sync, and how much memory the trial peaked at.
+
+Platform modules import torch and accelerator stacks only inside methods that run in a
+trial, so the driver can validate and dry-run any platform on any machine.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable
+
+from trainables.config import PLATFORM_KNOB_DEFAULTS, ConfigError, one_of
+
+if TYPE_CHECKING:
+    import torch
+
+    from trainables.config import TrialConfig
+
+
+@dataclass(frozen=True)
+class Detection:
+    available: bool
+    reason: str
+
+
+class Platform(abc.ABC):
+    name: ClassVar[str]
+    description: ClassVar[str]
+    precisions: ClassVar[tuple[str, ...]]
+    compile_modes: ClassVar[tuple[str, ...]] = ("none",)
+    knobs: ClassVar[frozenset[str]] = frozenset()  # platform-specific knobs honoured
+    # The Ray resource a trial's cost share is counted in ("CPU", "GPU", "neuron_cores").
+    cost_unit: ClassVar[str] = "CPU"
+    # True where the host clock after a step is the step's real end (synchronous
+    # execution). Elsewhere per-step host times only time the enqueue, so step-time
+    # percentiles come from window means instead.
+    host_clock_times_steps: ClassVar[bool] = False
+
+    # ---- driver side -------------------------------------------------------------
+    @abc.abstractmethod
+    def detect(self) -> Detection:
+        """Whether this machine has the platform, and why (or why not)."""
+
+    def validate(self, config: "TrialConfig") -> None:
+        one_of("precision", config.precision, self.precisions,
+               f"Platform {self.name!r} supports these precisions.")
+        one_of("torch_compile", config.torch_compile, self.compile_modes,
+               f"Platform {self.name!r} supports these torch.compile modes.")
+        for knob, unused in PLATFORM_KNOB_DEFAULTS.items():
+            value = getattr(config, knob)
+            if knob not in self.knobs and value != unused:
+                has = ", ".join(sorted(self.knobs)) or "none"
+                raise ConfigError(knob, f"{unused!r} on platform {self.name!r}", value,
+                                  f"{knob} does not apply to {self.name} (its platform knobs: {has}).")
+
+    def resources(self, config: "TrialConfig") -> dict[str, float]:
+        return {"CPU": config.cpus_per_trial}
+
+    def trial_env(self, config: "TrialConfig") -> dict[str, str]:
+        return {}
+
+    # ---- trial side --------------------------------------------------------------
+    def prepare(self, config: "TrialConfig") -> "torch.device":
+        """Apply the config to this process and return the device to train on."""
+        os.environ.update(self.trial_env(config))
+        return self.device(config)
+
+    @abc.abstractmethod
+    def device(self, config: "TrialConfig") -> "torch.device":
+        """The device a trial in this process trains on."""
+
+    def device_batches(self, loader: Iterable, device: "torch.device", config: "TrialConfig") -> Iterable:
+        for inputs, targets in loader:
+            yield inputs.to(device, non_blocking=True), targets.to(device, non_blocking=True)
+
+    def optimizer_step(self, optimizer: Any) -> None:
+        optimizer.step()
+
+    def autocast(self, config: "TrialConfig"):
+        return contextlib.nullcontext()
+
+    def compile(self, model: Any, config: "TrialConfig") -> Any:
+        import torch
+
+        if config.torch_compile == "none":
+            return model
+        return torch.compile(model, backend=config.torch_compile)
+
+    @abc.abstractmethod
+    def sync(self, device: "torch.device") -> None:
+        """Block until all work queued on the device has finished."""
+
+    def reset_peak_memory(self, device: "torch.device") -> None:
+        pass
+
+    def peak_memory_mb(self, device: "torch.device") -> float:
+        return float("nan")
+
+    def describe_device(self, device: "torch.device") -> str:
+        return str(device)
+
+    def compile_stats(self) -> dict[str, float]:
+        """Compiler counters for this process: graph compilations and their seconds."""
+        return {}

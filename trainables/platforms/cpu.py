@@ -1,0 +1,92 @@
+"""The host CPU: eager PyTorch or torch.compile (inductor), intra-op threads as a knob."""
+
+from __future__ import annotations
+
+import os
+import platform as host
+from typing import TYPE_CHECKING
+
+from trainables.config import ConfigError
+from trainables.platforms.base import Detection, Platform
+
+if TYPE_CHECKING:
+    import torch
+
+    from trainables.config import TrialConfig
+
+
+def cpu_model_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return host.processor() or host.machine()
+
+
+def _read_peak_rss_mb() -> float:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0
+    return float("nan")
+
+
+class CpuPlatform(Platform):
+    name = "cpu"
+    description = "host CPU, eager or torch.compile (inductor)"
+    precisions = ("fp32", "bf16-autocast", "bf16")
+    compile_modes = ("none", "inductor")
+    knobs = frozenset({"threads", "channels_last"})
+    cost_unit = "CPU"
+    host_clock_times_steps = True  # CPU kernels run synchronously on the calling thread
+
+    def detect(self) -> Detection:
+        return Detection(True, f"{os.cpu_count()} logical CPUs ({cpu_model_name()})")
+
+    def validate(self, config: "TrialConfig") -> None:
+        super().validate(config)
+        if config.threads is not None and config.threads > config.cpus_per_trial:
+            raise ConfigError("threads", f"<= cpus_per_trial ({config.cpus_per_trial})", config.threads,
+                              "More intra-op threads than CPUs held only oversubscribes the cores.")
+
+    def device(self, config: "TrialConfig") -> "torch.device":
+        import torch
+
+        # Set per trial: a reused trial process keeps whatever the last trial chose.
+        torch.set_num_threads(config.effective_threads)
+        return torch.device("cpu")
+
+    def autocast(self, config: "TrialConfig"):
+        import contextlib
+
+        import torch
+
+        if config.precision == "bf16-autocast":
+            return torch.autocast("cpu", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def sync(self, device: "torch.device") -> None:
+        pass  # nothing is queued: CPU ops have finished when they return
+
+    def reset_peak_memory(self, device: "torch.device") -> None:
+        # Linux: writing 5 to clear_refs resets VmHWM (peak RSS) for this process, so a
+        # reused trial process reports this trial's peak, not an earlier trial's.
+        try:
+            with open("/proc/self/clear_refs", "w") as clear_refs:
+                clear_refs.write("5")
+        except OSError:
+            pass
+
+    def peak_memory_mb(self, device: "torch.device") -> float:
+        try:
+            return _read_peak_rss_mb()
+        except OSError:
+            return float("nan")
+
+    def describe_device(self, device: "torch.device") -> str:
+        import torch
+
+        return f"cpu: {cpu_model_name()}, {torch.get_num_threads()} intra-op threads"

@@ -1,0 +1,108 @@
+"""MLflow: one parent run per sweep, one nested run per trial.
+
+This is the only module that writes to MLflow. It runs in the sweep's driver process,
+so a sqlite store has one writer, and trial processes never open it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from typing import Any, Mapping, Optional
+from urllib.parse import urlparse
+
+from trainables.config import ConfigError
+
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+
+# Backends MLflow 3.17 accepts for tracking. The file store (./mlruns, file://) is
+# refused by MLflow itself, so it is refused here, before any trial runs.
+TRACKING_SCHEMES = ("sqlite", "http", "https", "postgresql", "mysql", "mssql", "databricks")
+RUN_STATUSES = ("FINISHED", "FAILED", "KILLED")
+_MAX_PARAM_LENGTH = 6000
+_MAX_TAG_LENGTH = 8000
+
+
+def validate_tracking_uri(uri: str) -> str:
+    allowed = f"a URI with scheme {', '.join(TRACKING_SCHEMES)} (e.g. sqlite:///mlflow.db)"
+    if not isinstance(uri, str) or not uri:
+        raise ConfigError("tracking_uri", allowed, uri)
+    parsed = urlparse(uri)
+    scheme = parsed.scheme.split("+", 1)[0]  # postgresql+psycopg2://...
+    if scheme in ("", "file") or re.match(r"^[A-Za-z]:[\\/]", uri):
+        raise ConfigError("tracking_uri", allowed, uri,
+                          "MLflow 3.17 refuses the file store; use sqlite:///mlflow.db for a local file.")
+    if scheme not in TRACKING_SCHEMES:
+        raise ConfigError("tracking_uri", allowed, uri)
+    if scheme == "sqlite":
+        if not uri.startswith("sqlite:///") or len(uri) == len("sqlite:///"):
+            raise ConfigError("tracking_uri", "sqlite:///<path> (three slashes, then a file path)", uri)
+        directory = os.path.dirname(os.path.abspath(uri[len("sqlite:///"):])) or "."
+        if not os.path.isdir(directory):
+            raise ConfigError("tracking_uri", "a sqlite file in an existing directory", uri,
+                              f"Directory {directory!r} does not exist.")
+    elif scheme in ("http", "https") and not parsed.netloc:
+        raise ConfigError("tracking_uri", "http(s)://host:port", uri)
+    return uri
+
+
+def _param_value(value: Any) -> str:
+    return str(value)[:_MAX_PARAM_LENGTH]
+
+
+def _metrics(values: Mapping[str, Any]) -> dict[str, float]:
+    """The numeric entries of a result, as MLflow metrics (NaN kept: it means unknown)."""
+    return {k: float(v) for k, v in values.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isinf(v)}
+
+
+class SweepTracker:
+    def __init__(self, tracking_uri: str, experiment: str):
+        import mlflow
+        from mlflow.tracking import MlflowClient
+
+        self.tracking_uri = validate_tracking_uri(tracking_uri)
+        self._entities = mlflow.entities
+        self.client = MlflowClient(tracking_uri=self.tracking_uri)
+        found = self.client.get_experiment_by_name(experiment)
+        self.experiment_id = found.experiment_id if found else self.client.create_experiment(experiment)
+        self.experiment = experiment
+        self.parent_run_id: Optional[str] = None
+
+    def start_sweep(self, name: str, params: Mapping[str, Any], tags: Mapping[str, str]) -> str:
+        run = self.client.create_run(self.experiment_id, run_name=name, tags=dict(tags))
+        self.parent_run_id = run.info.run_id
+        self._log(run.info.run_id, params=params)
+        return self.parent_run_id
+
+    def start_trial(self, name: str, params: Mapping[str, Any], tags: Mapping[str, str]) -> str:
+        tags = {"mlflow.parentRunId": self.parent_run_id, **tags}
+        run = self.client.create_run(self.experiment_id, run_name=name, tags=tags)
+        self._log(run.info.run_id, params=params)
+        return run.info.run_id
+
+    def log_metrics(self, run_id: str, metrics: Mapping[str, Any], step: int = 0) -> None:
+        self._log(run_id, metrics=metrics, step=step)
+
+    def finish(self, run_id: str, status: str, metrics: Mapping[str, Any] = (),
+               tags: Mapping[str, str] = ()) -> None:
+        assert status in RUN_STATUSES, status
+        self._log(run_id, metrics=dict(metrics), tags=dict(tags))
+        self.client.set_terminated(run_id, status=status)
+
+    def _log(self, run_id: str, params: Mapping[str, Any] = (), metrics: Mapping[str, Any] = (),
+             tags: Mapping[str, str] = (), step: int = 0) -> None:
+        import time
+
+        entities = self._entities
+        now = int(time.time() * 1000)
+        self.client.log_batch(
+            run_id,
+            metrics=[entities.Metric(k, v, now, step) for k, v in _metrics(dict(metrics)).items()],
+            params=[entities.Param(k, _param_value(v)) for k, v in dict(params).items()],
+            tags=[entities.RunTag(k, str(v)[:_MAX_TAG_LENGTH]) for k, v in dict(tags).items()],
+        )
+
+    def ui_command(self) -> str:
+        return f"mlflow ui --backend-store-uri {self.tracking_uri} --host 127.0.0.1 --port 5000"

@@ -1,0 +1,151 @@
+"""The training loop: one config in, one result dict per measured window out.
+
+    from trainables.config import TrialConfig
+from trainables.cost import usd_per_1m_samples
+    from trainables.train_loop import run_training
+    result = run_training(TrialConfig(model="vit-micro", windows=2))
+
+Measurement follows the seeds' hand-run loops, minus their mistakes: the first step
+(compilation, first-touch allocation) is timed on its own; the remaining warm-up steps
+are not timed at all; steady state is measured in time-bounded windows with one device
+sync at each boundary and no per-step host reads of device values. Each window ends in
+a report, so a Tune scheduler can stop a hopeless trial after its first window.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Callable, Optional
+
+from trainables.config import TrialConfig
+from trainables.cost import usd_per_1m_samples
+from trainables.measure import WindowStats, time_window
+from trainables.models import MODEL_PRESETS, build_model
+from trainables.platforms import get_platform
+
+# The result names every trainable, tracker and user script relies on.
+METRIC_NAMES = (
+    "throughput_samples_per_s", "step_time_p50_s", "step_time_p90_s", "first_step_s",
+    "compile_s", "peak_memory_mb", "final_loss", "usd_per_1m_samples", "trial_cost_usd",
+    "overhead_s",
+)
+
+# torch.compile's own timers (torch._dynamo.utils.compilation_time_metrics): the
+# forward graph compile and the backward graph compile, which runs on first backward.
+_DYNAMO_COMPILE_TIMERS = ("_compile.compile_inner", "backward._backward_impl")
+
+
+class NonFiniteLoss(RuntimeError):
+    """The loss became NaN or infinite: the trial is a failure, not a data point."""
+
+
+def _dynamo_compile_seconds() -> float:
+    from torch._dynamo.utils import compilation_time_metrics
+
+    return sum(sum(compilation_time_metrics.get(name, ())) for name in _DYNAMO_COMPILE_TIMERS)
+
+
+def run_training(config: TrialConfig, report: Optional[Callable[[dict], None]] = None,
+                 usd_per_hour: float = float("nan")) -> dict:
+    """Train ``config`` for its warm-up and windows; call ``report`` after each window
+    with the cumulative result, and return the last one. ``usd_per_hour`` is what the
+    resources this trial holds cost (NaN: no price basis, so no cost metrics)."""
+    import torch
+    from torch.utils.data import DataLoader
+
+    from trainables.data import RandomImageDataset
+
+    started = time.perf_counter()
+    platform = get_platform(config.platform)
+    device = platform.prepare(config)
+    preset = MODEL_PRESETS[config.model]
+
+    torch.manual_seed(config.seed)
+    if config.torch_compile != "none":
+        torch._dynamo.reset()  # a reused trial process must not reuse the last trial's graphs
+    memory_format = torch.channels_last if config.channels_last else torch.contiguous_format
+    model = build_model(config.model, config.patch_embed).to(device=device, memory_format=memory_format)
+    input_dtype = torch.bfloat16 if config.precision == "bf16" else torch.float32
+    if config.precision == "bf16":
+        model = model.to(torch.bfloat16)
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate)
+    loss_function = torch.nn.CrossEntropyLoss()
+    forward = platform.compile(model, config)
+
+    dataset = RandomImageDataset(preset.image_size, preset.num_classes, seed=config.seed)
+    loader = DataLoader(dataset, batch_size=config.batch_size, num_workers=config.num_workers,
+                        drop_last=True, persistent_workers=False)
+    batches = iter(platform.device_batches(loader, device, config))
+    last_loss = []  # device tensor of the latest step's loss; read only after a sync
+
+    def step() -> None:
+        inputs, targets = next(batches)
+        inputs = inputs.to(dtype=input_dtype, memory_format=memory_format)
+        optimizer.zero_grad(set_to_none=True)
+        with platform.autocast(config):
+            loss = loss_function(forward(inputs), targets)
+        loss.backward()
+        platform.optimizer_step(optimizer)
+        last_loss[:] = [loss.detach()]
+
+    def sync() -> None:
+        platform.sync(device)
+
+    platform.reset_peak_memory(device)
+    compile_start = _dynamo_compile_seconds() if config.torch_compile != "none" else 0.0
+    counters_start = platform.compile_stats()
+    setup_s = time.perf_counter() - started
+
+    loop_start = time.perf_counter()
+    step()
+    sync()
+    first_step_s = time.perf_counter() - loop_start
+    initial_loss = float(last_loss[0])
+    for _ in range(config.warmup_steps - 1):
+        step()
+    sync()
+    counters_after_warmup = platform.compile_stats()
+
+    stats = WindowStats(samples_per_step=config.batch_size,
+                        host_clock_times_steps=platform.host_clock_times_steps)
+    result: dict = {}
+    for index in range(1, config.windows + 1):
+        window = time_window(step, sync, config.window_min_steps, config.window_min_s)
+        stats.add(window)
+        final_loss = float(last_loss[0])  # the window already synced: this read waits for nothing
+        if not math.isfinite(final_loss):
+            raise NonFiniteLoss(f"loss is {final_loss} after window {index} ({stats.steps} measured steps)")
+        throughput = stats.throughput
+        compile_s = _dynamo_compile_seconds() - compile_start if config.torch_compile != "none" else 0.0
+        counters = platform.compile_stats()
+        if "xla_compile_s" in counters:
+            compile_s = counters["xla_compile_s"] - counters_start["xla_compile_s"]
+        result = {
+            "throughput_samples_per_s": throughput,
+            "window_throughput_samples_per_s": window.steps * config.batch_size / window.seconds,
+            "step_time_p50_s": stats.step_time(50),
+            "step_time_p90_s": stats.step_time(90),
+            "first_step_s": first_step_s,
+            "compile_s": compile_s,
+            "peak_memory_mb": platform.peak_memory_mb(device),
+            "initial_loss": initial_loss,
+            "final_loss": final_loss,
+            "usd_per_1m_samples": usd_per_1m_samples(usd_per_hour, throughput),
+            "usd_per_hour": usd_per_hour,
+            "setup_s": setup_s,
+            "loop_s": time.perf_counter() - loop_start,
+            "measured_s": stats.seconds,
+            "measured_steps": stats.steps,
+            "windows_done": index,
+            "device": platform.describe_device(device),
+            "step_time_source": stats.step_time_source,
+        }
+        if "xla_compiles" in counters:
+            # Graphs compiled after warm-up: a count that keeps rising means every step
+            # recompiles (a shape or a Python value changes per step).
+            result["xla_compiles"] = counters["xla_compiles"] - counters_after_warmup["xla_compiles"]
+        if report is not None:
+            report(result)
+    return result
