@@ -22,6 +22,7 @@ MLflow run under one parent run for the sweep.
 from __future__ import annotations
 
 import datetime
+import functools
 import logging
 import math
 import os
@@ -74,7 +75,7 @@ class Sweep:
     cost_note: str = NO_BASIS_HINT
     max_concurrent_trials: Optional[int] = None  # None: as many as the resources fit
     platform_note: str = ""
-    print_line: Callable[[str], None] = print
+    print_line: Optional[Callable[[str], None]] = None  # None: print (looked up when called)
 
 
 @dataclass
@@ -226,6 +227,16 @@ def _scheduler(sweep: Sweep):
                               grace_period=1, min_samples_required=3)
 
 
+def _trial_resources(config_type: type, base: Mapping[str, Any], fallback: Mapping[str, float],
+                     searched: Mapping[str, Any]) -> dict[str, float]:
+    """Ray resources for one trial. Module-level so Tune can pickle it with the trainable."""
+    try:
+        config = config_type.from_dict({**base, **searched})
+    except ConfigError:
+        return dict(fallback)  # the trial itself then fails with the config error, on record
+    return dict(get_platform(config.platform).resources(config))
+
+
 def run_sweep(sweep: Sweep) -> SweepResult:
     from ray import tune
 
@@ -233,7 +244,12 @@ def run_sweep(sweep: Sweep) -> SweepResult:
 
     started = time.monotonic()
     plan = plan_sweep(sweep)
-    say = sweep.print_line
+    # Every result goes to MLflow through SweepCallback; Tune's own CSV/JSON/TensorBoard
+    # loggers would only add per-result file writes to each trial's overhead.
+    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+    # ...which also means Tune's result grid finds no result files: it need not say so.
+    logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
+    say = sweep.print_line or (lambda line: print(line, flush=True))
     tracker = SweepTracker(sweep.tracking_uri, sweep.experiment or sweep.name)
     say(connect_ray(sweep.address))
     baseline_resources = plan.resources_of(plan.baseline_point)
@@ -259,14 +275,9 @@ def run_sweep(sweep: Sweep) -> SweepResult:
     trial_tags = {**env_tags, "sweep": sweep.name, "platform": sweep.base.platform,
                   "instance_type": sweep_tags["instance_type"]}
     callback = SweepCallback(tracker, plan.complete_config, plan.resources_of, plan.baseline_point,
-                             sweep.cost, trial_tags, sweep.num_samples, print_line=say)
+                             sweep.cost, trial_tags, sweep.num_samples, print_line=sweep.print_line)
 
-    def resources(searched: Mapping[str, Any]) -> dict[str, float]:
-        try:
-            return plan.resources_of(searched)
-        except ConfigError:
-            return baseline_resources  # the trial itself fails with the config error, on record
-
+    resources = functools.partial(_trial_resources, type(sweep.base), plan.base_dict, baseline_resources)
     trainable = tune.with_resources(
         tune.with_parameters(sweep.trainable, base=plan.base_dict, cost=sweep.cost), resources)
     tuner = tune.Tuner(

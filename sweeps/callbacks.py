@@ -66,7 +66,7 @@ class SweepCallback(Callback):
     def __init__(self, tracker: SweepTracker, complete_config: Callable[[Mapping], dict],
                  resources_of: Callable[[Mapping], dict], baseline: Mapping[str, Any],
                  cost: Optional[CostBasis], trial_tags: Mapping[str, str], total_trials: int,
-                 print_line: Callable[[str], None] = print):
+                 print_line: Optional[Callable[[str], None]] = None):
         self.tracker = tracker
         self.complete_config = complete_config
         self.resources_of = resources_of
@@ -76,6 +76,11 @@ class SweepCallback(Callback):
         self.total_trials = total_trials
         self.print_line = print_line
         self.records: dict[str, TrialRecord] = {}
+
+    def __getstate__(self):
+        # Tune pickles its callbacks with the experiment state. The MLflow client and
+        # the output function belong to this driver process, not to the saved state.
+        return {**self.__dict__, "tracker": None, "print_line": None}
 
     # Tune creates a trial when a slot frees; its clock starts then, so actor start-up
     # and imports count toward the trial's wall time and overhead.
@@ -153,7 +158,7 @@ class SweepCallback(Callback):
             tags.update({"error_class": record.error_class, "error": record.error})
         mlflow_status = {FAILED: "FAILED", CUT_BY_BUDGET: "KILLED"}.get(status, "FINISHED")
         self.tracker.finish(record.run_id, mlflow_status, metrics=final, tags=tags)
-        self.print_line(self.progress_line(record))
+        (self.print_line or (lambda line: print(line, flush=True)))(self.progress_line(record))
 
     def progress_line(self, record: TrialRecord) -> str:
         knobs = " ".join(f"{k}={v}" for k, v in record.searched.items())

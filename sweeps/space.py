@@ -49,13 +49,36 @@ def describe_distribution(distribution: BaseDistribution) -> str:
     return f"{kind} in [{distribution.low}, {distribution.high}]{step}{scale}"
 
 
+class _DefineByRun:
+    """A define-by-run function that plain pickle can save: Tune checkpoints the
+    searcher with pickle, and users' spaces are often closures."""
+
+    def __init__(self, function: DefineByRun):
+        self.function = function
+
+    def __call__(self, trial: optuna.Trial) -> Optional[Mapping[str, Any]]:
+        return self.function(trial)
+
+    def __reduce__(self):
+        import cloudpickle
+
+        return (_load_define_by_run, (cloudpickle.dumps(self.function),))
+
+
+def _load_define_by_run(payload: bytes) -> _DefineByRun:
+    import cloudpickle
+
+    return _DefineByRun(cloudpickle.loads(payload))
+
+
 class SearchSpace:
     def __init__(self, spec: SpaceSpec):
         if callable(spec):
-            self.define_by_run: DefineByRun = spec
+            self.define_by_run = _DefineByRun(spec)
         elif isinstance(spec, Mapping):
             distributions = self._from_mapping(spec)
-            self.define_by_run = lambda trial: {n: _suggest(trial, n, d) for n, d in distributions.items()}
+            self.define_by_run = _DefineByRun(
+                lambda trial: {n: _suggest(trial, n, d) for n, d in distributions.items()})
         else:
             raise ConfigError("search space", "an Optuna define-by-run function or a dict of Tune domains",
                               type(spec).__name__)

@@ -23,3 +23,4 @@ def train_trainable(searched: Mapping[str, Any], base: Mapping[str, Any],
     resources = get_platform(config.platform).resources(config)
     usd_per_hour = cost.hourly_rate(resources) if cost else float("nan")
     run_training(config, report=tune.report, usd_per_hour=usd_per_hour)
+
