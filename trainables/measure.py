@@ -37,11 +37,15 @@ class Window:
 
 
 def time_window(step: Callable[[], object], sync: Callable[[], None], min_steps: int,
-                min_seconds: float, clock: Callable[[], float] = time.perf_counter) -> Window:
+                min_seconds: float, clock: Callable[[], float] = time.perf_counter,
+                step_multiple: int = 1) -> Window:
+    """``step_multiple``: end only after a whole number of groups of this many steps
+    (XLA's batches_per_execution: a shorter tail would be a graph of its own)."""
     sync()  # nothing queued before the window may be billed to it
     start = previous = clock()
     step_seconds = []
-    while len(step_seconds) < min_steps or previous - start < min_seconds:
+    while (len(step_seconds) < min_steps or previous - start < min_seconds
+           or len(step_seconds) % step_multiple):
         step()
         now = clock()
         step_seconds.append(now - previous)

@@ -103,7 +103,11 @@ def run_training(config: TrialConfig, report: Optional[Callable[[dict], None]] =
     sync()
     first_step_s = time.perf_counter() - loop_start
     initial_loss = float(last_loss[0])
-    for _ in range(config.warmup_steps - 1):
+    group = config.batches_per_execution  # steps per XLA execution (1 elsewhere)
+    warmup_rest = config.warmup_steps - 1
+    if group > 1:  # whole groups, at least one, so the k-step graph compiles in warm-up
+        warmup_rest = -(-max(warmup_rest, group) // group) * group
+    for _ in range(warmup_rest):
         step()
     sync()
     counters_after_warmup = platform.compile_stats()
@@ -112,7 +116,7 @@ def run_training(config: TrialConfig, report: Optional[Callable[[dict], None]] =
                         host_clock_times_steps=platform.host_clock_times_steps)
     result: dict = {}
     for index in range(1, config.windows + 1):
-        window = time_window(step, sync, config.window_min_steps, config.window_min_s)
+        window = time_window(step, sync, config.window_min_steps, config.window_min_s, step_multiple=group)
         stats.add(window)
         final_loss = float(last_loss[0])  # the window already synced: this read waits for nothing
         if not math.isfinite(final_loss):

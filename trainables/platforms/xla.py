@@ -1,16 +1,30 @@
 """PyTorch/XLA devices (PJRT). The same code path Neuron uses, minus its compiler: here
 it is tested for real on the CPU with PJRT_DEVICE=CPU.
 
-XLA is lazy: ops record a graph, ``torch_xla.sync()`` cuts and runs it. MpDeviceLoader
-cuts the graph once per batch and uploads ``batches_per_execution`` batches at a time;
-``xm.optimizer_step`` reduces gradients across workers before the step.
+XLA is lazy: ops record a graph, ``torch_xla.sync()`` cuts it, compiles it (once per
+distinct graph; later cuts of the same graph hit the in-memory cache) and runs it.
+
+``batches_per_execution`` (k) is how many training steps go into one graph: the graph
+is cut before every k-th next batch, so k steps run as one execution (fewer launches,
+a k times bigger graph to compile). torch-xla's own MpDeviceLoader counts this in a
+counter that the loop's syncs do not reset, and its first group is k-1 steps, so after
+each timing sync the groups drift and every new drift is a new graph to compile. Here
+the cut is made by ``_ExecutionGroups`` instead, which restarts counting at every
+``sync``: a group always starts right after a sync. MpDeviceLoader still does the
+background upload. Graphs stay steady only if the loop syncs after a multiple of k
+steps; a shorter tail before a sync is a graph of its own (compiled once per length).
+
+``xm.optimizer_step`` all-reduces the gradients across replicas (a no-op with one
+replica) and then steps the optimizer.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
-from typing import TYPE_CHECKING, Any, Iterable
+import sys
+import weakref
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from trainables.platforms.base import Detection, Platform
 
@@ -20,6 +34,32 @@ if TYPE_CHECKING:
     from trainables.config import TrialConfig
 
 
+class _ExecutionGroups:
+    """Device batches, with the graph cut before every ``per_execution``-th batch
+    counted from the last cut. ``restart`` is called after any other cut (a sync)."""
+
+    def __init__(self, batches: Iterable, per_execution: int):
+        self._batches: Iterator = iter(batches)
+        self._per_execution = per_execution
+        self._traced = 0  # batches handed out since the graph was last cut
+
+    def __iter__(self) -> "_ExecutionGroups":
+        return self
+
+    def __next__(self):
+        if self._traced >= self._per_execution:
+            import torch_xla
+
+            torch_xla.sync()  # the last k steps become one graph
+            self._traced = 0
+        batch = next(self._batches)
+        self._traced += 1
+        return batch
+
+    def restart(self) -> None:
+        self._traced = 0
+
+
 class XlaPlatform(Platform):
     name = "xla"
     description = "PyTorch/XLA device (PJRT_DEVICE, CPU by default)"
@@ -27,6 +67,11 @@ class XlaPlatform(Platform):
     compile_modes = ("none", "openxla")
     knobs = frozenset({"batches_per_execution"})
     cost_unit = "CPU"
+
+    def __init__(self) -> None:
+        # Batch iterators of this process whose group count a sync must restart.
+        self._groups: "weakref.WeakSet[_ExecutionGroups]" = weakref.WeakSet()
+        self._memory_info_unsupported = False
 
     def detect(self) -> Detection:
         if importlib.util.find_spec("torch_xla") is None:
@@ -48,9 +93,12 @@ class XlaPlatform(Platform):
     def device_batches(self, loader: Iterable, device: "torch.device", config: "TrialConfig") -> Iterable:
         import torch_xla.distributed.parallel_loader as parallel_loader
 
-        return parallel_loader.MpDeviceLoader(
-            loader, device, batches_per_execution=config.batches_per_execution
-        )
+        # MpDeviceLoader uploads in the background; told never to cut the graph itself
+        # (it would cut every k batches counted from its own start, not from our syncs).
+        uploaded = parallel_loader.MpDeviceLoader(loader, device, batches_per_execution=sys.maxsize)
+        groups = _ExecutionGroups(uploaded, config.batches_per_execution)
+        self._groups.add(groups)
+        return groups
 
     def optimizer_step(self, optimizer: Any) -> None:
         import torch_xla.core.xla_model as xm
@@ -63,6 +111,8 @@ class XlaPlatform(Platform):
         import torch
 
         if config.precision == "bf16-autocast":
+            # torch.autocast("xla") works on every PJRT device, the CPU included;
+            # torch_xla.amp.autocast would ignore it on anything but TPU and Neuron.
             return torch.autocast("xla", dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
@@ -72,14 +122,22 @@ class XlaPlatform(Platform):
 
         torch_xla.sync()  # cut and launch any pending graph
         xm.wait_device_ops()  # then wait for the device to finish it
+        for groups in list(self._groups):
+            groups.restart()  # the next group starts here
 
     def peak_memory_mb(self, device: "torch.device") -> float:
         import torch_xla.core.xla_model as xm
 
+        if self._memory_info_unsupported:
+            return float("nan")
         try:
+            # {"bytes_used", "bytes_limit", "peak_bytes_used"}; the peak is since the
+            # process started (PJRT has no reset). The CPU client raises RuntimeError
+            # "UNIMPLEMENTED: GetAllocatorStats is not supported".
             info = xm.get_memory_info(device)
         except (RuntimeError, ValueError):
-            return float("nan")  # not every PJRT client reports memory (the CPU one may not)
+            self._memory_info_unsupported = True
+            return float("nan")
         peak = info.get("peak_bytes_used", info.get("bytes_used"))
         return float("nan") if peak is None else peak / 2**20
 
@@ -91,6 +149,9 @@ class XlaPlatform(Platform):
     def compile_stats(self) -> dict[str, float]:
         import torch_xla.debug.metrics as metrics
 
+        # One CompileTime sample per PJRT compile, in ns: (total samples, sum, recent
+        # samples); None before the first compile. In-memory cache hits (CachedCompile)
+        # and persistent-cache loads (PersistentCacheHit) add no sample.
         data = metrics.metric_data("CompileTime")
         if data is None:
             return {"xla_compiles": 0.0, "xla_compile_s": 0.0}

@@ -1,0 +1,99 @@
+import http.server
+import math
+import threading
+
+import pytest
+
+from trainables.config import ConfigError
+from trainables.cost import (PRICE_TABLE, CostBasis, instance_type_from_imds, resolve_cost_basis,
+                             trial_cost_usd, usd_per_1m_samples)
+
+
+def test_share_is_cores_held_over_cores_on_the_instance():
+    basis, _ = resolve_cost_basis("trn1.32xlarge", detect=False)
+    resources = {"CPU": 1, "neuron_cores": 2}
+    assert basis.share(resources) == pytest.approx(2 / 32)
+    assert basis.hourly_rate(resources) == pytest.approx(21.50 * 2 / 32)
+    assert "x 2/32 neuron_cores" in basis.describe(resources)
+
+
+def test_cpu_trials_pay_for_their_vcpus():
+    basis, _ = resolve_cost_basis("c7i.2xlarge", detect=False)
+    assert basis.hourly_rate({"CPU": 2}) == pytest.approx(0.357 * 2 / 8)
+
+
+def test_dollars_per_million_samples_and_per_trial():
+    # CPU post: 40.73 samples/s on a $0.357/h c7i.2xlarge.
+    assert usd_per_1m_samples(0.357, 40.73) == pytest.approx(0.357 / 3600 / 40.73 * 1e6)
+    assert usd_per_1m_samples(0.357, 0.0) != usd_per_1m_samples(0.357, 0.0)  # NaN, not inf
+    assert trial_cost_usd(1.34, 1800) == pytest.approx(0.67)
+
+
+def test_price_per_hour_wins_and_uses_local_units():
+    basis, note = resolve_cost_basis(price_per_hour=0.357, local_units={"CPU": 2}, detect=False)
+    assert basis.usd_per_hour == 0.357 and basis.hourly_rate({"CPU": 2}) == pytest.approx(0.357)
+    assert "command line" in note
+
+
+def test_no_basis_is_nan_with_a_hint_not_a_guess():
+    basis, note = resolve_cost_basis(detect=False)
+    assert basis is None
+    assert "--instance-type" in note and "--price-per-hour" in note
+
+
+def test_unknown_instance_without_price_is_refused():
+    with pytest.raises(ConfigError, match="instance_type must be one of .*trn1.2xlarge.*got 'p9.huge'"):
+        resolve_cost_basis("p9.huge", detect=False)
+
+
+def test_bad_price_is_refused():
+    with pytest.raises(ConfigError, match="price_per_hour must be a finite number > 0; got -1"):
+        resolve_cost_basis(price_per_hour=-1.0, detect=False)
+
+
+def test_every_price_row_has_cpus_and_a_price():
+    for name, row in PRICE_TABLE.items():
+        assert row.usd_per_hour > 0 and row.vcpus > 0, name
+
+
+class FakeImds(http.server.BaseHTTPRequestHandler):
+    """IMDSv2 on loopback: a PUT for a token, then a GET that must present it."""
+
+    def do_PUT(self):
+        self._reply(b"token-123" if self.path == "/latest/api/token" else None)
+
+    def do_GET(self):
+        ok = self.path == "/latest/meta-data/instance-type" and self.headers.get(
+            "X-aws-ec2-metadata-token") == "token-123"
+        self._reply(b"inf2.xlarge" if ok else None)
+
+    def _reply(self, body):
+        self.send_response(200 if body else 401)
+        self.end_headers()
+        if body:
+            self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_instance_type_from_imds_v2():
+    server = http.server.HTTPServer(("127.0.0.1", 0), FakeImds)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        assert instance_type_from_imds(f"http://127.0.0.1:{server.server_port}") == "inf2.xlarge"
+    finally:
+        server.shutdown()
+
+
+def test_imds_timeout_gives_none():
+    # A listening socket that never answers: the short timeout must end the wait.
+    import socket
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(1)
+    try:
+        assert instance_type_from_imds(f"http://127.0.0.1:{silent.getsockname()[1]}", timeout_s=0.2) is None
+    finally:
+        silent.close()

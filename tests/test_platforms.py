@@ -1,0 +1,73 @@
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+from trainables.config import ConfigError, TrialConfig
+from trainables.platforms import PLATFORM_NAMES, get_platform, resolve_platform
+from trainables.platforms.neuron import neuron_cc_flags, neuron_target_for_instance
+
+
+def test_auto_picks_cpu_here_and_says_why():
+    platform, why = resolve_platform("auto")
+    assert platform.name == "cpu"
+    assert "picked cpu" in why and "no neuron" in why and "no cuda" in why
+
+
+def test_asking_for_absent_hardware_is_refused_before_any_trial():
+    with pytest.raises(ConfigError, match="platform must be a platform present.*'neuron'.*torch_neuronx"):
+        resolve_platform("neuron")
+
+
+def test_unknown_platform_lists_the_valid_ones():
+    with pytest.raises(ConfigError, match="cpu, cuda, xla, neuron.*'gpu'"):
+        get_platform("gpu")
+
+
+@pytest.mark.parametrize("instance, target", [("trn1.2xlarge", "trn1"), ("trn1n.32xlarge", "trn1n"),
+                                              ("inf2.xlarge", "inf2"), ("c7i.2xlarge", None), (None, None)])
+def test_neuron_target_from_instance_type(instance, target):
+    assert neuron_target_for_instance(instance) == target
+
+
+def test_neuron_flags_seed_000_compiler_experiment():
+    config = TrialConfig(platform="neuron", neuron_target="inf2", neuron_model_type="transformer",
+                         neuron_optlevel=3)
+    assert neuron_cc_flags(config) == "--target=inf2 --model-type=transformer --optlevel=3"
+
+
+def test_neuron_flags_fp8_and_autocast_modes():
+    fp8 = TrialConfig(platform="neuron", neuron_auto_cast="all", neuron_auto_cast_type="fp8_e4m3")
+    assert neuron_cc_flags(fp8) == "--auto-cast=all --auto-cast-type=fp8_e4m3"
+    # torch.autocast does the casting: the compiler is told not to cast again.
+    amp = TrialConfig(platform="neuron", precision="bf16-autocast")
+    assert neuron_cc_flags(amp) == "--auto-cast=none"
+
+
+def test_neuron_environment_and_resources():
+    neuron = get_platform("neuron")
+    full_bf16 = TrialConfig(platform="neuron", precision="bf16")
+    assert neuron.trial_env(full_bf16)["NEURON_RT_STOCHASTIC_ROUNDING_EN"] == "1"
+    assert neuron.trial_env(TrialConfig(platform="neuron"))["NEURON_RT_STOCHASTIC_ROUNDING_EN"] == "0"
+    assert neuron.resources(TrialConfig(platform="neuron", cpus_per_trial=2)) == {"CPU": 2, "neuron_cores": 1}
+    assert "XLA_USE_BF16" not in neuron.trial_env(full_bf16)  # deprecated since torch-neuronx 2.5
+
+
+def test_cuda_resources_carry_accelerator_type():
+    cuda = get_platform("cuda")
+    assert cuda.resources(TrialConfig(platform="cuda", accelerator_type="H100")) == {
+        "CPU": 1, "GPU": 1, "accelerator_type:H100": 0.001}
+
+
+@pytest.mark.parametrize("platform", ("auto",) + PLATFORM_NAMES)
+def test_dry_run_works_for_every_platform(platform):
+    done = subprocess.run([sys.executable, "sweeps/neuron_vit.py", "--dry-run", "--platform", platform,
+                           "--instance-type", "trn1.2xlarge"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "search space:" in out and "resources per trial:" in out and "trial environment:" in out
+    if platform == "neuron":
+        assert "NEURON_CC_FLAGS" in out and "--target=trn1" in out and "'neuron_cores': 1" in out

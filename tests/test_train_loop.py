@@ -1,0 +1,96 @@
+"""The training loop, for real, on the CPU with the micro ViT."""
+
+import math
+import time
+
+import pytest
+
+from trainables.config import TrialConfig
+from trainables.data import RandomImageDataset
+from trainables.train_loop import METRIC_NAMES, NonFiniteLoss, run_training
+
+MICRO = dict(model="vit-micro", cpus_per_trial=2, batch_size=16, warmup_steps=2, window_min_steps=3,
+             window_min_s=0.2, windows=2)
+
+
+def test_metrics_are_sane_and_reported_once_per_window():
+    reports = []
+    result = run_training(TrialConfig(**MICRO), report=reports.append, usd_per_hour=0.357)
+    assert len(reports) == 2 and reports[-1] is result
+    assert [r["windows_done"] for r in reports] == [1, 2]
+    assert result["throughput_samples_per_s"] > 0
+    assert 0 < result["step_time_p50_s"] <= result["step_time_p90_s"]
+    assert result["measured_s"] >= 2 * 0.2  # windows are time-bounded
+    assert math.isfinite(result["final_loss"])
+    assert result["compile_s"] == 0.0  # eager: no compiler ran
+    assert result["peak_memory_mb"] > 0
+    expected_usd = 0.357 / 3600 / result["throughput_samples_per_s"] * 1e6
+    assert result["usd_per_1m_samples"] == pytest.approx(expected_usd)
+    assert "cpu" in result["device"]
+    for name in set(METRIC_NAMES) - {"trial_cost_usd", "overhead_s"}:  # those two are the driver's
+        assert name in result
+
+
+def test_no_price_basis_means_nan_cost():
+    result = run_training(TrialConfig(**{**MICRO, "windows": 1}))
+    assert math.isnan(result["usd_per_1m_samples"])
+
+
+def test_loss_falls_over_a_few_hundred_steps():
+    config = TrialConfig(**{**MICRO, "windows": 1, "window_min_steps": 300, "window_min_s": 0.0})
+    result = run_training(config)
+    assert result["measured_steps"] >= 300
+    assert result["final_loss"] < 0.5 * result["initial_loss"]
+
+
+class SlowStartDataset(RandomImageDataset):
+    """The first ``slow_batches`` batches take ``delay_s`` longer, like a cold cache."""
+
+    def __init__(self, *args, slow_items, delay_s, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.slow_items, self.delay_s = slow_items, delay_s
+
+    def __getitem__(self, index):
+        if index < self.slow_items:
+            time.sleep(self.delay_s)
+        return super().__getitem__(index)
+
+
+@pytest.mark.parametrize("warmup_steps, slow_shows", [(4, False), (1, True)])
+def test_warmup_steps_are_not_timed(monkeypatch, warmup_steps, slow_shows):
+    import trainables.data
+
+    batch, delay = 4, 0.05
+    monkeypatch.setattr(trainables.data, "RandomImageDataset",
+                        lambda *a, **k: SlowStartDataset(*a, slow_items=4 * batch, delay_s=delay, **k))
+    config = TrialConfig(**{**MICRO, "batch_size": batch, "warmup_steps": warmup_steps, "windows": 1,
+                            "window_min_steps": 10, "window_min_s": 0.0})
+    result = run_training(config)
+    slow_step_s = batch * delay
+    assert (result["step_time_p90_s"] >= slow_step_s) is slow_shows
+    assert result["first_step_s"] >= slow_step_s
+
+
+def test_bf16_and_linear_patch_embedding_train():
+    result = run_training(TrialConfig(**{**MICRO, "precision": "bf16", "patch_embed": "linear", "windows": 1}))
+    assert result["throughput_samples_per_s"] > 0 and math.isfinite(result["final_loss"])
+
+
+def test_non_finite_loss_fails_the_trial():
+    with pytest.raises(NonFiniteLoss, match="loss is nan"):
+        run_training(TrialConfig(**{**MICRO, "learning_rate": 1e30, "windows": 2}))
+
+
+def test_linear_patch_embedding_matches_the_conv_one():
+    """Seed 001's LinearEmbed is the stride-p conv written as reshape + matmul."""
+    import torch
+
+    from trainables.models import build_model
+
+    conv, linear = build_model("vit-micro", "conv"), build_model("vit-micro", "linear")
+    weight = conv.patch_embed.proj.weight  # (dim, C, p, p)
+    with torch.no_grad():
+        linear.patch_embed.proj.weight.copy_(weight.permute(0, 2, 3, 1).reshape(weight.shape[0], -1))
+        linear.patch_embed.proj.bias.copy_(conv.patch_embed.proj.bias)
+    images = torch.randn(2, 3, 32, 32)
+    torch.testing.assert_close(linear.patch_embed(images), conv.patch_embed(images), rtol=1e-4, atol=1e-5)
