@@ -8,6 +8,7 @@ and from that the trial's overhead (wall time outside the training loop) and its
 from __future__ import annotations
 
 import math
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
@@ -46,12 +47,16 @@ class TrialRecord:
 
 
 def _error_of(trial) -> tuple[str, str]:
-    """(exception class, last line of its message) for a failed Tune trial."""
+    """(exception class, last line of its message) for a failed Tune trial, read from
+    the error files Tune has just written in the driver's staging directory (they reach
+    the storage path only at the next sync)."""
+    import ray.cloudpickle as cloudpickle
+
     error = None
-    try:
-        error = trial.get_pickled_error()
-    except Exception:  # noqa: BLE001 - an unreadable error file must not hide the failure itself
-        error = None
+    path = trial.pickled_error_file
+    if path and os.path.exists(path):
+        with open(path, "rb") as pickled:
+            error = cloudpickle.load(pickled)
     cause = getattr(error, "cause", None) or error  # RayTaskError wraps the trial's exception
     if cause is not None:
         name = type(cause).__name__
@@ -59,7 +64,7 @@ def _error_of(trial) -> tuple[str, str]:
             name = name[len("RayTaskError("):-1]
         lines = [line for line in str(cause).strip().splitlines() if line.strip()]
         return name, lines[-1].strip() if lines else name
-    return "UnknownError", "the trial failed and left no error file"
+    return "UnknownError", "the trial failed and Tune left no error file"
 
 
 class SweepCallback(Callback):
