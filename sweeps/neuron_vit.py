@@ -36,7 +36,7 @@ from trainables.platforms.neuron import neuron_target_for_instance
 from trainables.train_loop import METRIC_NAMES
 from trainables.trainable import train_trainable
 
-DEFAULT_SAMPLES = 16
+DEFAULT_SAMPLES = 24
 CPU_TIME_BUDGET_S = 420  # keeps the local default run under 10 minutes on 2 cores
 
 

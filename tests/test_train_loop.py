@@ -94,3 +94,20 @@ def test_linear_patch_embedding_matches_the_conv_one():
         linear.patch_embed.proj.bias.copy_(conv.patch_embed.proj.bias)
     images = torch.randn(2, 3, 32, 32)
     torch.testing.assert_close(linear.patch_embed(images), conv.patch_embed(images), rtol=1e-4, atol=1e-5)
+
+
+def test_resnet50_channels_last_takes_a_measured_step():
+    """The CPU post's model and its +56% knob, one tiny window (224x224 is heavy)."""
+    config = TrialConfig(model="resnet50", cpus_per_trial=2, batch_size=2, channels_last=True,
+                         precision="bf16-autocast", warmup_steps=1, window_min_steps=1, window_min_s=0.0,
+                         windows=1)
+    result = run_training(config)
+    assert result["throughput_samples_per_s"] > 0 and math.isfinite(result["final_loss"])
+
+
+@pytest.mark.slow
+def test_torch_compile_time_is_recorded_apart_from_steady_state():
+    result = run_training(TrialConfig(**{**MICRO, "torch_compile": "inductor", "windows": 1}))
+    assert result["compile_s"] > 0
+    # The compile lands in the first step, never in the measured window.
+    assert result["first_step_s"] >= result["compile_s"] > 10 * result["step_time_p90_s"]
