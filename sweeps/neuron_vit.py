@@ -72,7 +72,8 @@ def make_space(platform: str, smoke: bool, cpus: int):
     return space
 
 
-def base_config(platform: str, smoke: bool, cpus: int, instance_type, seed: int) -> TrialConfig:
+def base_config(platform: str, smoke: bool, cpus: int, instance_type, seed: int,
+                compile_cache=None) -> TrialConfig:
     """The seed's baseline: batch 16 per core, no loader workers, fp32, conv patch embed."""
     if smoke:
         model, measurement = "vit-micro", dict(warmup_steps=2, window_min_steps=3, window_min_s=0.25, windows=2)
@@ -87,14 +88,21 @@ def base_config(platform: str, smoke: bool, cpus: int, instance_type, seed: int)
         # The compiler's own defaults, spelled out so the baseline is a point of the space.
         extra.update(neuron_target=neuron_target_for_instance(instance_type), neuron_model_type="generic",
                      neuron_optlevel=2, neuron_auto_cast="matmult", neuron_auto_cast_type="bf16")
+    if compile_cache and platform in ("xla", "neuron"):
+        extra["compile_cache"] = compile_cache
+    # CPU and the XLA CPU client use every core they are given: one trial owns the node.
+    cpus_per_trial = cpus if platform in ("cpu", "xla") else 1
     return TrialConfig(platform=platform, model=model, batch_size=16, num_workers=0, precision="fp32",
-                       cpus_per_trial=cpus if platform == "cpu" else 1, seed=seed, **measurement, **extra)
+                       cpus_per_trial=cpus_per_trial, seed=seed, **measurement, **extra)
 
 
 def main() -> None:
     parser = common_parser(__doc__.split("\n\n")[0], DEFAULT_SAMPLES)
     parser.add_argument("--cpus-per-trial", type=int, default=None,
                         help="CPUs each trial holds (default: cpu platform: all of this machine's; else 1)")
+    parser.add_argument("--compile-cache", default=None,
+                        help="xla/neuron: persistent compile cache shared by all trials and sweeps "
+                             "(a directory every node sees, or s3:// for Neuron)")
     args = parser.parse_args()
 
     if args.dry_run:
@@ -108,7 +116,7 @@ def main() -> None:
         name="neuron_vit",
         trainable=train_trainable,
         base=base_config(platform.name, args.smoke, cpus, args.instance_type or (basis and basis.instance_type),
-                         args.seed),
+                         args.seed, args.compile_cache),
         space=make_space(platform.name, args.smoke, cpus),
         objectives=[Objective("throughput_samples_per_s", "max")],
         metric_names=METRIC_NAMES,

@@ -30,6 +30,7 @@ PLATFORM_KNOB_DEFAULTS: dict[str, Any] = {
     "channels_last": False,
     "accelerator_type": None,
     "batches_per_execution": 1,
+    "compile_cache": None,
     "neuron_model_type": None,
     "neuron_optlevel": None,
     "neuron_auto_cast": None,
@@ -86,6 +87,7 @@ class TrialConfig:
     channels_last: bool = False
     accelerator_type: Optional[str] = None  # Ray accelerator type, e.g. "H100" or "A10G"
     batches_per_execution: int = 1  # torch-xla MpDeviceLoader
+    compile_cache: Optional[str] = None  # persistent compile cache: a directory or s3:// URL
     neuron_model_type: Optional[str] = None  # None: leave the compiler's default
     neuron_optlevel: Optional[int] = None
     neuron_auto_cast: Optional[str] = None

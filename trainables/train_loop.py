@@ -150,6 +150,8 @@ def run_training(config: TrialConfig, report: Optional[Callable[[dict], None]] =
             # Graphs compiled after warm-up: a count that keeps rising means every step
             # recompiles (a shape or a Python value changes per step).
             result["xla_compiles"] = counters["xla_compiles"] - counters_after_warmup["xla_compiles"]
+            result["xla_compiles_total"] = counters["xla_compiles"] - counters_start["xla_compiles"]
+            result["xla_cache_hits"] = counters["xla_cache_hits"] - counters_start["xla_cache_hits"]
         if report is not None:
             report(result)
     return result

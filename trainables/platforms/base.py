@@ -44,6 +44,9 @@ class Platform(abc.ABC):
     # execution). Elsewhere per-step host times only time the enqueue, so step-time
     # percentiles come from window means instead.
     host_clock_times_steps: ClassVar[bool] = False
+    # Whether one trial process may run trial after trial. False where a trial's
+    # environment is read once per process (a runtime that initialises at first use).
+    reuses_processes: ClassVar[bool] = True
 
     # ---- driver side -------------------------------------------------------------
     @abc.abstractmethod

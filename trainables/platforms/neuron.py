@@ -56,9 +56,12 @@ class NeuronPlatform(XlaPlatform):
     # bf16: weights in bf16 with stochastic rounding; replaces the deprecated XLA_USE_BF16.
     precisions = ("fp32", "bf16-autocast", "bf16")
     compile_modes = ("none",)  # torch.compile(openxla) is not supported by torch-neuronx
-    knobs = frozenset({"batches_per_execution", "neuron_model_type", "neuron_optlevel",
+    knobs = frozenset({"batches_per_execution", "compile_cache", "neuron_model_type", "neuron_optlevel",
                        "neuron_auto_cast", "neuron_auto_cast_type", "neuron_target"})
     cost_unit = "neuron_cores"
+    # The Neuron runtime reads NEURON_RT_* once, when it starts in a process, and holds
+    # its NeuronCores until the process ends: every trial gets a fresh process.
+    reuses_processes = False
 
     def detect(self) -> Detection:
         if importlib.util.find_spec("torch_neuronx") is None:
@@ -86,6 +89,10 @@ class NeuronPlatform(XlaPlatform):
     def trial_env(self, config: "TrialConfig") -> dict[str, str]:
         env = {"NEURON_CC_FLAGS": neuron_cc_flags(config)}
         env["NEURON_RT_STOCHASTIC_ROUNDING_EN"] = "1" if config.precision == "bf16" else "0"
+        if config.compile_cache:
+            # One cache (a directory every node sees, or s3://) for all trials and sweeps:
+            # a graph compiled once is never compiled again.
+            env["NEURON_COMPILE_CACHE_URL"] = config.compile_cache
         return env
 
     def describe_device(self, device) -> str:

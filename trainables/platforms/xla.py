@@ -65,7 +65,7 @@ class XlaPlatform(Platform):
     description = "PyTorch/XLA device (PJRT_DEVICE, CPU by default)"
     precisions = ("fp32", "bf16-autocast", "bf16")
     compile_modes = ("none", "openxla")
-    knobs = frozenset({"batches_per_execution"})
+    knobs = frozenset({"batches_per_execution", "compile_cache"})
     cost_unit = "CPU"
 
     def __init__(self) -> None:
@@ -83,7 +83,13 @@ class XlaPlatform(Platform):
         return os.environ.get("PJRT_DEVICE", "CPU")
 
     def trial_env(self, config: "TrialConfig") -> dict[str, str]:
-        return {"PJRT_DEVICE": self.pjrt_device()}
+        env = {"PJRT_DEVICE": self.pjrt_device()}
+        if config.compile_cache:
+            # torch-xla's persistent cache, read when the first graph compiles. The CPU
+            # client writes it but cannot load executables back (torch-xla 2.9:
+            # "Deserializing serialized executable not supported"); TPU and GPU can.
+            env["XLA_PERSISTENT_CACHE_PATH"] = config.compile_cache
+        return env
 
     def device(self, config: "TrialConfig") -> "torch.device":
         import torch_xla
@@ -152,8 +158,6 @@ class XlaPlatform(Platform):
         # One CompileTime sample per PJRT compile, in ns: (total samples, sum, recent
         # samples); None before the first compile. In-memory cache hits (CachedCompile)
         # and persistent-cache loads (PersistentCacheHit) add no sample.
-        data = metrics.metric_data("CompileTime")
-        if data is None:
-            return {"xla_compiles": 0.0, "xla_compile_s": 0.0}
-        count, total_ns, _samples = data
-        return {"xla_compiles": float(count), "xla_compile_s": total_ns / 1e9}
+        count, total_ns, _samples = metrics.metric_data("CompileTime") or (0, 0, None)
+        return {"xla_compiles": float(count), "xla_compile_s": total_ns / 1e9,
+                "xla_cache_hits": float(metrics.counter_value("PersistentCacheHit") or 0)}

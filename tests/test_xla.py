@@ -1,0 +1,69 @@
+"""The XLA training loop for real, on torch-xla's CPU client (PJRT_DEVICE=CPU): the
+code path torch-neuronx uses, minus the Neuron compiler. Runs in the XLA venv
+(.venv-xla: torch 2.9.0 + torch_xla 2.9.0); ./env/test.sh runs it there."""
+
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.xla
+pytest.importorskip("torch_xla", reason="torch_xla is not installed here: the XLA lane runs in .venv-xla")
+
+from tests.conftest import REPO  # noqa: E402
+from tests.test_sweep_e2e import mlflow_runs  # noqa: E402
+from trainables.config import TrialConfig  # noqa: E402
+from trainables.train_loop import run_training  # noqa: E402
+
+os.environ.setdefault("PJRT_DEVICE", "CPU")
+MICRO = dict(platform="xla", model="vit-micro", cpus_per_trial=2, batch_size=8, warmup_steps=2,
+             window_min_steps=4, window_min_s=0.2, windows=2)
+
+
+@pytest.mark.parametrize("precision, batches_per_execution", [("fp32", 1), ("bf16-autocast", 1), ("bf16", 4)])
+def test_steady_state_compiles_nothing(precision, batches_per_execution):
+    result = run_training(TrialConfig(**MICRO, precision=precision, batches_per_execution=batches_per_execution))
+    assert result["throughput_samples_per_s"] > 0 and math.isfinite(result["final_loss"])
+    assert result["compile_s"] > 0 and result["xla_compiles_total"] >= 1  # warm-up compiled the graphs
+    assert result["xla_compiles"] == 0  # and the measured windows reused them
+    assert result["device"].startswith("xla: CPU")
+    assert "window mean" in result["step_time_source"]  # XLA is lazy: host clocks per step lie
+
+
+def test_a_graph_that_changes_every_step_shows_up_as_recompiles(monkeypatch):
+    """The recompilation bug users must see: a shape that changes from step to step."""
+    import torch
+
+    calls = {"n": 0}
+    real_loss = torch.nn.CrossEntropyLoss
+
+    class DriftingLoss(real_loss):
+        def forward(self, logits, targets):
+            calls["n"] += 1
+            keep = len(logits) - calls["n"] % len(logits)  # a new shape every step: a new graph
+            return super().forward(logits[:keep], targets[:keep])
+
+    monkeypatch.setattr(torch.nn, "CrossEntropyLoss", DriftingLoss)
+    result = run_training(TrialConfig(**{**MICRO, "windows": 1}))
+    assert result["xla_compiles"] >= 4  # one per measured step
+
+
+@pytest.mark.slow
+def test_xla_smoke_sweep_records_compiles(tmp_path):
+    uri = f"sqlite:///{tmp_path}/m.db"
+    done = subprocess.run(
+        [sys.executable, "sweeps/neuron_vit.py", "--platform", "xla", "--smoke", "--num-samples", "3",
+         "--tracking-uri", uri, "--storage-path", str(tmp_path / "ray"), "--experiment", "XLA",
+         "--price-per-hour", "0.357"],
+        cwd=REPO, capture_output=True, text=True, timeout=900, env={**os.environ, "PJRT_DEVICE": "CPU"})
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    parents, children = mlflow_runs(uri, "XLA")
+    assert len(parents) == 1 and len(children) == 3
+    for run in children:
+        metrics = run.data.metrics
+        assert run.info.status == "FINISHED", run.data.tags.get("error")
+        assert "xla_compiles" in metrics and metrics["compile_s"] >= 0
+        assert run.data.tags["platform"] == "xla" and run.data.tags["version.torch_xla"] == "2.9.0"
+        assert "batches_per_execution" in run.data.params
