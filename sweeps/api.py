@@ -229,12 +229,12 @@ def _scheduler(sweep: Sweep):
 
 def _trial_resources(config_type: type, base: Mapping[str, Any], fallback: Mapping[str, float],
                      searched: Mapping[str, Any]) -> dict[str, float]:
-    """Ray resources for one trial. Module-level so Tune can pickle it with the trainable."""
+    """What Tune reserves for one trial's process. Module-level so Tune can pickle it."""
     try:
         config = config_type.from_dict({**base, **searched})
     except ConfigError:
         return dict(fallback)  # the trial itself then fails with the config error, on record
-    return dict(get_platform(config.platform).resources(config))
+    return dict(get_platform(config.platform).trial_actor_resources(config))
 
 
 def run_sweep(sweep: Sweep) -> SweepResult:
@@ -277,7 +277,8 @@ def run_sweep(sweep: Sweep) -> SweepResult:
     callback = SweepCallback(tracker, plan.complete_config, plan.resources_of, plan.baseline_point,
                              sweep.cost, trial_tags, sweep.num_samples, print_line=sweep.print_line)
 
-    resources = functools.partial(_trial_resources, type(sweep.base), plan.base_dict, baseline_resources)
+    baseline_actor = _trial_resources(type(sweep.base), plan.base_dict, {}, plan.baseline_point)
+    resources = functools.partial(_trial_resources, type(sweep.base), plan.base_dict, baseline_actor)
     trainable = tune.with_resources(
         tune.with_parameters(sweep.trainable, base=plan.base_dict, cost=sweep.cost), resources)
     tuner = tune.Tuner(

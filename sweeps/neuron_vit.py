@@ -31,6 +31,7 @@ import os
 from sweeps.api import Objective, Sweep, plan_sweep, run_sweep
 from sweeps.cli import common_parser, cost_basis, main_guard
 from trainables.config import TrialConfig
+from trainables.cost import PRICE_TABLE
 from trainables.platforms import get_platform, resolve_platform
 from trainables.platforms.neuron import neuron_target_for_instance
 from trainables.train_loop import METRIC_NAMES
@@ -46,7 +47,14 @@ def batch_sizes(platform: str, smoke: bool) -> list[int]:
     return [8, 16, 32, 64] if platform == "cpu" else [4, 8, 16, 32]
 
 
-def make_space(platform: str, smoke: bool, cpus: int):
+def worker_choices(instance_type) -> list[int]:
+    """Data-parallel workers (one NeuronCore each): powers of two up to the cores of the
+    instance type (2 when it is unknown, the smallest trn1/inf2)."""
+    cores = int(PRICE_TABLE[instance_type].units().get("neuron_cores", 2)) if instance_type in PRICE_TABLE else 2
+    return [n for n in (1, 2, 4, 8, 16, 32) if n <= cores]
+
+
+def make_space(platform: str, smoke: bool, cpus: int, instance_type=None):
     def space(trial):
         trial.suggest_categorical("batch_size", batch_sizes(platform, smoke))
         trial.suggest_categorical("num_workers", [0, 1, 2])
@@ -60,6 +68,7 @@ def make_space(platform: str, smoke: bool, cpus: int):
         if platform in ("xla", "neuron"):
             trial.suggest_categorical("batches_per_execution", [1, 4, 10])
         if platform == "neuron":
+            trial.suggest_categorical("workers", worker_choices(instance_type))
             trial.suggest_categorical("neuron_model_type", ["generic", "transformer"])
             trial.suggest_categorical("neuron_optlevel", [1, 2, 3])
             if precision != "fp32":  # torch decides the casts; the compiler must not (NeuronPlatform)
@@ -91,14 +100,14 @@ def base_config(platform: str, smoke: bool, cpus: int, instance_type, seed: int,
     if compile_cache and platform in ("xla", "neuron"):
         extra["compile_cache"] = compile_cache
     # CPU and the XLA CPU client use every core they are given: one trial owns the node.
-    cpus_per_trial = cpus if platform in ("cpu", "xla") else 1
+    cpus_per_worker = cpus if platform in ("cpu", "xla") else 1
     return TrialConfig(platform=platform, model=model, batch_size=16, num_workers=0, precision="fp32",
-                       cpus_per_trial=cpus_per_trial, seed=seed, **measurement, **extra)
+                       cpus_per_worker=cpus_per_worker, seed=seed, **measurement, **extra)
 
 
 def main() -> None:
     parser = common_parser(__doc__.split("\n\n")[0], DEFAULT_SAMPLES)
-    parser.add_argument("--cpus-per-trial", type=int, default=None,
+    parser.add_argument("--cpus-per-worker", type=int, default=None,
                         help="CPUs each trial holds (default: cpu platform: all of this machine's; else 1)")
     parser.add_argument("--compile-cache", default=None,
                         help="xla/neuron: persistent compile cache shared by all trials and sweeps "
@@ -110,14 +119,14 @@ def main() -> None:
         platform_note = f"dry run: {platform.name} as asked; detection says: {platform.detect().reason}"
     else:
         platform, platform_note = resolve_platform(args.platform)
-    cpus = args.cpus_per_trial or os.cpu_count() or 1
+    cpus = args.cpus_per_worker or os.cpu_count() or 1
     basis, cost_note = cost_basis(args)
     sweep = Sweep(
         name="neuron_vit",
         trainable=train_trainable,
         base=base_config(platform.name, args.smoke, cpus, args.instance_type or (basis and basis.instance_type),
                          args.seed, args.compile_cache),
-        space=make_space(platform.name, args.smoke, cpus),
+        space=make_space(platform.name, args.smoke, cpus, args.instance_type or (basis and basis.instance_type)),
         objectives=[Objective("throughput_samples_per_s", "max")],
         metric_names=METRIC_NAMES,
         num_samples=args.num_samples or (4 if args.smoke else DEFAULT_SAMPLES),

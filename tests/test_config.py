@@ -16,7 +16,7 @@ from trainables.config import ConfigError, TrialConfig
     ({"neuron_optlevel": 3}, "neuron_optlevel", ["platform 'cpu'", "got 3"]),
     ({"platform": "neuron", "neuron_optlevel": 4}, "neuron_optlevel", ["1, 2, 3", "got 4"]),
     ({"batches_per_execution": 4}, "batches_per_execution", ["does not apply to cpu"]),
-    ({"threads": 4, "cpus_per_trial": 2}, "threads", ["<= cpus_per_trial (2)", "got 4"]),
+    ({"threads": 4, "cpus_per_worker": 2}, "threads", ["<= cpus_per_worker (2)", "got 4"]),
     ({"window_min_s": -1.0}, "window_min_s", [">= 0"]),
     ({"windows": 0}, "windows", ["got 0"]),
 ])

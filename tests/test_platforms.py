@@ -51,7 +51,7 @@ def test_neuron_environment_and_resources():
     full_bf16 = TrialConfig(platform="neuron", precision="bf16")
     assert neuron.trial_env(full_bf16)["NEURON_RT_STOCHASTIC_ROUNDING_EN"] == "1"
     assert neuron.trial_env(TrialConfig(platform="neuron"))["NEURON_RT_STOCHASTIC_ROUNDING_EN"] == "0"
-    assert neuron.resources(TrialConfig(platform="neuron", cpus_per_trial=2)) == {"CPU": 2, "neuron_cores": 1}
+    assert neuron.resources(TrialConfig(platform="neuron", cpus_per_worker=2)) == {"CPU": 2, "neuron_cores": 1}
     assert "XLA_USE_BF16" not in neuron.trial_env(full_bf16)  # deprecated since torch-neuronx 2.5
 
 

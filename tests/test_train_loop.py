@@ -9,7 +9,7 @@ from trainables.config import TrialConfig
 from trainables.data import RandomImageDataset
 from trainables.train_loop import METRIC_NAMES, NonFiniteLoss, run_training
 
-MICRO = dict(model="vit-micro", cpus_per_trial=2, batch_size=16, warmup_steps=2, window_min_steps=3,
+MICRO = dict(model="vit-micro", cpus_per_worker=2, batch_size=16, warmup_steps=2, window_min_steps=3,
              window_min_s=0.2, windows=2)
 
 
@@ -98,7 +98,7 @@ def test_linear_patch_embedding_matches_the_conv_one():
 
 def test_resnet50_channels_last_takes_a_measured_step():
     """The CPU post's model and its +56% knob, one tiny window (224x224 is heavy)."""
-    config = TrialConfig(model="resnet50", cpus_per_trial=2, batch_size=2, channels_last=True,
+    config = TrialConfig(model="resnet50", cpus_per_worker=2, batch_size=2, channels_last=True,
                          precision="bf16-autocast", warmup_steps=1, window_min_steps=1, window_min_s=0.0,
                          windows=1)
     result = run_training(config)

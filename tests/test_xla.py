@@ -18,7 +18,7 @@ from trainables.config import TrialConfig  # noqa: E402
 from trainables.train_loop import run_training  # noqa: E402
 
 os.environ.setdefault("PJRT_DEVICE", "CPU")
-MICRO = dict(platform="xla", model="vit-micro", cpus_per_trial=2, batch_size=8, warmup_steps=2,
+MICRO = dict(platform="xla", model="vit-micro", cpus_per_worker=2, batch_size=8, warmup_steps=2,
              window_min_steps=4, window_min_s=0.2, windows=2)
 
 

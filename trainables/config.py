@@ -72,7 +72,8 @@ def non_negative_float(field: str, value: Any) -> None:
 
 @dataclass(frozen=True)
 class TrialConfig:
-    """One training trial. Sizes are per worker; the model preset fixes the architecture."""
+    """One training trial. Batch size and CPUs are per worker; the model preset fixes the
+    architecture."""
 
     platform: str = "cpu"
     model: str = "vit-tiny"
@@ -81,9 +82,10 @@ class TrialConfig:
     num_workers: int = 0  # DataLoader worker processes
     precision: str = "fp32"
     torch_compile: str = "none"
-    cpus_per_trial: int = 1  # CPUs the trial holds (Ray resource and cost share)
+    workers: int = 1  # data-parallel workers (processes); > 1 runs a Ray Train TorchTrainer
+    cpus_per_worker: int = 1  # CPUs each worker holds (Ray resource and cost share)
     # Platform-specific knobs (see PLATFORM_KNOB_DEFAULTS).
-    threads: Optional[int] = None  # CPU intra-op threads; None: cpus_per_trial
+    threads: Optional[int] = None  # CPU intra-op threads; None: cpus_per_worker
     channels_last: bool = False
     accelerator_type: Optional[str] = None  # Ray accelerator type, e.g. "H100" or "A10G"
     batches_per_execution: int = 1  # torch-xla MpDeviceLoader
@@ -115,7 +117,8 @@ class TrialConfig:
         positive_int("num_workers", self.num_workers, minimum=0)
         one_of("precision", self.precision, PRECISIONS)
         one_of("torch_compile", self.torch_compile, COMPILE_MODES)
-        positive_int("cpus_per_trial", self.cpus_per_trial)
+        positive_int("workers", self.workers)
+        positive_int("cpus_per_worker", self.cpus_per_worker)
         if self.threads is not None:
             positive_int("threads", self.threads)
         positive_int("batches_per_execution", self.batches_per_execution)
@@ -154,4 +157,4 @@ class TrialConfig:
 
     @property
     def effective_threads(self) -> int:
-        return self.threads if self.threads is not None else self.cpus_per_trial
+        return self.threads if self.threads is not None else self.cpus_per_worker

@@ -16,7 +16,10 @@ TEMPLATE_SCALE = 1.0
 
 
 class RandomImageDataset(Dataset):
-    def __init__(self, image_size: int, num_classes: int, seed: int = 0, length: int = 1 << 30):
+    def __init__(self, image_size: int, num_classes: int, seed: int = 0, length: int = 1 << 30,
+                 rank: int = 0, world_size: int = 1):
+        # Worker ``rank`` of ``world_size`` sees every world_size-th item: disjoint shards.
+        self.rank, self.world_size = rank, world_size
         self.image_size = image_size
         self.num_classes = num_classes
         self.seed = seed
@@ -30,6 +33,7 @@ class RandomImageDataset(Dataset):
         return self.length
 
     def __getitem__(self, index: int):
+        index = index * self.world_size + self.rank
         generator = torch.Generator().manual_seed(self.seed * 1_000_003 + index)
         label = index % self.num_classes
         image = torch.randn(3, self.image_size, self.image_size, generator=generator)

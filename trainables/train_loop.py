@@ -55,11 +55,13 @@ def run_training(config: TrialConfig, report: Optional[Callable[[dict], None]] =
     from torch.utils.data import DataLoader
 
     from trainables.data import RandomImageDataset
+    from trainables.distributed import World
 
     started = time.perf_counter()
     platform = get_platform(config.platform)
     device = platform.prepare(config)
     preset = MODEL_PRESETS[config.model]
+    world = World.current()
 
     torch.manual_seed(config.seed)
     if config.torch_compile != "none":
@@ -72,9 +74,11 @@ def run_training(config: TrialConfig, report: Optional[Callable[[dict], None]] =
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate)
     loss_function = torch.nn.CrossEntropyLoss()
-    forward = platform.compile(model, config)
+    trained = platform.distribute(model, device) if world.size > 1 else model
+    forward = platform.compile(trained, config)
 
-    dataset = RandomImageDataset(preset.image_size, preset.num_classes, seed=config.seed)
+    dataset = RandomImageDataset(preset.image_size, preset.num_classes, seed=config.seed,
+                                 rank=world.rank, world_size=world.size)
     loader = DataLoader(dataset, batch_size=config.batch_size, num_workers=config.num_workers,
                         drop_last=True, persistent_workers=False)
     batches = iter(platform.device_batches(loader, device, config))
@@ -107,28 +111,42 @@ def run_training(config: TrialConfig, report: Optional[Callable[[dict], None]] =
     warmup_rest = config.warmup_steps - 1
     if group > 1:  # whole groups, at least one, so the k-step graph compiles in warm-up
         warmup_rest = -(-max(warmup_rest, group) // group) * group
+    warmup_start = time.perf_counter()
     for _ in range(warmup_rest):
         step()
     sync()
+    warmup_step_s = (time.perf_counter() - warmup_start) / warmup_rest if warmup_rest else first_step_s
     counters_after_warmup = platform.compile_stats()
+    min_steps, min_seconds = config.window_min_steps, config.window_min_s
+    if world.size > 1:
+        # Workers must run the same number of steps (each step is a collective), and
+        # agreeing on "time is up" every step would be a sync per step. So all agree
+        # once, on a fixed step count that fills the minimum window on the slowest one.
+        wanted = max(min_steps, math.ceil(min_seconds / warmup_step_s))
+        min_steps, min_seconds = int(world.reduce([wanted], "max", device)[0]), 0.0
+    global_samples = global_seconds = 0.0
 
     stats = WindowStats(samples_per_step=config.batch_size,
                         host_clock_times_steps=platform.host_clock_times_steps)
     result: dict = {}
     for index in range(1, config.windows + 1):
-        window = time_window(step, sync, config.window_min_steps, config.window_min_s, step_multiple=group)
+        window = time_window(step, sync, min_steps, min_seconds, step_multiple=group)
         stats.add(window)
         final_loss = float(last_loss[0])  # the window already synced: this read waits for nothing
         if not math.isfinite(final_loss):
             raise NonFiniteLoss(f"loss is {final_loss} after window {index} ({stats.steps} measured steps)")
-        throughput = stats.throughput
+        # Global throughput: every worker's samples over the slowest worker's window.
+        samples, workers_reporting = world.reduce([window.steps * config.batch_size, 1], "sum", device)
+        global_samples += samples
+        global_seconds += world.reduce([window.seconds], "max", device)[0]
+        throughput = global_samples / global_seconds
         compile_s = _dynamo_compile_seconds() - compile_start if config.torch_compile != "none" else 0.0
         counters = platform.compile_stats()
         if "xla_compile_s" in counters:
             compile_s = counters["xla_compile_s"] - counters_start["xla_compile_s"]
         result = {
             "throughput_samples_per_s": throughput,
-            "window_throughput_samples_per_s": window.steps * config.batch_size / window.seconds,
+            "window_throughput_samples_per_s": samples / window.seconds,
             "step_time_p50_s": stats.step_time(50),
             "step_time_p90_s": stats.step_time(90),
             "first_step_s": first_step_s,
@@ -145,6 +163,8 @@ def run_training(config: TrialConfig, report: Optional[Callable[[dict], None]] =
             "windows_done": index,
             "device": platform.describe_device(device),
             "step_time_source": stats.step_time_source,
+            "workers": world.size,
+            "workers_reporting": workers_reporting,
         }
         if "xla_compiles" in counters:
             # Graphs compiled after warm-up: a count that keeps rising means every step

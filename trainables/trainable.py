@@ -2,6 +2,11 @@
 validated config -> the loop, reporting to Tune after every window.
 
     tune.with_parameters(train_trainable, base=base_config.to_dict(), cost=basis)
+
+A trial with ``workers > 1`` builds a Ray Train TorchTrainer inside the Tune trial (the
+Ray 2.60 pattern: Train V2 does not accept a Trainer as a Tune trainable). Its workers
+hold the resources; rank 0's report, already global, reaches Tune through
+TuneReportCallback.
 """
 
 from __future__ import annotations
@@ -20,7 +25,42 @@ def train_trainable(searched: Mapping[str, Any], base: Mapping[str, Any],
     from trainables.train_loop import run_training
 
     config = TrialConfig.from_dict({**base, **searched})
-    resources = get_platform(config.platform).resources(config)
-    usd_per_hour = cost.hourly_rate(resources) if cost else float("nan")
-    run_training(config, report=tune.report, usd_per_hour=usd_per_hour)
+    platform = get_platform(config.platform)
+    usd_per_hour = cost.hourly_rate(platform.resources(config)) if cost else float("nan")
+    if config.workers == 1:
+        run_training(config, report=tune.report, usd_per_hour=usd_per_hour)
+    else:
+        run_workers(config, usd_per_hour)
 
+
+def run_workers(config: TrialConfig, usd_per_hour: float) -> None:
+    import ray.train
+    from ray.train.torch import TorchTrainer
+    from ray.tune.integration.ray_train import TuneReportCallback
+
+    platform = get_platform(config.platform)
+    context = ray.tune.get_context()
+    storage = context.get_storage()  # the sweep's storage: Train's run lands beside the trial
+    trainer = TorchTrainer(
+        _worker_loop,
+        train_loop_config={"config": config.to_dict(), "usd_per_hour": usd_per_hour},
+        scaling_config=ray.train.ScalingConfig(num_workers=config.workers,
+                                               resources_per_worker=platform.worker_resources(config)),
+        torch_config=platform.train_backend(config),
+        run_config=ray.train.RunConfig(name=f"{context.get_trial_name()}-workers",
+                                       storage_path=storage.storage_fs_path,
+                                       storage_filesystem=storage.storage_filesystem,
+                                       callbacks=[TuneReportCallback()]),
+    )
+    trainer.fit()
+
+
+def _worker_loop(loop_config: Mapping[str, Any]) -> None:
+    import ray.train
+
+    from trainables.train_loop import run_training
+
+    # Every worker reports each window (Ray Train expects all ranks to); rank 0's
+    # result, which already sums all workers, is the one Tune receives.
+    run_training(TrialConfig.from_dict(loop_config["config"]), report=ray.train.report,
+                 usd_per_hour=loop_config["usd_per_hour"])

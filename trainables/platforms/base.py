@@ -65,8 +65,27 @@ class Platform(abc.ABC):
                 raise ConfigError(knob, f"{unused!r} on platform {self.name!r}", value,
                                   f"{knob} does not apply to {self.name} (its platform knobs: {has}).")
 
+    def worker_resources(self, config: "TrialConfig") -> dict[str, float]:
+        """What one worker process of a trial asks Ray for."""
+        return {"CPU": config.cpus_per_worker}
+
     def resources(self, config: "TrialConfig") -> dict[str, float]:
-        return {"CPU": config.cpus_per_trial}
+        """What the whole trial holds: all its workers (the basis of its cost share)."""
+        return {k: v * config.workers for k, v in self.worker_resources(config).items()}
+
+    def trial_actor_resources(self, config: "TrialConfig") -> dict[str, float]:
+        """What Tune reserves for the trial's own process. With several workers it only
+        drives a TorchTrainer, whose workers reserve their own resources; reserving them
+        twice would leave a trial waiting forever for itself."""
+        if config.workers == 1:
+            return self.worker_resources(config)
+        return {"CPU": 0, "memory": 1}  # Ray refuses an empty request; one byte is none
+
+    def train_backend(self, config: "TrialConfig"):
+        """The Ray Train backend config for a multi-worker trial (gloo by default)."""
+        from ray.train.torch import TorchConfig
+
+        return TorchConfig(backend="gloo")
 
     def trial_env(self, config: "TrialConfig") -> dict[str, str]:
         return {}
@@ -90,6 +109,12 @@ class Platform(abc.ABC):
 
     def autocast(self, config: "TrialConfig"):
         return contextlib.nullcontext()
+
+    def distribute(self, model: Any, device: "torch.device") -> Any:
+        """Wrap the model for data-parallel training (called only with several workers)."""
+        from torch.nn.parallel import DistributedDataParallel
+
+        return DistributedDataParallel(model)
 
     def compile(self, model: Any, config: "TrialConfig") -> Any:
         import torch

@@ -48,8 +48,8 @@ class CpuPlatform(Platform):
 
     def validate(self, config: "TrialConfig") -> None:
         super().validate(config)
-        if config.threads is not None and config.threads > config.cpus_per_trial:
-            raise ConfigError("threads", f"<= cpus_per_trial ({config.cpus_per_trial})", config.threads,
+        if config.threads is not None and config.threads > config.cpus_per_worker:
+            raise ConfigError("threads", f"<= cpus_per_worker ({config.cpus_per_worker})", config.threads,
                               "More intra-op threads than CPUs held only oversubscribes the cores.")
 
     def device(self, config: "TrialConfig") -> "torch.device":

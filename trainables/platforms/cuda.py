@@ -31,12 +31,22 @@ class CudaPlatform(Platform):
         names = sorted({torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())})
         return Detection(True, f"{torch.cuda.device_count()} GPU(s): {', '.join(names)}")
 
-    def resources(self, config: "TrialConfig") -> dict[str, float]:
-        resources = {"CPU": config.cpus_per_trial, "GPU": 1}
+    def worker_resources(self, config: "TrialConfig") -> dict[str, float]:
+        resources = {"CPU": config.cpus_per_worker, "GPU": 1}
         if config.accelerator_type:
             # Ray's custom resource for a GPU model; a tiny amount only pins the node type.
             resources[f"accelerator_type:{config.accelerator_type}"] = 0.001
         return resources
+
+    def train_backend(self, config: "TrialConfig"):
+        from ray.train.torch import TorchConfig
+
+        return TorchConfig(backend="nccl")
+
+    def distribute(self, model, device):
+        from torch.nn.parallel import DistributedDataParallel
+
+        return DistributedDataParallel(model, device_ids=[device.index])
 
     def device(self, config: "TrialConfig") -> "torch.device":
         import torch

@@ -82,9 +82,14 @@ class NeuronPlatform(XlaPlatform):
                               config.neuron_auto_cast,
                               f"--auto-cast-type={config.neuron_auto_cast_type} has no effect without auto-cast.")
 
-    def resources(self, config: "TrialConfig") -> dict[str, float]:
-        # Ray sets NEURON_RT_VISIBLE_CORES for each trial from this request.
-        return {"CPU": config.cpus_per_trial, "neuron_cores": 1}
+    def worker_resources(self, config: "TrialConfig") -> dict[str, float]:
+        # Ray sets NEURON_RT_VISIBLE_CORES for each worker from this request.
+        return {"CPU": config.cpus_per_worker, "neuron_cores": 1}
+
+    def train_backend(self, config: "TrialConfig"):
+        from trainables.platforms.neuron_backend import NeuronXLAConfig
+
+        return NeuronXLAConfig()
 
     def trial_env(self, config: "TrialConfig") -> dict[str, str]:
         env = {"NEURON_CC_FLAGS": neuron_cc_flags(config)}

@@ -26,6 +26,7 @@ import sys
 import weakref
 from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
+from trainables.config import ConfigError
 from trainables.platforms.base import Detection, Platform
 
 if TYPE_CHECKING:
@@ -82,6 +83,13 @@ class XlaPlatform(Platform):
     def pjrt_device() -> str:
         return os.environ.get("PJRT_DEVICE", "CPU")
 
+    def validate(self, config: "TrialConfig") -> None:
+        super().validate(config)
+        if self.name == "xla" and config.workers > 1:
+            raise ConfigError("workers", "1 on platform 'xla'", config.workers,
+                              "Several XLA workers need a device backend: use platform 'neuron' (Ray's Neuron "
+                              "XLA backend) or 'cpu' (DDP over gloo).")
+
     def trial_env(self, config: "TrialConfig") -> dict[str, str]:
         env = {"PJRT_DEVICE": self.pjrt_device()}
         if config.compile_cache:
@@ -105,6 +113,9 @@ class XlaPlatform(Platform):
         groups = _ExecutionGroups(uploaded, config.batches_per_execution)
         self._groups.add(groups)
         return groups
+
+    def distribute(self, model: Any, device: "torch.device") -> Any:
+        return model  # xm.optimizer_step all-reduces the gradients itself
 
     def optimizer_step(self, optimizer: Any) -> None:
         import torch_xla.core.xla_model as xm
