@@ -80,6 +80,8 @@ def summary(title: str, records: Sequence[TrialRecord], metric: str, mode: str, 
         lines += ["", table(rows), ""]
         lines.append(f"best device: {best.result.get('device', 'n/a')}; "
                      f"step times from {best.result.get('step_time_source', 'n/a')}")
+    compile_total = sum(r.metric("compile_s") for r in records if math.isfinite(r.metric("compile_s")))
+    lines.append(f"compile time, all trials: {compile_total:.1f} s")
     lines.append(f"mean overhead per trial (wall time outside the training loop): "
                  f"{_format('{:.2f}', mean_overhead_s(records))} s")
     lines.append(cost_note)
