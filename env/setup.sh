@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build (or refresh) the environments this project runs in, from nothing:
-#   .venv      the dev environment: torch 2.14.1, Ray, Optuna, MLflow, timm, pytest
+#   .venv      the dev environment: torch 2.14.1, JAX, Ray, Optuna, MLflow, timm, pytest
 #   .venv-xla  with --xla: torch 2.9.0 + torch_xla 2.9.0 for the XLA-on-CPU test lane
 # Each is rebuilt only when its constraints file or pyproject.toml changed.
 set -euo pipefail
@@ -24,7 +24,7 @@ build() {  # build VENV CONSTRAINTS EXTRAS
   echo "$want" > "$stamp"
 }
 
-build .venv env/dev-constraints.txt dev
+build .venv env/dev-constraints.txt dev,jax
 if [[ "${1:-}" == "--xla" ]]; then
   build .venv-xla env/xla-constraints.txt dev,xla
 fi

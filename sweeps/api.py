@@ -40,6 +40,7 @@ from trainables.platforms import get_platform
 from trainables.tracking import validate_tracking_uri
 
 SCHEDULERS = ("asha", "median", "none")
+SAMPLERS = ("tpe", "grid")
 MODES = ("max", "min")
 DRY_RUN_SAMPLE_TRIALS = 3
 
@@ -66,6 +67,8 @@ class Sweep:
     num_samples: int = 16
     time_budget_s: Optional[float] = None
     scheduler: str = "asha"
+    sampler: str = "tpe"  # "grid": every combination of the (categorical) space once
+    summary_metrics: Optional[Sequence[tuple[str, str, str]]] = None  # (metric, label, format)
     seed: int = 0
     tracking_uri: str = "sqlite:///mlflow.db"
     experiment: Optional[str] = None  # default: the sweep's name
@@ -143,6 +146,7 @@ def plan_sweep(sweep: Sweep) -> Plan:
     if sweep.time_budget_s is not None and not (sweep.time_budget_s > 0 and math.isfinite(sweep.time_budget_s)):
         raise ConfigError("time_budget_s", "a number of seconds > 0, or None", sweep.time_budget_s)
     one_of("scheduler", sweep.scheduler, SCHEDULERS)
+    one_of("sampler", sweep.sampler, SAMPLERS)
     if not sweep.objectives:
         raise ConfigError("objectives", "at least one Objective", list(sweep.objectives))
     if sweep.metric_names is not None:
@@ -162,6 +166,13 @@ def plan_sweep(sweep: Sweep) -> Plan:
         except ConfigError as error:
             raise ConfigError(error.field, "valid for every config the search space can propose",
                               point, f"Refused: {error}") from None
+    if sweep.sampler == "grid":
+        from optuna.distributions import CategoricalDistribution
+
+        for name, distribution in space.distributions.items():
+            if not isinstance(distribution, CategoricalDistribution):
+                raise ConfigError(f"search space knob {name}", "categorical for sampler 'grid'",
+                                  type(distribution).__name__)
     return Plan(sweep=sweep, space=space, baseline_point=baseline_point, base_dict=base_dict)
 
 
@@ -206,11 +217,17 @@ def _searcher(plan: Plan):
     sweep = plan.sweep
     metrics = [o.metric for o in sweep.objectives]
     modes = [o.mode for o in sweep.objectives]
-    sampler = optuna.samplers.TPESampler(seed=sweep.seed,
-                                         n_startup_trials=min(10, max(2, sweep.num_samples // 3)))
+    if sweep.sampler == "grid":
+        grid = {name: list(d.choices) for name, d in plan.space.distributions.items()}
+        sampler = optuna.samplers.GridSampler(grid, seed=sweep.seed)
+    else:
+        sampler = optuna.samplers.TPESampler(seed=sweep.seed,
+                                             n_startup_trials=min(10, max(2, sweep.num_samples // 3)))
+    # TPE runs the baseline first; a grid reaches it anyway (it is one of its points).
+    first = [plan.baseline_point] if sweep.sampler == "tpe" else None
     return OptunaSearch(plan.space.define_by_run, metric=metrics if len(metrics) > 1 else metrics[0],
                         mode=modes if len(modes) > 1 else modes[0], sampler=sampler,
-                        points_to_evaluate=[plan.baseline_point], seed=sweep.seed)
+                        points_to_evaluate=first, seed=sweep.seed)
 
 
 def _scheduler(sweep: Sweep):
@@ -303,7 +320,7 @@ def run_sweep(sweep: Sweep) -> SweepResult:
         baseline = next((r for r in records if r.is_baseline), None)
         text = summary(f"{sweep.name} on {sweep.base.platform}", records, objective.metric, objective.mode,
                        list(plan.space.distributions), sweep.cost_note, tracker.ui_command(),
-                       time.monotonic() - started)
+                       time.monotonic() - started, metrics=sweep.summary_metrics)
         parent_metrics = {"trials": len(records), "failed_trials": sum(r.status == "failed" for r in records),
                           "mean_overhead_s": mean_overhead_s(records)}
         if best is not None:

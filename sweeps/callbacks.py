@@ -43,7 +43,7 @@ class TrialRecord:
 
     @property
     def has_measurement(self) -> bool:
-        return self.metric("throughput_samples_per_s") > 0
+        return self.metric("throughput_samples_per_s") > 0 or self.metric("latency_p50_s") > 0
 
 
 def _error_of(trial) -> tuple[str, str]:
@@ -170,6 +170,10 @@ class SweepCallback(Callback):
         head = f"[trial {record.number}/{self.total_trials}{' baseline' if record.is_baseline else ''}] {knobs}"
         if record.status == FAILED:
             return f"{head} -> FAILED: {record.error_class}: {record.error}"
+        if "latency_p50_s" in record.result:
+            interpreted = " (interpreted: not ranked)" if record.result.get("interpreted") else ""
+            return (f"{head} -> p50 {record.metric('latency_p50_s') * 1e3:.4f} ms, cv {record.metric('latency_cv'):.1%}, "
+                    f"max error {record.metric('max_abs_error'):.2g}{interpreted} [{record.status}]")
         throughput = record.metric("throughput_samples_per_s")
         usd = record.metric("usd_per_1m_samples")
         cost = f", ${usd:.4g}/1M samples" if math.isfinite(usd) else ""

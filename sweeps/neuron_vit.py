@@ -117,6 +117,11 @@ def main() -> None:
     if args.dry_run:
         platform = resolve_platform(args.platform)[0] if args.platform == "auto" else get_platform(args.platform)
         platform_note = f"dry run: {platform.name} as asked; detection says: {platform.detect().reason}"
+    elif args.address and args.platform != "auto":
+        # The driver (e.g. a CPU head node) need not have the accelerator: the cluster's
+        # workers do, and trials wait for the autoscaler to bring them.
+        platform = get_platform(args.platform)
+        platform_note = f"{platform.name} as asked, on the cluster at {args.address} (not detected on this driver)"
     else:
         platform, platform_note = resolve_platform(args.platform)
     cpus = args.cpus_per_worker or os.cpu_count() or 1

@@ -37,7 +37,9 @@ def _change(baseline: float, best: float) -> str:
 
 
 def best_record(records: Iterable[TrialRecord], metric: str, mode: str) -> Optional[TrialRecord]:
-    measured = [r for r in records if math.isfinite(r.metric(metric)) and r.has_measurement]
+    # Interpreted kernels (Pallas on a CPU) are checked, not ranked: their time is the interpreter's.
+    measured = [r for r in records if math.isfinite(r.metric(metric)) and r.has_measurement
+                and not r.result.get("interpreted")]
     if not measured:
         return None
     pick = max if mode == "max" else min
@@ -55,7 +57,7 @@ def table(rows: Sequence[Sequence[str]]) -> str:
 
 
 def summary(title: str, records: Sequence[TrialRecord], metric: str, mode: str, knobs: Sequence[str],
-            cost_note: str, ui_command: str, elapsed_s: float) -> str:
+            cost_note: str, ui_command: str, elapsed_s: float, metrics=None) -> str:
     baseline = next((r for r in records if r.is_baseline), None)
     best = best_record(records, metric, mode)
     outcomes = Counter(r.status for r in records)
@@ -73,13 +75,13 @@ def summary(title: str, records: Sequence[TrialRecord], metric: str, mode: str, 
             base_value = str(base.config.get(knob, "")) if base else ""
             best_value = str(best.config.get(knob, ""))
             rows.append([knob, base_value, best_value, "" if base_value == best_value else "changed"])
-        for name, label, template in SUMMARY_METRICS:
+        for name, label, template in metrics or SUMMARY_METRICS:
             base_metric = base.metric(name) if base else float("nan")
             rows.append([label, _format(template, base_metric), _format(template, best.metric(name)),
                          _change(base_metric, best.metric(name))])
         lines += ["", table(rows), ""]
-        lines.append(f"best device: {best.result.get('device', 'n/a')}; "
-                     f"step times from {best.result.get('step_time_source', 'n/a')}")
+        timing = f"; step times from {best.result['step_time_source']}" if "step_time_source" in best.result else ""
+        lines.append(f"best device: {best.result.get('device', 'n/a')}{timing}")
     compile_total = sum(r.metric("compile_s") for r in records if math.isfinite(r.metric("compile_s")))
     lines.append(f"compile time, all trials: {compile_total:.1f} s")
     lines.append(f"mean overhead per trial (wall time outside the training loop): "
