@@ -1,11 +1,10 @@
 import http.server
-import math
 import threading
 
 import pytest
 
 from trainables.config import ConfigError
-from trainables.cost import (PRICE_TABLE, CostBasis, instance_type_from_imds, resolve_cost_basis,
+from trainables.cost import (PRICE_TABLE, instance_type_from_imds, resolve_cost_basis,
                              trial_cost_usd, usd_per_1m_samples)
 
 

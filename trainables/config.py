@@ -70,8 +70,24 @@ def non_negative_float(field: str, value: Any) -> None:
         raise ConfigError(field, "a finite number >= 0", value)
 
 
+class DictConfig:
+    """A config dataclass that round-trips through a flat dict (Tune configs, MLflow
+    params) and names the bad key when there is one."""
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]):
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - names)
+        if unknown:
+            raise ConfigError("config key", f"one of {', '.join(sorted(names))}", unknown[0])
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
 @dataclass(frozen=True)
-class TrialConfig:
+class TrialConfig(DictConfig):
     """One training trial. Batch size and CPUs are per worker; the model preset fixes the
     architecture."""
 
@@ -141,19 +157,8 @@ class TrialConfig:
         # The platform checks what only it knows: its precisions, compile modes and knobs.
         get_platform(self.platform).validate(self)
 
-    @classmethod
-    def from_dict(cls, values: Mapping[str, Any]) -> "TrialConfig":
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - names)
-        if unknown:
-            raise ConfigError("config key", f"one of {', '.join(sorted(names))}", unknown[0])
-        return cls(**values)
-
     def replace(self, **changes: Any) -> "TrialConfig":
         return self.from_dict({**self.to_dict(), **changes})
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
     @property
     def effective_threads(self) -> int:

@@ -13,14 +13,12 @@ done. Calls repeat in windows of at least N calls and T seconds.
 
 from __future__ import annotations
 
-import dataclasses
-import math
 import statistics
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
-from trainables.config import ConfigError, non_negative_float, one_of, positive_int
+from trainables.config import ConfigError, DictConfig, non_negative_float, one_of, positive_int
 from trainables.measure import percentile, time_window
 
 KERNEL_PLATFORMS = ("cpu", "cuda")  # the platform registry has no tpu entry yet
@@ -33,7 +31,7 @@ class KernelMismatch(RuntimeError):
 
 
 @dataclass(frozen=True)
-class KernelConfig:
+class KernelConfig(DictConfig):
     op: str = "giou"
     impl: str = "torch-naive"
     platform: str = "cpu"
@@ -71,17 +69,6 @@ class KernelConfig:
         positive_int("cpus_per_worker", self.cpus_per_worker)
         if self.workers != 1:
             raise ConfigError("workers", "1 for a kernel microbenchmark", self.workers)
-
-    @classmethod
-    def from_dict(cls, values: Mapping[str, Any]) -> "KernelConfig":
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - names)
-        if unknown:
-            raise ConfigError("config key", f"one of {', '.join(sorted(names))}", unknown[0])
-        return cls(**values)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
     def shape(self) -> dict[str, int]:
         from kernels.registry import get_op
