@@ -46,7 +46,7 @@ def kernel_main(op: str, description: str, shapes: Mapping[str, Sequence[int]],
         for name, choices in grid.items():
             trial.suggest_categorical(name, list(choices))
 
-    base = KernelConfig(op=op, impl=impls[0], platform=platform, cpus_per_worker=os.cpu_count() or 1,
+    base = KernelConfig.make(op=op, impl=impls[0], platform=platform, cpus_per_worker=os.cpu_count() or 1,
                         seed=args.seed, **{name: choices[0] for name, choices in grid.items() if name != "impl"},
                         **(dict(window_min_calls=5, window_min_s=0.1, windows=2) if args.smoke else {}))
     sweep = Sweep(

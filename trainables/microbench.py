@@ -1,29 +1,33 @@
 """The kernel microbenchmark harness: one implementation of one op, checked, then timed.
 
     from trainables.microbench import KernelConfig, run_microbench
-    run_microbench(KernelConfig(op="giou", impl="torch-naive", batch=64, boxes=256))
+    run_microbench(KernelConfig.make(op="giou", impl="torch-naive", batch=64, boxes=256))
 
-Inputs are fresh random arrays (seeded). The implementation's output is compared with
-the op's numpy float64 reference before anything is timed: a wrong kernel raises
+Inputs are fresh random arrays (seeded), rounded to the trial's dtype. The
+implementation's output is compared with the op's numpy float64 reference, computed on
+those same rounded inputs, before anything is timed: a wrong kernel raises
 ``KernelMismatch`` (a failed trial), never a fast one. Then warm-up calls (compilation,
 caches) are not timed, and each call is timed to its device's completion: JAX's
-``block_until_ready``, a CUDA synchronize, or nothing on a CPU where the call returns
-done. Calls repeat in windows of at least N calls and T seconds.
+``block_until_ready``; CUDA events around each call on a GPU (read after one
+synchronize per window, so the host never stalls the stream mid-window); on a CPU the
+host clock, the call having returned done. Calls repeat in windows of at least N calls
+and T seconds.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
 from trainables.config import ConfigError, DictConfig, non_negative_float, one_of, positive_int
-from trainables.measure import percentile, time_window
+from trainables.measure import Window, percentile, time_window
 
 KERNEL_PLATFORMS = ("cpu", "cuda")  # the platform registry has no tpu entry yet
 KERNEL_METRICS = ("latency_p50_s", "latency_p10_s", "latency_p90_s", "latency_cv", "max_abs_error",
-                  "items_per_s")
+                  "items_per_s", "tflops")
 
 
 class KernelMismatch(RuntimeError):
@@ -32,12 +36,18 @@ class KernelMismatch(RuntimeError):
 
 @dataclass(frozen=True)
 class KernelConfig(DictConfig):
+    """One microbenchmark. Flat as a dict (``KernelConfig.make(op="matmul", m=512,
+    bm=128, ...)``): the op's shape parameters, its semantic options and the
+    implementations' tuning knobs sit beside the fields below and are validated against
+    the op's spec."""
+
     op: str = "giou"
     impl: str = "torch-naive"
     platform: str = "cpu"
-    batch: int = 1
-    boxes: int = 256
     dtype: str = "float32"
+    shape: Optional[Mapping[str, int]] = None  # None: the op's defaults
+    options: Optional[Mapping[str, Any]] = None
+    tuning: Optional[Mapping[str, Any]] = None
     warmup_calls: int = 3
     window_min_calls: int = 10
     window_min_s: float = 0.3
@@ -45,6 +55,34 @@ class KernelConfig(DictConfig):
     seed: int = 0
     cpus_per_worker: int = 1
     workers: int = 1  # a microbenchmark is one process
+
+    @classmethod
+    def make(cls, **values: Any) -> "KernelConfig":
+        return cls.from_dict(values)
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> "KernelConfig":
+        from kernels.registry import get_op
+
+        fields = {f.name for f in dataclasses.fields(cls)} - {"shape", "options", "tuning"}
+        spec = get_op(values.get("op", cls.op))
+        groups = {"shape": spec.shape, "options": spec.options, "tuning": spec.tuning_knobs()}
+        direct = {k: v for k, v in values.items() if k in fields}
+        split: dict[str, dict] = {group: {} for group in groups}
+        for key, value in values.items():
+            if key in fields:
+                continue
+            group = next((g for g, names in groups.items() if key in names), None)
+            if group is None:
+                allowed = sorted(fields | {k for names in groups.values() for k in names})
+                raise ConfigError("config key", f"one of {', '.join(allowed)} for op {spec.name!r}", key)
+            split[group][key] = value
+        return cls(**direct, **split)
+
+    def to_dict(self) -> dict[str, Any]:
+        flat = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if f.name not in ("shape", "options", "tuning")}
+        return {**flat, **self.shape, **self.options, **self.tuning}
 
     def __post_init__(self) -> None:
         from kernels.registry import get_op
@@ -56,11 +94,34 @@ class KernelConfig(DictConfig):
             runs_here = ", ".join(i.name for i in spec.impls_for(self.platform)) or "none"
             raise ConfigError("impl", f"an implementation that runs on {self.platform} ({runs_here})", self.impl,
                               f"{self.impl} runs on {', '.join(implementation.platforms)}.")
-        positive_int("batch", self.batch)
-        if "batch" not in spec.shape_params and self.batch != 1:
-            raise ConfigError("batch", f"1 for op {self.op!r} (it takes one image)", self.batch)
-        positive_int("boxes", self.boxes)
-        one_of("dtype", self.dtype, tuple(spec.tolerance))
+        one_of("dtype", self.dtype, implementation.dtypes or spec.dtypes,
+               f"(dtypes of {self.impl}; op {self.op} has {', '.join(spec.dtypes)})")
+        object.__setattr__(self, "shape", _filled("shape", self.shape, spec.shape, spec.name))
+        object.__setattr__(self, "options", _filled("option", self.options, spec.options, spec.name))
+        object.__setattr__(self, "tuning", _filled("tuning knob", self.tuning, spec.tuning_knobs(), spec.name))
+        for name, value in self.shape.items():
+            positive_int(name, value)
+        for name, value in self.options.items():
+            allowed = spec.option_values.get(name)
+            if isinstance(allowed, tuple):
+                one_of(name, value, allowed)
+            elif callable(allowed):
+                allowed(name, value)
+            supported = implementation.supports
+            if supported is not None and name not in supported and value != spec.options[name]:
+                raise ConfigError(name, f"{spec.options[name]!r} for impl {self.impl} (it does not implement "
+                                        f"{name}; implementations that do: "
+                                        f"{', '.join(_supporting(spec, name))})", value)
+        for name, value in self.tuning.items():
+            if name not in implementation.tuning and value != spec.tuning_knobs()[name]:
+                raise ConfigError(name, f"{spec.tuning_knobs()[name]!r} for impl {self.impl} (a knob of "
+                                        f"{', '.join(i.name for i in spec.implementations if name in i.tuning)})",
+                                  value)
+            if name in implementation.tuning:
+                positive_int(name, value)
+        if implementation.check is not None:
+            implementation.check(shape=dict(self.shape), options=dict(self.options), tuning=self.impl_tuning(),
+                                 dtype=self.dtype, platform=self.platform)
         positive_int("warmup_calls", self.warmup_calls)
         positive_int("window_min_calls", self.window_min_calls)
         non_negative_float("window_min_s", self.window_min_s)
@@ -70,38 +131,132 @@ class KernelConfig(DictConfig):
         if self.workers != 1:
             raise ConfigError("workers", "1 for a kernel microbenchmark", self.workers)
 
-    def shape(self) -> dict[str, int]:
+    def impl_tuning(self) -> dict[str, Any]:
+        """The tuning knobs this config's implementation takes."""
         from kernels.registry import get_op
 
-        return {name: getattr(self, name) for name in get_op(self.op).shape_params}
+        return {name: self.tuning[name] for name in get_op(self.op).impl(self.impl).tuning}
 
 
-def _framework_io(framework: str, platform: str, threads: int):
-    """(to_framework, wait_for, to_numpy, device name) for an implementation's framework."""
+def _filled(kind: str, given: Optional[Mapping[str, Any]], defaults: Mapping[str, Any], op: str) -> dict:
+    given = dict(given or {})
+    unknown = sorted(set(given) - set(defaults))
+    if unknown:
+        raise ConfigError(kind, f"one of {', '.join(defaults) or '(none)'} for op {op!r}", unknown[0])
+    return {**defaults, **given}
+
+
+def _supporting(spec, option: str) -> list[str]:
+    return [i.name for i in spec.implementations if i.supports is None or option in i.supports] or ["none"]
+
+
+def _numpy_dtype(dtype: str):
     import numpy as np
 
-    if framework == "torch":
-        import torch
+    if dtype == "bfloat16":
+        import ml_dtypes  # ships with jax
 
-        torch.set_num_threads(threads)
-        # A reused trial process must not carry torch.compile state from another shape
-        # (it would recompile with dynamic shapes: a different kernel than asked for).
-        torch._dynamo.reset()
-        device = torch.device("cuda" if platform == "cuda" else "cpu")
-        wait = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+        return ml_dtypes.bfloat16
+    return np.dtype(dtype)
 
-        def wait_for(output):
-            wait()
-            return output
 
-        # clone(): torch-allocated (64-byte aligned) memory; numpy's alignment varies run to run,
-        # and vectorised CPU kernels run at different speeds on it.
-        return (lambda a: torch.from_numpy(a).to(device).clone()), wait_for, (lambda o: o.cpu().numpy()), str(device)
-    if framework == "jax":
-        import jax
+def _rounded(array, dtype: str):
+    """An input as the kernel will see it: floating inputs in the trial's dtype; integer
+    inputs (indices, counts) stay integers unless the dtype is an integer one (int8)."""
+    import numpy as np
 
-        return jax.device_put, jax.block_until_ready, np.asarray, str(jax.devices()[0])
-    return (lambda a: a), (lambda o: o), np.asarray, "cpu (numpy)"
+    target = _numpy_dtype(dtype)
+    if np.issubdtype(array.dtype, np.integer) and not np.issubdtype(np.dtype(target), np.integer):
+        return array
+    return array.astype(target)
+
+
+class _Framework:
+    """How one framework's inputs are placed, its outputs read back, and its calls timed."""
+
+    def __init__(self, framework: str, platform: str, threads: int):
+        self.name, self.platform = framework, platform
+        if framework == "torch":
+            import torch
+
+            torch.set_num_threads(threads)
+            # A reused trial process must not carry torch.compile state from another shape
+            # (it would recompile with dynamic shapes: a different kernel than asked for).
+            torch._dynamo.reset()
+            self.device = torch.device("cuda" if platform == "cuda" else "cpu")
+            self.label = str(self.device) + (f" ({torch.cuda.get_device_name()})" if platform == "cuda" else "")
+        elif framework == "jax":
+            import jax
+
+            self.label = str(jax.devices()[0])
+        else:
+            self.label = "cpu (numpy)"
+
+    def place(self, array):
+        if self.name == "torch":
+            import numpy as np
+            import torch
+
+            if array.dtype == _numpy_dtype("bfloat16"):
+                tensor = torch.from_numpy(array.astype(np.float32)).to(torch.bfloat16)
+            else:
+                tensor = torch.from_numpy(array)
+            # clone(): torch-allocated (64-byte aligned) memory; numpy's alignment varies run
+            # to run, and vectorised CPU kernels run at different speeds on it.
+            return tensor.to(self.device).clone()
+        if self.name == "jax":
+            import jax
+
+            return jax.device_put(array)
+        return array
+
+    def wait(self, output):
+        if self.name == "jax":
+            import jax
+
+            return jax.block_until_ready(output)
+        if self.name == "torch" and self.platform == "cuda":
+            import torch
+
+            torch.cuda.synchronize()
+        return output
+
+    def to_numpy(self, output):
+        import numpy as np
+
+        if self.name == "torch":
+            import torch
+
+            if output.dtype == torch.bfloat16:
+                output = output.float()
+            return output.detach().cpu().numpy()
+        return np.asarray(output)
+
+    def window(self, call: Callable[[], Any], min_calls: int, min_seconds: float) -> Window:
+        if self.name == "torch" and self.platform == "cuda":
+            return _cuda_event_window(call, min_calls, min_seconds)
+        return time_window(lambda: self.wait(call()), lambda: None, min_calls, min_seconds)
+
+
+def _cuda_event_window(call: Callable[[], Any], min_calls: int, min_seconds: float) -> Window:
+    """Each call's GPU time from a pair of CUDA events; one synchronize at the window's end."""
+    import torch
+
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    events = []
+    while len(events) < min_calls or time.perf_counter() - start < min_seconds:
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        call()
+        end.record()
+        events.append((begin, end))
+        if len(events) % 64 == 0:
+            end.synchronize()  # keep the host at most 64 calls ahead, so the clock above means something
+    torch.cuda.synchronize()
+    seconds = time.perf_counter() - start
+    return Window(steps=len(events), seconds=seconds,
+                  step_seconds=[begin.elapsed_time(end) / 1e3 for begin, end in events])
 
 
 def run_microbench(config: KernelConfig, report: Optional[Callable[[dict], None]] = None) -> dict:
@@ -112,34 +267,38 @@ def run_microbench(config: KernelConfig, report: Optional[Callable[[dict], None]
     spec = get_op(config.op)
     implementation = spec.impl(config.impl)
     kernel = implementation.load()
-    to_framework, wait_for, to_numpy, device = _framework_io(implementation.framework, config.platform,
-                                                            config.cpus_per_worker)
-    arrays = spec.make_inputs(config.seed, **config.shape())
-    expected = spec.canonical(spec.reference(*arrays))
-    inputs = [to_framework(a.astype(config.dtype)) for a in arrays]
+    framework = _Framework(implementation.framework, config.platform, config.cpus_per_worker)
+    arrays = [_rounded(a, config.dtype) for a in spec.make_inputs(config.seed, **config.shape)]
+    expected = spec.canonical(spec.reference(*[a.astype(np.float64) for a in arrays], **config.options))
+    inputs = [framework.place(a) for a in arrays]
+    arguments = {**config.options, **config.impl_tuning()}
 
-    got = spec.canonical(to_numpy(wait_for(kernel(*inputs))))
+    def call():
+        return kernel(*inputs, **arguments)
+
+    got = spec.canonical(framework.to_numpy(framework.wait(call())))
     if np.shape(got) != np.shape(expected):
         raise KernelMismatch(f"{config.impl} output shape {np.shape(got)} != reference {np.shape(expected)}")
-    max_abs_error = float(np.max(np.abs(got.astype(np.float64) - expected))) if got.size else 0.0
+    difference = np.abs(np.asarray(got, dtype=np.float64) - expected)
+    if np.isnan(difference).any():
+        raise KernelMismatch(f"{config.impl} output has NaN where the reference has none: not timed")
+    max_abs_error = float(difference.max()) if difference.size else 0.0
     tolerance = spec.tolerance[config.dtype]
     if not max_abs_error <= tolerance:
         raise KernelMismatch(f"{config.impl} differs from the reference by {max_abs_error:.3g} "
                              f"(tolerance {tolerance:g} for {config.dtype}): not timed")
 
-    def call() -> None:
-        wait_for(kernel(*inputs))
-
     loop_start = time.perf_counter()
     for _ in range(config.warmup_calls):
-        call()
-    items = spec.items(**config.shape())
+        framework.wait(call())
+    items = spec.items(**config.shape)
+    flops = spec.flops(**config.shape, **config.options) if spec.flops else None
     interpreted = config.platform in implementation.interpreted_on
     latencies: list[float] = []
     window_medians: list[float] = []
     result: dict = {}
     for index in range(1, config.windows + 1):
-        window = time_window(call, lambda: None, config.window_min_calls, config.window_min_s)
+        window = framework.window(call, config.window_min_calls, config.window_min_s)
         latencies += window.step_seconds
         window_medians.append(percentile(window.step_seconds, 50))
         p50 = percentile(latencies, 50)
@@ -152,11 +311,15 @@ def run_microbench(config: KernelConfig, report: Optional[Callable[[dict], None]
                            if len(window_medians) > 1 else float("nan")),
             "max_abs_error": max_abs_error,
             "items_per_s": items / p50 if p50 > 0 else float("nan"),
+            "tflops": flops / p50 / 1e12 if flops and p50 > 0 else float("nan"),
             "calls": len(latencies),
             "loop_s": time.perf_counter() - loop_start,
             "windows_done": index,
             "interpreted": int(interpreted),
-            "device": device + (" (Pallas interpret mode: not a speed figure)" if interpreted else ""),
+            "device": framework.label + (" (Pallas interpret mode: not a speed figure)" if interpreted else ""),
+            "timer": ("cuda events" if implementation.framework == "torch" and config.platform == "cuda"
+                      else "host clock after block_until_ready" if implementation.framework == "jax"
+                      else "host clock"),
             "impl": config.impl,
         }
         if report is not None:

@@ -8,7 +8,7 @@ SPEC = OpSpec(
     name="nms",
     make_inputs=make_inputs,
     reference=nms,
-    shape_params=("boxes",),
+    shape={"boxes": 256},
     items=lambda boxes: boxes,
     implementations=(
         KernelImpl("numpy", "kernels.nms.reference:nms", "numpy", ("cpu",), "numpy"),
