@@ -30,7 +30,7 @@ import os
 
 from sweeps.api import Objective, Sweep, plan_sweep, run_sweep
 from sweeps.cli import common_parser, cost_basis, main_guard
-from trainables.config import TrialConfig
+from trainables.config import ConfigError, TrialConfig
 from trainables.cost import PRICE_TABLE
 from trainables.platforms import get_platform, resolve_platform
 from trainables.platforms.neuron import neuron_target_for_instance
@@ -82,8 +82,10 @@ def make_space(platform: str, smoke: bool, cpus: int, instance_type=None):
 
 
 def base_config(platform: str, smoke: bool, cpus: int, instance_type, seed: int,
-                compile_cache=None) -> TrialConfig:
-    """The seed's baseline: batch 16 per core, no loader workers, fp32, conv patch embed."""
+                compile_cache=None, pin_instance_type=None) -> TrialConfig:
+    """The seed's baseline: batch 16 per core, no loader workers, fp32, conv patch embed.
+    ``pin_instance_type``: on a cluster, the node type trials must run on (the one named
+    by --instance-type, which prices the sweep); locally there is one node, nothing to pin."""
     if smoke:
         model, measurement = "vit-micro", dict(warmup_steps=2, window_min_steps=3, window_min_s=0.25, windows=2)
     elif platform == "cpu":
@@ -97,6 +99,8 @@ def base_config(platform: str, smoke: bool, cpus: int, instance_type, seed: int,
         # The compiler's own defaults, spelled out so the baseline is a point of the space.
         extra.update(neuron_target=neuron_target_for_instance(instance_type), neuron_model_type="generic",
                      neuron_optlevel=2, neuron_auto_cast="matmult", neuron_auto_cast_type="bf16")
+    if pin_instance_type:
+        extra["instance_type"] = pin_instance_type
     if compile_cache and platform in ("xla", "neuron"):
         extra["compile_cache"] = compile_cache
     # CPU and the XLA CPU client use every core they are given: one trial owns the node.
@@ -124,13 +128,19 @@ def main() -> None:
         platform_note = f"{platform.name} as asked, on the cluster at {args.address} (not detected on this driver)"
     else:
         platform, platform_note = resolve_platform(args.platform)
+    if args.address and platform.name == "neuron" and not args.instance_type:
+        # On a cluster the driver's own instance (the head) is not where trials run: the
+        # compiler target, the price and the node type the autoscaler starts all come from this.
+        raise ConfigError("--instance-type", "the Neuron node type to sweep on the cluster (one of "
+                          + ", ".join(t for t in PRICE_TABLE if neuron_target_for_instance(t)) + ")", None)
     cpus = args.cpus_per_worker or os.cpu_count() or 1
     basis, cost_note = cost_basis(args)
     sweep = Sweep(
         name="neuron_vit",
         trainable=train_trainable,
         base=base_config(platform.name, args.smoke, cpus, args.instance_type or (basis and basis.instance_type),
-                         args.seed, args.compile_cache),
+                         args.seed, args.compile_cache,
+                         pin_instance_type=args.instance_type if args.address else None),
         space=make_space(platform.name, args.smoke, cpus, args.instance_type or (basis and basis.instance_type)),
         objectives=[Objective("throughput_samples_per_s", "max")],
         metric_names=METRIC_NAMES,

@@ -119,13 +119,26 @@ def test_head_has_no_neuron_resources(config):
     assert node.get("max_workers", 0) == 0 and node.get("min_workers", 0) == 0
 
 
-def test_one_neuron_type_per_sweep(config):
-    """Trials ask for neuron_cores, not for an instance type: with two Neuron types enabled
-    the autoscaler could start the one the sweep does not compile and price for."""
-    enabled = [name for name, t in workers(config).items()
-               if t["node_config"]["InstanceType"].startswith(("trn", "inf")) and t.get("max_workers", 0) > 0]
-    assert len(enabled) == 1, enabled
-    assert config["max_workers"] >= workers(config)[enabled[0]]["max_workers"]
+def test_each_neuron_type_carries_the_marker_trials_ask_for(config):
+    """neuron_cores alone cannot tell trn1 from inf2: a trial pinned to --instance-type asks
+    for the type's marker resource, so the autoscaler can start only that type."""
+    from trainables.config import TrialConfig
+    from trainables.platforms import get_platform
+
+    for name, node_type in workers(config).items():
+        instance_type = node_type["node_config"]["InstanceType"]
+        if instance_type not in NEURON_WORKER_TYPES:
+            continue
+        trial = TrialConfig(platform="neuron", model="vit-b16", instance_type=instance_type,
+                            neuron_target=instance_type.split(".")[0])
+        asked = get_platform("neuron").worker_resources(trial)
+        markers = [key for key in asked if key.startswith("instance_type:")]
+        assert markers and all(node_type["resources"].get(key, 0) >= asked[key] for key in markers), name
+        # ...and no other Neuron type offers it.
+        for other_name, other in workers(config).items():
+            if other_name != name:
+                assert not set(markers) & set(other["resources"]), (name, other_name)
+        assert 0 < node_type["max_workers"] <= config["max_workers"], name
 
 
 def test_every_node_boots_the_same_pytorch_29_neuron_dlami(config):

@@ -70,3 +70,38 @@ def test_dry_run_works_for_every_platform(platform):
     assert "search space:" in out and "resources per trial:" in out and "trial environment:" in out
     if platform == "neuron":
         assert "NEURON_CC_FLAGS" in out and "--target=trn1" in out and "'neuron_cores': 1" in out
+
+
+def test_a_pinned_instance_type_becomes_a_marker_resource_on_every_worker():
+    neuron = get_platform("neuron")
+    pinned = TrialConfig(platform="neuron", instance_type="inf2.xlarge", workers=2)
+    assert neuron.worker_resources(pinned) == {"CPU": 1, "neuron_cores": 1, "instance_type:inf2.xlarge": 0.0001}
+    assert neuron.resources(pinned)["neuron_cores"] == 2  # both workers' cores, for the cost share
+    assert get_platform("cpu").worker_resources(TrialConfig(instance_type="c7i.2xlarge")) == {
+        "CPU": 1, "instance_type:c7i.2xlarge": 0.0001}
+
+
+def test_instance_types_that_cannot_hold_the_trial_are_refused():
+    with pytest.raises(ConfigError, match="instance_type must be an EC2 instance type such as trn1.2xlarge, or None; "
+                                          "got 'trn1_2xlarge'"):
+        TrialConfig(instance_type="trn1_2xlarge")
+    with pytest.raises(ConfigError, match="instance_type must be a Neuron instance type .*; got 'g5.2xlarge'"):
+        TrialConfig(platform="neuron", instance_type="g5.2xlarge")
+    with pytest.raises(ConfigError, match="neuron_target must be 'inf2' .or unset. on inf2.xlarge; got 'trn1'"):
+        TrialConfig(platform="neuron", instance_type="inf2.xlarge", neuron_target="trn1")
+
+
+def test_a_neuron_sweep_on_a_cluster_needs_its_instance_type():
+    done = subprocess.run([sys.executable, "sweeps/neuron_vit.py", "--dry-run", "--platform", "neuron",
+                           "--address", "10.0.0.1:6379"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "--instance-type must be the Neuron node type to sweep on the cluster (one of " in done.stderr
+    assert "trn1.2xlarge" in done.stderr and "got None" in done.stderr
+
+
+def test_on_a_cluster_trials_ask_for_the_named_node_type():
+    done = subprocess.run([sys.executable, "sweeps/neuron_vit.py", "--dry-run", "--platform", "neuron",
+                           "--address", "10.0.0.1:6379", "--instance-type", "inf2.xlarge"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "'instance_type:inf2.xlarge': 0.0001" in done.stdout and "--target=inf2" in done.stdout

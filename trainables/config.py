@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
 PRECISIONS = ("fp32", "bf16-autocast", "bf16")
 COMPILE_MODES = ("none", "inductor", "openxla")
 PATCH_EMBEDS = ("conv", "linear")
+INSTANCE_TYPE_PATTERN = re.compile(r"[a-z][a-z0-9-]*\.[a-z0-9-]+")
 
 # Neuron compiler (neuronx-cc) choices, as documented for NEURON_CC_FLAGS.
 NEURON_MODEL_TYPES = ("generic", "transformer", "unet-inference")
@@ -100,6 +102,10 @@ class TrialConfig(DictConfig):
     torch_compile: str = "none"
     workers: int = 1  # data-parallel workers (processes); > 1 runs a Ray Train TorchTrainer
     cpus_per_worker: int = 1  # CPUs each worker holds (Ray resource and cost share)
+    # The cluster node type trials must run on (Ray resource "instance_type:<type>", which
+    # cluster.yaml gives each worker type): with several node types in one cluster, the
+    # autoscaler starts the one the sweep is priced and compiled for. None: any node.
+    instance_type: Optional[str] = None
     # Platform-specific knobs (see PLATFORM_KNOB_DEFAULTS).
     threads: Optional[int] = None  # CPU intra-op threads; None: cpus_per_worker
     channels_last: bool = False
@@ -135,6 +141,9 @@ class TrialConfig(DictConfig):
         one_of("torch_compile", self.torch_compile, COMPILE_MODES)
         positive_int("workers", self.workers)
         positive_int("cpus_per_worker", self.cpus_per_worker)
+        if self.instance_type is not None and not (isinstance(self.instance_type, str)
+                                                   and INSTANCE_TYPE_PATTERN.fullmatch(self.instance_type)):
+            raise ConfigError("instance_type", "an EC2 instance type such as trn1.2xlarge, or None", self.instance_type)
         if self.threads is not None:
             positive_int("threads", self.threads)
         positive_int("batches_per_execution", self.batches_per_execution)

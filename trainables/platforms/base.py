@@ -32,6 +32,14 @@ class Detection:
     reason: str
 
 
+INSTANCE_RESOURCE_SLIVER = 0.0001  # Ray's resource precision: up to 10,000 workers per node
+
+
+def instance_resource(instance_type: str) -> str:
+    """The Ray resource that marks a node of this EC2 type (declared in cluster.yaml)."""
+    return f"instance_type:{instance_type}"
+
+
 class Platform(abc.ABC):
     name: ClassVar[str]
     description: ClassVar[str]
@@ -66,7 +74,16 @@ class Platform(abc.ABC):
                                   f"{knob} does not apply to {self.name} (its platform knobs: {has}).")
 
     def worker_resources(self, config: "TrialConfig") -> dict[str, float]:
-        """What one worker process of a trial asks Ray for."""
+        """What one worker process of a trial asks Ray for: its devices, and a sliver of
+        the node type's own resource when the config pins one (cluster.yaml declares
+        ``instance_type:<type>: 1`` per node type; a sliver lets many workers share it)."""
+        resources = self.device_resources(config)
+        if config.instance_type:
+            resources[instance_resource(config.instance_type)] = INSTANCE_RESOURCE_SLIVER
+        return resources
+
+    def device_resources(self, config: "TrialConfig") -> dict[str, float]:
+        """The CPUs and accelerators one worker holds."""
         return {"CPU": config.cpus_per_worker}
 
     def resources(self, config: "TrialConfig") -> dict[str, float]:

@@ -31,7 +31,7 @@ class CudaPlatform(Platform):
         names = sorted({torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())})
         return Detection(True, f"{torch.cuda.device_count()} GPU(s): {', '.join(names)}")
 
-    def worker_resources(self, config: "TrialConfig") -> dict[str, float]:
+    def device_resources(self, config: "TrialConfig") -> dict[str, float]:
         resources = {"CPU": config.cpus_per_worker, "GPU": 1}
         if config.accelerator_type:
             # Ray's custom resource for a GPU model; a tiny amount only pins the node type.

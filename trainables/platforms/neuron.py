@@ -81,8 +81,16 @@ class NeuronPlatform(XlaPlatform):
             raise ConfigError("neuron_auto_cast", "'matmult' or 'all' when neuron_auto_cast_type is set",
                               config.neuron_auto_cast,
                               f"--auto-cast-type={config.neuron_auto_cast_type} has no effect without auto-cast.")
+        if config.instance_type:
+            target = neuron_target_for_instance(config.instance_type)
+            if target is None:
+                raise ConfigError("instance_type", f"a Neuron instance type ({', '.join(_TARGET_BY_FAMILY)} families)",
+                                  config.instance_type)
+            if config.neuron_target and config.neuron_target != target:
+                raise ConfigError("neuron_target", f"{target!r} (or unset) on {config.instance_type}",
+                                  config.neuron_target, "The compiled graphs would not run on the trials' nodes.")
 
-    def worker_resources(self, config: "TrialConfig") -> dict[str, float]:
+    def device_resources(self, config: "TrialConfig") -> dict[str, float]:
         # Ray sets NEURON_RT_VISIBLE_CORES for each worker from this request.
         return {"CPU": config.cpus_per_worker, "neuron_cores": 1}
 
