@@ -51,6 +51,19 @@ def run_training(config: TrialConfig, report: Optional[Callable[[dict], None]] =
     """Train ``config`` for its warm-up and windows; call ``report`` after each window
     with the cumulative result, and return the last one. ``usd_per_hour`` is what the
     resources this trial holds cost (NaN: no price basis, so no cost metrics)."""
+    since = time.time()
+    try:
+        return _run_training(config, report, usd_per_hour)
+    except Exception as error:
+        # The platform may know better words for its own failures (neuronx-cc's log).
+        explained = get_platform(config.platform).explain_failure(error, config, since)
+        if explained is None:
+            raise
+        raise explained from error
+
+
+def _run_training(config: TrialConfig, report: Optional[Callable[[dict], None]],
+                  usd_per_hour: float) -> dict:
     import torch
     from torch.utils.data import DataLoader
 

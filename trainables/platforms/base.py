@@ -16,7 +16,7 @@ import abc
 import contextlib
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Iterable
+from typing import Optional, TYPE_CHECKING, Any, ClassVar, Iterable
 
 from trainables.config import PLATFORM_KNOB_DEFAULTS, ConfigError, one_of
 
@@ -156,3 +156,8 @@ class Platform(abc.ABC):
     def compile_stats(self) -> dict[str, float]:
         """Compiler counters for this process: graph compilations and their seconds."""
         return {}
+
+    def explain_failure(self, error: BaseException, config: "TrialConfig", since: float) -> Optional[Exception]:
+        """An exception that says more than ``error`` (raised since time.time() ``since``),
+        or None to let it stand. The failed trial's record shows what this returns."""
+        return None

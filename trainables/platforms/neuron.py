@@ -110,3 +110,9 @@ class NeuronPlatform(XlaPlatform):
 
     def describe_device(self, device) -> str:
         return f"neuron: NeuronCore ({device})"
+
+    def explain_failure(self, error, config, since):
+        from trainables.platforms import neuron_errors
+
+        return neuron_errors.explain(error, neuron_cc_flags(config),
+                                     neuron_errors.compile_log_roots(config.compile_cache), since)
