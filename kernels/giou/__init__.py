@@ -1,9 +1,36 @@
 """GIoU of paired boxes: seed 004 (PyTorch vs NKI vs C++ on Inferentia) and seed 003
-(jnp vs jit vs Pallas on TPU). Implementations for the Neuron engines (NKI, the GpSimd
-C++ operator) and Triton are not written yet; only what is listed here exists."""
+(jnp vs jit vs Pallas on TPU), plus a fused Triton kernel for GPUs.
+
+What was verified where (see each module's docstring): the CPU implementations against
+the reference on this CPU; Pallas in interpret mode; Triton under its interpreter in a
+subprocess (tests/test_kernels_gated.py), never on a GPU; NKI and the GpSimd C++
+operator are written against the current Neuron APIs but were never compiled, simulated
+or run (their stacks come only from the Neuron package repositories), so here they
+report KernelUnavailable. ``neuron`` is not yet a platform the harness can run a trial
+on (trainables/microbench.py: KERNEL_PLATFORMS)."""
 
 from kernels.giou.reference import giou, make_inputs
 from kernels.registry import KernelImpl, OpSpec
+from trainables.config import ConfigError
+
+NEURON_PARTITIONS = 128  # SBUF partitions of a NeuronCore (nki.language.tile_size.pmax)
+
+
+def _block_pairs_is_a_power_of_two(shape, options, tuning, dtype, platform):
+    block = tuning["block_pairs"]
+    if block & (block - 1):  # tl.arange spans a power of two
+        raise ConfigError("block_pairs", "a power of two (Triton's tl.arange)", block)
+
+
+def _pairs_fill_the_partitions(shape, options, tuning, dtype, platform):
+    pairs = shape["batch"] * shape["boxes"]
+    if pairs % NEURON_PARTITIONS:
+        raise ConfigError("boxes", f"a value making batch * boxes a multiple of {NEURON_PARTITIONS} "
+                                   f"(the NKI kernel spreads pairs over every SBUF partition; "
+                                   f"batch is {shape['batch']})", shape["boxes"])
+
+
+NEURON_INSTALL = "torch-neuronx 2.9 on a trn1/inf2 Neuron DLAMI (PyTorch 2.9, Neuron SDK 2.31; see the README)"
 
 SPEC = OpSpec(
     name="giou",
@@ -17,5 +44,16 @@ SPEC = OpSpec(
         KernelImpl("jax-jit", "kernels.giou.jax_impl:giou_jit", "jax", ("cpu", "cuda", "tpu"), "jax (pip install jax)"),
         KernelImpl("pallas", "kernels.giou.pallas_impl:giou_pallas", "jax", ("cpu", "cuda", "tpu"),
                    "jax (pip install jax)", interpreted_on=("cpu",)),
+        # Not "triton": tests/test_kernels.py uses that name as its example of an unknown impl.
+        KernelImpl("triton-fused", "kernels.giou.triton_impl:giou_triton", "torch", ("cuda",),
+                   "triton (bundled with CUDA builds of torch; else pip install triton)",
+                   tuning={"block_pairs": 1024}, check=_block_pairs_is_a_power_of_two),
+        KernelImpl("nki", "kernels.giou.nki_impl:giou_nki", "torch", ("neuron",),
+                   f"the nki package from the Neuron pip repository (PyPI's 'nki' is an empty placeholder) "
+                   f"and {NEURON_INSTALL}",
+                   dtypes=("float32",), check=_pairs_fill_the_partitions),
+        KernelImpl("gpsimd-cpp", "kernels.giou.gpsimd_impl:giou_gpsimd", "torch", ("neuron",),
+                   f"{NEURON_INSTALL}, plus the apt/yum packages aws-neuronx-gpsimd-tools and "
+                   "aws-neuronx-gpsimd-customop-lib", dtypes=("float32",)),
     ),
 )

@@ -1,5 +1,6 @@
 """Non-maximum suppression (seed 003: numpy vs JAX while_loop vs a sequential Pallas
-kernel on TPU). The Pallas kernel is not written yet; only what is listed here exists."""
+kernel on TPU), plus torchvision's operator. The Pallas kernel is checked here in
+interpret mode only (exact match with the reference); it has never run on a TPU or GPU."""
 
 from kernels.nms.reference import kept, make_inputs, nms
 from kernels.registry import KernelImpl, OpSpec
@@ -14,6 +15,8 @@ SPEC = OpSpec(
         KernelImpl("numpy", "kernels.nms.reference:nms", "numpy", ("cpu",), "numpy"),
         KernelImpl("jax-while-loop", "kernels.nms.jax_impl:nms_while_loop", "jax", ("cpu", "cuda", "tpu"),
                    "jax (pip install jax)"),
+        KernelImpl("pallas", "kernels.nms.pallas_impl:nms_pallas", "jax", ("cpu", "cuda", "tpu"),
+                   "jax (pip install jax)", interpreted_on=("cpu",)),
         KernelImpl("torchvision", "kernels.nms.torchvision_impl:nms_torchvision", "torch", ("cpu", "cuda"),
                    "torchvision"),
     ),
