@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import datetime
 import functools
+import glob
+import json
 import logging
 import math
 import os
@@ -30,12 +32,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from sweeps.callbacks import SweepCallback, TrialRecord
+from sweeps.callbacks import INTERRUPTED, SweepCallback, TrialRecord
 from sweeps.report import best_record, mean_overhead_s, summary
 from sweeps.space import SearchSpace, SpaceSpec
 from trainables.config import ConfigError, one_of, positive_int
 from trainables.cost import NO_BASIS_HINT, CostBasis
 from trainables.environment import environment_tags
+from trainables.failures import run_isolated
 from trainables.platforms import get_platform
 from trainables.tracking import validate_tracking_uri
 
@@ -79,6 +82,12 @@ class Sweep:
     max_concurrent_trials: Optional[int] = None  # None: as many as the resources fit
     platform_note: str = ""
     print_line: Optional[Callable[[str], None]] = None  # None: print (looked up when called)
+    # Continue the newest unfinished run of this sweep under storage_path: finished trials
+    # are kept, interrupted ones run again, each keeps its one MLflow run.
+    resume: bool = False
+    # Restarts of a trial whose process or node went away (a trial's own errors are never
+    # retried: the same config would fail the same way, after the same compile).
+    retries: int = 1
 
 
 @dataclass
@@ -143,6 +152,7 @@ def plan_sweep(sweep: Sweep) -> Plan:
     if not isinstance(sweep.name, str) or not sweep.name.strip():
         raise ConfigError("name", "a non-empty sweep name", sweep.name)
     positive_int("num_samples", sweep.num_samples)
+    positive_int("retries", sweep.retries, minimum=0)
     if sweep.time_budget_s is not None and not (sweep.time_budget_s > 0 and math.isfinite(sweep.time_budget_s)):
         raise ConfigError("time_budget_s", "a number of seconds > 0, or None", sweep.time_budget_s)
     one_of("scheduler", sweep.scheduler, SCHEDULERS)
@@ -212,7 +222,8 @@ def concurrency_for(per_trial: Mapping[str, float], sweep: Sweep) -> tuple[int, 
 
 def _searcher(plan: Plan):
     import optuna
-    from ray.tune.search.optuna import OptunaSearch
+
+    from sweeps.searchers import FailureAwareOptunaSearch
 
     sweep = plan.sweep
     metrics = [o.metric for o in sweep.objectives]
@@ -225,7 +236,7 @@ def _searcher(plan: Plan):
                                              n_startup_trials=min(10, max(2, sweep.num_samples // 3)))
     # TPE runs the baseline first; a grid reaches it anyway (it is one of its points).
     first = [plan.baseline_point] if sweep.sampler == "tpe" else None
-    return OptunaSearch(plan.space.define_by_run, metric=metrics if len(metrics) > 1 else metrics[0],
+    return FailureAwareOptunaSearch(plan.space.define_by_run, metric=metrics if len(metrics) > 1 else metrics[0],
                         mode=modes if len(modes) > 1 else modes[0], sampler=sampler,
                         points_to_evaluate=first, seed=sweep.seed)
 
@@ -254,6 +265,43 @@ def _trial_resources(config_type: type, base: Mapping[str, Any], fallback: Mappi
     return dict(get_platform(config.platform).trial_actor_resources(config))
 
 
+SWEEP_MARKER = "accelsweep-sweep.json"
+
+
+def _write_sweep_marker(experiment_dir: str, parent_run_id: str, status: str) -> None:
+    """What --resume needs besides Tune's state: the MLflow parent run, and whether the
+    sweep ended (a finished sweep is not resumed)."""
+    os.makedirs(experiment_dir, exist_ok=True)
+    with open(os.path.join(experiment_dir, SWEEP_MARKER), "w") as marker:
+        json.dump({"parent_run_id": parent_run_id, "status": status}, marker)
+
+
+def unfinished_sweep_dir(storage: str, name: str) -> str:
+    """The newest run of sweep ``name`` under ``storage`` that did not finish."""
+    candidates = []
+    for marker_path in glob.glob(os.path.join(storage, f"{name}-*", SWEEP_MARKER)):
+        with open(marker_path) as marker:
+            status = json.load(marker).get("status")
+        directory = os.path.dirname(marker_path)
+        if status != "finished" and os.path.exists(os.path.join(directory, "tuner.pkl")):
+            candidates.append(directory)
+    if not candidates:
+        raise ConfigError("--resume", f"a stopped run of sweep {name!r} under {storage} (a {name}-* directory "
+                                      "with Tune's state that did not finish)", "none found",
+                          "Start it without --resume, or pass the --storage-path it ran with.")
+    return max(candidates, key=os.path.getmtime)
+
+
+def _callback_of(tuner) -> SweepCallback:
+    """The SweepCallback Tuner.restore unpickled with the run config (Ray keeps the
+    original RunConfig on restore and has no public getter for it)."""
+    callbacks = tuner._local_tuner.get_run_config().callbacks or []
+    found = [c for c in callbacks if isinstance(c, SweepCallback)]
+    if len(found) != 1:
+        raise RuntimeError(f"the restored sweep has {len(found)} SweepCallbacks, expected 1 (Ray's Tuner changed?)")
+    return found[0]
+
+
 def run_sweep(sweep: Sweep) -> SweepResult:
     from ray import tune
 
@@ -278,41 +326,63 @@ def run_sweep(sweep: Sweep) -> SweepResult:
     say(sweep.cost_note)
 
     env_tags = environment_tags()
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    sweep_tags = {**env_tags, "sweep": sweep.name, "platform": sweep.base.platform, "kind": "sweep",
-                  "instance_type": (sweep.cost.instance_type if sweep.cost else None) or "unknown",
-                  "cost_basis": sweep.cost_note, "status": "running"}
-    parent_params = {f"base.{k}": v for k, v in plan.base_dict.items()}
-    parent_params.update({"num_samples": sweep.num_samples, "time_budget_s": sweep.time_budget_s,
-                          "scheduler": sweep.scheduler, "seed": sweep.seed, "max_concurrent_trials": concurrency,
-                          "objectives": ", ".join(f"{o.mode} {o.metric}" for o in sweep.objectives),
-                          "search_space": "; ".join(plan.space.describe())})
-    parent_run_id = tracker.start_sweep(f"{sweep.name}-{stamp}", parent_params, sweep_tags)
-
-    trial_tags = {**env_tags, "sweep": sweep.name, "platform": sweep.base.platform,
-                  "instance_type": sweep_tags["instance_type"]}
-    callback = SweepCallback(tracker, plan.complete_config, plan.resources_of, plan.baseline_point,
-                             sweep.cost, trial_tags, sweep.num_samples, print_line=sweep.print_line)
-
+    objective_metrics = [o.metric for o in sweep.objectives]
+    isolated = functools.partial(run_isolated, trainable=sweep.trainable, objective_metrics=objective_metrics)
     baseline_actor = _trial_resources(type(sweep.base), plan.base_dict, {}, plan.baseline_point)
     resources = functools.partial(_trial_resources, type(sweep.base), plan.base_dict, baseline_actor)
-    trainable = tune.with_resources(
-        tune.with_parameters(sweep.trainable, base=plan.base_dict, cost=sweep.cost), resources)
-    tuner = tune.Tuner(
-        trainable,
-        tune_config=tune.TuneConfig(search_alg=_searcher(plan), scheduler=_scheduler(sweep),
-                                    num_samples=sweep.num_samples, time_budget_s=sweep.time_budget_s,
-                                    max_concurrent_trials=concurrency,
-                                    reuse_actors=get_platform(sweep.base.platform).reuses_processes),
-        run_config=tune.RunConfig(name=f"{sweep.name}-{stamp}", storage_path=sweep.storage_path,
-                                  callbacks=[callback], verbose=0,
-                                  failure_config=tune.FailureConfig(max_failures=0)),
-    )
+    trainable = tune.with_resources(tune.with_parameters(isolated, base=plan.base_dict, cost=sweep.cost), resources)
+    storage = os.path.abspath(os.path.expanduser(sweep.storage_path or "~/ray_results"))
+    # Tune saves the experiment (trials, searcher, our callback's state) this often: what
+    # a killed driver can lose, and what --resume picks up from.
+    os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "5")
+
+    if sweep.resume:
+        experiment_dir = unfinished_sweep_dir(storage, sweep.name)
+        tuner = tune.Tuner.restore(experiment_dir, trainable, resume_unfinished=True, resume_errored=False)
+        callback = _callback_of(tuner)
+        callback._tracker, callback.print_line = tracker, sweep.print_line
+        parent_run_id = tracker.parent_run_id = callback.parent_run_id
+        tracker.reopen(parent_run_id, tags={"status": "running", "resumed": datetime.datetime.now().isoformat()})
+        say(f"resuming {experiment_dir} (MLflow parent run {parent_run_id})")
+    else:
+        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+        sweep_tags = {**env_tags, "sweep": sweep.name, "platform": sweep.base.platform, "kind": "sweep",
+                      "instance_type": (sweep.cost.instance_type if sweep.cost else None) or "unknown",
+                      "cost_basis": sweep.cost_note, "status": "running"}
+        parent_params = {f"base.{k}": v for k, v in plan.base_dict.items()}
+        parent_params.update({"num_samples": sweep.num_samples, "time_budget_s": sweep.time_budget_s,
+                              "scheduler": sweep.scheduler, "seed": sweep.seed, "max_concurrent_trials": concurrency,
+                              "objectives": ", ".join(f"{o.mode} {o.metric}" for o in sweep.objectives),
+                              "search_space": "; ".join(plan.space.describe())})
+        parent_run_id = tracker.start_sweep(f"{sweep.name}-{stamp}", parent_params, sweep_tags)
+        trial_tags = {**env_tags, "sweep": sweep.name, "platform": sweep.base.platform,
+                      "instance_type": sweep_tags["instance_type"]}
+        callback = SweepCallback(tracker, plan.complete_config, plan.resources_of, plan.baseline_point,
+                                 sweep.cost, trial_tags, sweep.num_samples, print_line=sweep.print_line,
+                                 time_budget_s=sweep.time_budget_s)
+        experiment_dir = os.path.join(storage, f"{sweep.name}-{stamp}")
+        _write_sweep_marker(experiment_dir, parent_run_id, "running")
+        tuner = tune.Tuner(
+            trainable,
+            tune_config=tune.TuneConfig(search_alg=_searcher(plan), scheduler=_scheduler(sweep),
+                                        num_samples=sweep.num_samples, time_budget_s=sweep.time_budget_s,
+                                        max_concurrent_trials=concurrency,
+                                        reuse_actors=get_platform(sweep.base.platform).reuses_processes),
+            run_config=tune.RunConfig(name=os.path.basename(experiment_dir), storage_path=storage,
+                                      callbacks=[callback], verbose=0,
+                                      failure_config=tune.FailureConfig(max_failures=sweep.retries)),
+        )
     status = "FAILED"
     try:
         tuner.fit()
-        status = "FINISHED"
+        interrupted = any(r.status == INTERRUPTED for r in callback.records.values())
+        status = "KILLED" if interrupted else "FINISHED"
     finally:
+        for run_id in tracker.unfinished_trials():
+            # A run left RUNNING by a driver that died, whose trial Tune did not run again.
+            tracker.finish(run_id, "FAILED", tags={"status": "failed", "error_class": "Lost", "error_cause": "killed",
+                                                   "error": "its sweep's driver stopped while it ran"})
+        _write_sweep_marker(experiment_dir, parent_run_id, status.lower())
         records = sorted(callback.records.values(), key=lambda r: r.number)
         records = [r for r in records if r.run_id is not None]
         objective = sweep.objectives[0]
@@ -328,8 +398,11 @@ def run_sweep(sweep: Sweep) -> SweepResult:
             if baseline is not None and baseline.has_measurement:
                 parent_metrics[f"baseline_{objective.metric}"] = baseline.metric(objective.metric)
         tracker.finish(parent_run_id, status, metrics=parent_metrics,
-                       tags={"status": status.lower(), "best_trial": str(best.number) if best else "none"})
+                       tags={"status": "interrupted" if status == "KILLED" else status.lower(),
+                             "best_trial": str(best.number) if best else "none"})
     say(text)
+    if status == "KILLED":
+        say(f"interrupted: run the same command with --resume to continue {experiment_dir}")
     return SweepResult(records=records, best=best, baseline=baseline, parent_run_id=parent_run_id,
                        experiment_id=tracker.experiment_id, summary=text,
                        mean_overhead_s=mean_overhead_s(records))

@@ -16,9 +16,11 @@ from typing import Any, Callable, Mapping, Optional
 from ray.tune import Callback
 
 from trainables.cost import CostBasis, trial_cost_usd
+from trainables.failures import ERROR, failure_cause, one_line
 from trainables.tracking import SweepTracker
 
 FINISHED, STOPPED_EARLY, FAILED, CUT_BY_BUDGET = "finished", "stopped early", "failed", "cut by time budget"
+INTERRUPTED = "interrupted"  # the sweep stopped (Ctrl-C) while it ran: --resume runs it again
 
 
 @dataclass
@@ -35,7 +37,9 @@ class TrialRecord:
     result: dict[str, Any] = field(default_factory=dict)
     error: str = ""
     error_class: str = ""
+    error_cause: str = ""
     wall_s: float = float("nan")
+    retries: int = 0  # restarts after its process or node went away
 
     def metric(self, name: str) -> float:
         value = self.result.get(name, float("nan"))
@@ -47,7 +51,7 @@ class TrialRecord:
 
 
 def _error_of(trial) -> tuple[str, str]:
-    """(exception class, last line of its message) for a failed Tune trial, read from
+    """(exception class, last line of its message, cause) for a failed Tune trial, read from
     the error files Tune has just written in the driver's staging directory (they reach
     the storage path only at the next sync)."""
     import ray.cloudpickle as cloudpickle
@@ -62,17 +66,20 @@ def _error_of(trial) -> tuple[str, str]:
         name = type(cause).__name__
         if name.startswith("RayTaskError(") and name.endswith(")"):
             name = name[len("RayTaskError("):-1]
-        lines = [line for line in str(cause).strip().splitlines() if line.strip()]
-        return name, lines[-1].strip() if lines else name
-    return "UnknownError", "the trial failed and Tune left no error file"
+        return name, one_line(cause), failure_cause(cause)
+    return "UnknownError", "the trial failed and Tune left no error file", ERROR
 
 
 class SweepCallback(Callback):
     def __init__(self, tracker: SweepTracker, complete_config: Callable[[Mapping], dict],
                  resources_of: Callable[[Mapping], dict], baseline: Mapping[str, Any],
                  cost: Optional[CostBasis], trial_tags: Mapping[str, str], total_trials: int,
-                 print_line: Optional[Callable[[str], None]] = None):
-        self.tracker = tracker
+                 print_line: Optional[Callable[[str], None]] = None, time_budget_s: Optional[float] = None):
+        self._tracker = tracker
+        self.tracking_uri, self.experiment = tracker.tracking_uri, tracker.experiment
+        self.parent_run_id = tracker.parent_run_id
+        self.time_budget_s = time_budget_s
+        self.started_at = time.time()
         self.complete_config = complete_config
         self.resources_of = resources_of
         self.baseline = dict(baseline)
@@ -85,7 +92,27 @@ class SweepCallback(Callback):
     def __getstate__(self):
         # Tune pickles its callbacks with the experiment state. The MLflow client and
         # the output function belong to this driver process, not to the saved state.
-        return {**self.__dict__, "tracker": None, "print_line": None}
+        return {**self.__dict__, "_tracker": None, "print_line": None}
+
+    @property
+    def tracker(self) -> SweepTracker:
+        # A callback restored by Tuner.restore (--resume) opens its own client.
+        if self._tracker is None:
+            self._tracker = SweepTracker(self.tracking_uri, self.experiment)
+            self._tracker.parent_run_id = self.parent_run_id
+        return self._tracker
+
+    # Tune checkpoints this with the experiment and hands it back on --resume: which
+    # trial has which MLflow run, so a resumed trial continues its own run.
+    def get_state(self) -> Optional[dict]:
+        return {"records": self.records, "parent_run_id": self.parent_run_id}
+
+    def set_state(self, state: dict) -> None:
+        self.records = state["records"]
+        self.parent_run_id = state["parent_run_id"]
+        now = time.monotonic()  # clocks of the old driver mean nothing here
+        for record in self.records.values():
+            record.created_at = now
 
     # Tune creates a trial when a slot frees; its clock starts then, so actor start-up
     # and imports count toward the trial's wall time and overhead.
@@ -111,6 +138,11 @@ class SweepCallback(Callback):
 
     def on_trial_start(self, iteration, trials, trial, **info):
         record = self.records.get(trial.trial_id) or self._record(trial)
+        if record.run_id is not None:
+            # A restart (retry after a lost process or node, or --resume): same trial, same run.
+            record.status, record.created_at = "running", time.monotonic()
+            self.tracker.reopen(record.run_id, tags={"status": "running", "retries": str(record.retries)})
+            return
         tags = {**self.trial_tags, "trial_id": trial.trial_id, "trial_number": str(record.number),
                 "baseline": str(record.is_baseline).lower(), "status": "running"}
         if self.cost is not None and record.resources:
@@ -121,6 +153,12 @@ class SweepCallback(Callback):
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         record = self.records[trial.trial_id]
+        if result.get("trial_failed"):
+            # The trial caught its own error and reported it (trainables.failures.run_isolated).
+            record.error_class, record.error = result["error_class"], result["error"]
+            record.error_cause = result.get("error_cause", ERROR)
+            record.result = {**record.result, **{k: v for k, v in result.items() if k in ("loop_s",)}}
+            return
         record.result = dict(result)
         window_metrics = {k: result[k] for k in ("throughput_samples_per_s", "window_throughput_samples_per_s",
                                                  "final_loss") if k in result}
@@ -128,22 +166,35 @@ class SweepCallback(Callback):
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         record = self.records[trial.trial_id]
+        if record.error:
+            self._finish(record, FAILED)
+            return
         done = record.result.get("windows_done", 0)
         expected = record.config.get("windows", done)
         self._finish(record, FINISHED if done >= expected else STOPPED_EARLY)
 
     def on_trial_error(self, iteration, trials, trial, **info):
         record = self.records.get(trial.trial_id) or self._record(trial)
-        record.error_class, record.error = _error_of(trial)
+        record.error_class, record.error, record.error_cause = _error_of(trial)
         if record.run_id is None:  # failed before it started: it still gets its run
             self.on_trial_start(iteration, trials, trial)
         self._finish(record, FAILED)
 
+    def on_trial_recover(self, iteration, trials, trial, **info):
+        # Its process or node went away; Tune runs it again (FailureConfig.max_failures).
+        record = self.records.get(trial.trial_id) or self._record(trial)
+        record.retries += 1
+        error_class, error, _ = _error_of(trial)
+        self._say(f"[trial {record.number}/{self.total_trials}] lost ({error_class}: {error}); retrying "
+                  f"(retry {record.retries})")
+
     def on_experiment_end(self, trials, **info):
-        # Trials still running when the time budget ran out: keep what they measured.
+        # Trials still running at the end: the time budget ran out (keep what they
+        # measured), or the sweep was interrupted (--resume will run them again).
+        out_of_time = self.time_budget_s is not None and time.time() - self.started_at >= self.time_budget_s * 0.98
         for record in self.records.values():
             if record.status == "running" and record.run_id is not None:
-                self._finish(record, CUT_BY_BUDGET)
+                self._finish(record, CUT_BY_BUDGET if out_of_time else INTERRUPTED)
 
     def _finish(self, record: TrialRecord, status: str) -> None:
         record.status = status
@@ -160,16 +211,24 @@ class SweepCallback(Callback):
             if key in record.result:
                 tags[key] = str(record.result[key])
         if record.error:
-            tags.update({"error_class": record.error_class, "error": record.error})
-        mlflow_status = {FAILED: "FAILED", CUT_BY_BUDGET: "KILLED"}.get(status, "FINISHED")
+            tags.update({"error_class": record.error_class, "error": record.error,
+                         "error_cause": record.error_cause or ERROR})
+        if record.retries:
+            tags["retries"] = str(record.retries)
+        mlflow_status = {FAILED: "FAILED", CUT_BY_BUDGET: "KILLED", INTERRUPTED: "KILLED"}.get(status, "FINISHED")
         self.tracker.finish(record.run_id, mlflow_status, metrics=final, tags=tags)
-        (self.print_line or (lambda line: print(line, flush=True)))(self.progress_line(record))
+        self._say(self.progress_line(record))
+
+    def _say(self, line: str) -> None:
+        (self.print_line or (lambda text: print(text, flush=True)))(line)
 
     def progress_line(self, record: TrialRecord) -> str:
         knobs = " ".join(f"{k}={v}" for k, v in record.searched.items())
         head = f"[trial {record.number}/{self.total_trials}{' baseline' if record.is_baseline else ''}] {knobs}"
         if record.status == FAILED:
-            return f"{head} -> FAILED: {record.error_class}: {record.error}"
+            return f"{head} -> FAILED ({record.error_cause or ERROR}): {record.error_class}: {record.error}"
+        if record.status == INTERRUPTED:
+            return f"{head} -> interrupted (--resume runs it again)"
         if "latency_p50_s" in record.result:
             interpreted = " (interpreted: not ranked)" if record.result.get("interpreted") else ""
             return (f"{head} -> p50 {record.metric('latency_p50_s') * 1e3:.4f} ms, cv {record.metric('latency_cv'):.1%}, "

@@ -37,6 +37,12 @@ def common_parser(description: str, default_samples: int) -> argparse.ArgumentPa
     parser.add_argument("--max-concurrent-trials", type=int, default=None,
                         help="default: as many as the cluster's resources fit")
     parser.add_argument("--smoke", action="store_true", help="tiny model and few steps (for tests)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the newest stopped run of this sweep (same --storage-path and "
+                             "--tracking-uri): finished trials are kept, interrupted ones run again")
+    parser.add_argument("--retries", type=int, default=1,
+                        help="restarts of a trial whose process or node was lost (default: 1); a trial's "
+                             "own errors are recorded, never retried")
     parser.add_argument("--dry-run", action="store_true",
                         help="print the search space, resources and environment per trial, then exit")
     return parser

@@ -56,6 +56,7 @@ def kernel_main(op: str, description: str, shapes: Mapping[str, Sequence[int]],
         time_budget_s=args.time_budget_s, scheduler="none", sampler="grid", seed=args.seed,
         summary_metrics=KERNEL_SUMMARY, tracking_uri=args.tracking_uri, experiment=args.experiment,
         storage_path=args.storage_path, address=args.address, max_concurrent_trials=args.max_concurrent_trials,
+        resume=args.resume, retries=args.retries,
         cost_note="kernel sweeps are not priced (no cost basis applies to a microbenchmark)",
         platform_note=f"{platform}: implementations {', '.join(impls)}",
     )

@@ -149,6 +149,7 @@ def main() -> None:
         scheduler=args.scheduler, seed=args.seed, tracking_uri=args.tracking_uri, experiment=args.experiment,
         storage_path=args.storage_path, address=args.address, cost=basis, cost_note=cost_note,
         max_concurrent_trials=args.max_concurrent_trials, platform_note=platform_note,
+        resume=args.resume, retries=args.retries,
     )
     if args.dry_run:
         print(plan_sweep(sweep).describe())

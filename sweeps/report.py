@@ -63,9 +63,14 @@ def summary(title: str, records: Sequence[TrialRecord], metric: str, mode: str, 
     outcomes = Counter(r.status for r in records)
     lines = [f"== {title}: {len(records)} trials in {elapsed_s:.0f} s ("
              + ", ".join(f"{n} {status}" for status, n in sorted(outcomes.items())) + ") =="]
-    failures = Counter(r.error_class for r in records if r.error_class)
+    failures = Counter(r.error_cause or "error" for r in records if r.status == "failed")
     if failures:
-        lines.append("failures by cause: " + ", ".join(f"{cause} x{n}" for cause, n in failures.most_common()))
+        classes: dict[str, set] = {}
+        for r in records:
+            if r.status == "failed":
+                classes.setdefault(r.error_cause or "error", set()).add(r.error_class)
+        lines.append("failures by cause: " + ", ".join(
+            f"{cause} x{n} ({', '.join(sorted(classes[cause]))})" for cause, n in failures.most_common()))
     if best is None:
         lines.append("No trial produced a measurement.")
     else:

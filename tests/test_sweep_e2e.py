@@ -1,6 +1,7 @@
 """Whole sweeps on local Ray into a temporary sqlite MLflow store, read back through
 the MLflow client."""
 
+import re
 import math
 import subprocess
 import sys
@@ -87,11 +88,11 @@ def test_failed_trials_are_recorded_and_the_sweep_goes_on(ray_session, tracking_
     statuses = sorted(r.status for r in result.records)
     assert len(result.records) == 3 and "failed" in statuses and "finished" in statuses
     assert result.baseline is not None and result.baseline.status == "finished"
-    assert "failures by cause: RuntimeError" in result.summary
+    assert re.search(r"failures by cause: error x\d \(RuntimeError\)", result.summary), result.summary
     _, children = mlflow_runs(tracking_uri, "failing")
     failed = [r for r in children if r.info.status == "FAILED"]
     assert len(children) == 3 and failed
     for run in failed:
         assert run.data.tags["error_class"] == "RuntimeError"
         assert "injected failure for batch_size=8" in run.data.tags["error"]
-    assert any("FAILED: RuntimeError" in line for line in lines)
+    assert any("FAILED (error): RuntimeError" in line for line in lines)

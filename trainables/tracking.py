@@ -82,6 +82,18 @@ class SweepTracker:
         self._log(run.info.run_id, params=params)
         return run.info.run_id
 
+    def reopen(self, run_id: str, tags: Mapping[str, str] = ()) -> None:
+        """A run that goes on (a resumed sweep or a restarted trial): RUNNING again."""
+        self.client.update_run(run_id, status="RUNNING")
+        self._log(run_id, tags=dict(tags))
+
+    def unfinished_trials(self) -> list[str]:
+        """This sweep's trial runs still RUNNING: none may be left so when it ends."""
+        runs = self.client.search_runs(
+            [self.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{self.parent_run_id}' "
+                                                "and attributes.status = 'RUNNING'")
+        return [run.info.run_id for run in runs]
+
     def log_metrics(self, run_id: str, metrics: Mapping[str, Any], step: int = 0) -> None:
         self._log(run_id, metrics=metrics, step=step)
 

@@ -78,8 +78,9 @@ class Platform(abc.ABC):
         the node type's own resource when the config pins one (cluster.yaml declares
         ``instance_type:<type>: 1`` per node type; a sliver lets many workers share it)."""
         resources = self.device_resources(config)
-        if config.instance_type:
-            resources[instance_resource(config.instance_type)] = INSTANCE_RESOURCE_SLIVER
+        instance_type = getattr(config, "instance_type", None)  # kernel configs have none
+        if instance_type:
+            resources[instance_resource(instance_type)] = INSTANCE_RESOURCE_SLIVER
         return resources
 
     def device_resources(self, config: "TrialConfig") -> dict[str, float]:

@@ -1,0 +1,109 @@
+"""Fault injection: every way a trial can fail ends as a FAILED MLflow run with its
+class, message and cause, the searcher is told, and the sweep goes on.
+
+The faults are real: a Python exception, an allocation the machine cannot satisfy, a
+training run driven to a NaN loss, a torch.compile backend that fails, and the trial's
+process killed with SIGKILL (retried once, as for a lost node, then failed)."""
+
+import os
+import signal
+import sys
+from dataclasses import dataclass
+from typing import Optional
+
+import pytest
+
+from tests.test_sweep_e2e import mlflow_runs
+from trainables.config import DictConfig
+
+EXPECTED_CAUSE = {"raise": "error", "oom": "oom", "nan": "nan", "compile": "compile", "sigkill": "killed"}
+
+
+@dataclass(frozen=True)
+class FaultConfig(DictConfig):
+    platform: str = "cpu"
+    fault: str = "none"
+    cpus_per_worker: int = 1
+    workers: int = 1
+    instance_type: Optional[str] = None
+    windows: int = 1
+
+
+def faulty_trainable(searched, base, cost=None):
+    import torch
+
+    from trainables.config import TrialConfig
+    from trainables.train_loop import run_training
+
+    fault = searched["fault"]
+    training = TrialConfig(model="vit-micro", batch_size=8, warmup_steps=1, window_min_steps=2, window_min_s=0.0,
+                           windows=1 if fault != "nan" else 2)
+    if fault == "raise":
+        raise ValueError("injected: the trial raised")
+    if fault == "oom":
+        torch.empty(2 ** 42, dtype=torch.float32)  # 16 TiB: more than this machine can give
+    if fault == "nan":
+        training = training.replace(learning_rate=1e30)  # diverges within a window: a real NaN loss
+    if fault == "compile":
+        def broken_backend(graph, example_inputs):
+            raise RuntimeError("injected: the compiler backend failed")
+
+        torch._dynamo.reset()
+        torch.compile(lambda x: x * 2 + 1, backend=broken_backend)(torch.ones(4))
+    if fault == "sigkill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    from ray import tune
+
+    run_training(training, report=tune.report)
+
+
+@pytest.mark.slow
+def test_each_failure_kind_is_a_failed_run_and_the_sweep_goes_on(ray_session, tracking_uri):
+    import ray.cloudpickle
+
+    from sweeps.api import Objective, Sweep, run_sweep
+
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Ray workers cannot import tests/
+    faults = ["none", "raise", "oom", "nan", "compile", "sigkill"]
+    lines = []
+    result = run_sweep(Sweep(
+        name="faults", trainable=faulty_trainable, base=FaultConfig(),
+        space=lambda trial: {"fault": trial.suggest_categorical("fault", faults)},
+        objectives=[Objective("throughput_samples_per_s", "max")], num_samples=len(faults), sampler="grid",
+        scheduler="none", tracking_uri=tracking_uri, retries=1, print_line=lines.append))
+
+    parents, children = mlflow_runs(tracking_uri, "faults")
+    assert [p.info.status for p in parents] == ["FINISHED"]
+    by_fault = {run.data.params["fault"]: run for run in children}
+    assert sorted(by_fault) == sorted(faults) and len(children) == len(faults)  # one run per trial
+    assert by_fault["none"].info.status == "FINISHED"
+    assert by_fault["none"].data.metrics["throughput_samples_per_s"] > 0
+    for fault, cause in EXPECTED_CAUSE.items():
+        run = by_fault[fault]
+        assert run.info.status == "FAILED", (fault, run.info.status)
+        assert run.data.tags["error_cause"] == cause, (fault, run.data.tags)
+        assert run.data.tags["error_class"] and run.data.tags["error"], fault
+    assert "injected: the trial raised" in by_fault["raise"].data.tags["error"]
+    assert "allocate" in by_fault["oom"].data.tags["error"]
+    assert by_fault["nan"].data.tags["error_class"] == "NonFiniteLoss"
+    assert "injected: the compiler backend failed" in by_fault["compile"].data.tags["error"]
+    assert by_fault["sigkill"].data.tags["retries"] == "1"  # restarted once, as for a lost node
+    summary_line = next(line for line in result.summary.splitlines() if line.startswith("failures by cause:"))
+    for cause in EXPECTED_CAUSE.values():
+        assert f"{cause} x1" in summary_line, summary_line
+    assert sum("FAILED (" in line for line in lines) == len(EXPECTED_CAUSE)
+
+
+def test_the_searcher_is_told_a_reported_failure_is_a_failure():
+    import optuna
+
+    from sweeps.searchers import FailureAwareOptunaSearch
+
+    searcher = FailureAwareOptunaSearch(lambda trial: {"x": trial.suggest_categorical("x", [1, 2])},
+                                        metric="throughput_samples_per_s", mode="max", seed=0)
+    searcher.suggest("trial-a")
+    searcher.suggest("trial-b")
+    searcher.on_trial_complete("trial-a", result={"trial_failed": 1, "throughput_samples_per_s": float("nan")})
+    searcher.on_trial_complete("trial-b", result={"throughput_samples_per_s": 10.0})
+    states = [t.state for t in searcher._ot_study.trials]
+    assert states == [optuna.trial.TrialState.FAIL, optuna.trial.TrialState.COMPLETE]

@@ -1,0 +1,67 @@
+"""Why a trial failed, in the few words a sweep's summary counts by.
+
+A failed trial is a result: its MLflow run ends FAILED with the error's class, its
+message and one of these causes, and the sweep goes on.
+"""
+
+from __future__ import annotations
+
+OOM, NAN, COMPILE, KILLED, CONFIG, ERROR = "oom", "nan", "compile", "killed", "config", "error"
+CAUSES = (OOM, NAN, COMPILE, KILLED, CONFIG, ERROR)
+
+_BY_CLASS = {
+    # torch (CUDA and XPU share the class), Python, Ray's memory monitor
+    "OutOfMemoryError": OOM, "MemoryError": OOM,
+    "NonFiniteLoss": NAN, "NonFiniteGradient": NAN,
+    # neuronx-cc (trainables.platforms.neuron_errors), torch.compile's backends
+    "NeuronCompileError": COMPILE, "BackendCompilerFailed": COMPILE, "InductorError": COMPILE,
+    # the trial's process or its node went away
+    "ActorDiedError": KILLED, "RayActorError": KILLED, "WorkerCrashedError": KILLED, "NodeDiedError": KILLED,
+    "ActorUnavailableError": KILLED,
+    "ConfigError": CONFIG,
+}
+# What CPU allocators and runtimes say when memory runs out without a class of its own.
+_OOM_MESSAGES = ("can't allocate memory", "out of memory", "cannot allocate memory", "resource_exhausted")
+
+
+def failure_cause(error: BaseException) -> str:
+    for klass in type(error).__mro__:
+        if klass.__name__ in _BY_CLASS:
+            return _BY_CLASS[klass.__name__]
+    text = str(error).lower()
+    if any(message in text for message in _OOM_MESSAGES):
+        return OOM
+    return ERROR
+
+
+# Advice lines libraries append after the message (torch.compile's): not the reason.
+_ADVICE = ("Set TORCHDYNAMO_VERBOSE", "For even more developer context", "You can suppress this exception",
+           "Set TORCH_LOGS")
+
+
+def one_line(error: BaseException) -> str:
+    """The error's last line that is not advice: what an MLflow tag and a progress line
+    can show (a Ray-wrapped error ends with the original message)."""
+    lines = [line.strip() for line in str(error).strip().splitlines()
+             if line.strip() and not line.strip().startswith(_ADVICE)]
+    return lines[-1] if lines else type(error).__name__
+
+
+def run_isolated(searched, *, trainable, objective_metrics, **parameters) -> None:
+    """Run a Tune trainable so that its own errors end the trial as a reported failure.
+
+    An exception in the trial (an OOM, a non-finite loss, a compile failure, a bad
+    value) would be retried by Tune like a lost node, and a retry of the same config
+    fails the same way, after another compile. So the trial reports it instead: the
+    objective as NaN (Optuna records the trial as failed and samples away from it), the
+    error's class, message and cause. Tune's retries are left for what a retry can fix:
+    a process or node that went away (the trial never gets to report that itself).
+    """
+    from ray import tune
+
+    try:
+        trainable(searched, **parameters)
+    except Exception as error:  # noqa: BLE001 - every trial error is a result; Ctrl-C is not
+        tune.report({**{metric: float("nan") for metric in objective_metrics}, "trial_failed": 1,
+                     "error_class": type(error).__name__, "error": one_line(error),
+                     "error_cause": failure_cause(error)})
