@@ -343,6 +343,9 @@ def run_sweep(sweep: Sweep) -> SweepResult:
         callback._tracker, callback.print_line = tracker, sweep.print_line
         parent_run_id = tracker.parent_run_id = callback.parent_run_id
         tracker.reopen(parent_run_id, tags={"status": "running", "resumed": datetime.datetime.now().isoformat()})
+        # Tune hands the callback its saved records when fit() starts (set_state), and
+        # those are dropped from the orphans then.
+        callback.orphans = {run_id: tags.get("searched", "") for run_id, tags in tracker.trial_runs().items()}
         say(f"resuming {experiment_dir} (MLflow parent run {parent_run_id})")
     else:
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -378,7 +381,7 @@ def run_sweep(sweep: Sweep) -> SweepResult:
         interrupted = any(r.status == INTERRUPTED for r in callback.records.values())
         status = "KILLED" if interrupted else "FINISHED"
     finally:
-        for run_id in tracker.unfinished_trials():
+        for run_id in tracker.trial_runs(only_running=True):
             # A run left RUNNING by a driver that died, whose trial Tune did not run again.
             tracker.finish(run_id, "FAILED", tags={"status": "failed", "error_class": "Lost", "error_cause": "killed",
                                                    "error": "its sweep's driver stopped while it ran"})

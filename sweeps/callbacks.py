@@ -7,6 +7,7 @@ and from that the trial's overhead (wall time outside the training loop) and its
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import time
@@ -70,6 +71,10 @@ def _error_of(trial) -> tuple[str, str]:
     return "UnknownError", "the trial failed and Tune left no error file", ERROR
 
 
+def _searched_key(searched: Mapping[str, Any]) -> str:
+    return json.dumps(dict(searched), sort_keys=True, default=str)
+
+
 class SweepCallback(Callback):
     def __init__(self, tracker: SweepTracker, complete_config: Callable[[Mapping], dict],
                  resources_of: Callable[[Mapping], dict], baseline: Mapping[str, Any],
@@ -88,6 +93,9 @@ class SweepCallback(Callback):
         self.total_trials = total_trials
         self.print_line = print_line
         self.records: dict[str, TrialRecord] = {}
+        # On --resume: MLflow runs of trials Tune's saved state does not know (run id ->
+        # searched config): a killed driver started them after Tune's last save.
+        self.orphans: dict[str, str] = {}
 
     def __getstate__(self):
         # Tune pickles its callbacks with the experiment state. The MLflow client and
@@ -113,6 +121,7 @@ class SweepCallback(Callback):
         now = time.monotonic()  # clocks of the old driver mean nothing here
         for record in self.records.values():
             record.created_at = now
+            self.orphans.pop(record.run_id, None)  # Tune knows this trial: not an orphan
 
     # Tune creates a trial when a slot frees; its clock starts then, so actor start-up
     # and imports count toward the trial's wall time and overhead.
@@ -143,7 +152,18 @@ class SweepCallback(Callback):
             record.status, record.created_at = "running", time.monotonic()
             self.tracker.reopen(record.run_id, tags={"status": "running", "retries": str(record.retries)})
             return
+        searched_key = _searched_key(record.searched)
+        orphan = next((run_id for run_id, key in self.orphans.items() if key == searched_key), None)
+        if orphan is not None:
+            # Started by a driver that was killed before Tune saved this trial; the resumed
+            # searcher proposed the same config again: it is the same trial, continue its run
+            # (run again, even if it had ended: Tune had no record of its result).
+            del self.orphans[orphan]
+            record.run_id = orphan
+            self.tracker.reopen(orphan, tags={"status": "running", "trial_id": trial.trial_id})
+            return
         tags = {**self.trial_tags, "trial_id": trial.trial_id, "trial_number": str(record.number),
+                "searched": searched_key,
                 "baseline": str(record.is_baseline).lower(), "status": "running"}
         if self.cost is not None and record.resources:
             tags["cost_basis"] = self.cost.describe(record.resources)

@@ -87,12 +87,14 @@ class SweepTracker:
         self.client.update_run(run_id, status="RUNNING")
         self._log(run_id, tags=dict(tags))
 
-    def unfinished_trials(self) -> list[str]:
-        """This sweep's trial runs still RUNNING: none may be left so when it ends."""
-        runs = self.client.search_runs(
-            [self.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{self.parent_run_id}' "
-                                                "and attributes.status = 'RUNNING'")
-        return [run.info.run_id for run in runs]
+    def trial_runs(self, only_running: bool = False) -> dict[str, dict[str, str]]:
+        """This sweep's trial runs (run id -> tags); ``only_running``: those still
+        RUNNING, of which none may be left when the sweep ends."""
+        query = f"tags.mlflow.parentRunId = '{self.parent_run_id}'"
+        if only_running:
+            query += " and attributes.status = 'RUNNING'"
+        runs = self.client.search_runs([self.experiment_id], filter_string=query, max_results=10000)
+        return {run.info.run_id: dict(run.data.tags) for run in runs}
 
     def log_metrics(self, run_id: str, metrics: Mapping[str, Any], step: int = 0) -> None:
         self._log(run_id, metrics=metrics, step=step)
