@@ -17,7 +17,7 @@ from tests.test_sweep_e2e import mlflow_runs
 from trainables.config import ConfigError
 from trainables.microbench import KernelConfig, KernelMismatch, run_microbench
 
-SMALL = {"giou": dict(batch=4, boxes=32), "nms": dict(boxes=64)}
+SMALL = {"giou": dict(batch=4, boxes=32), "nms": dict(boxes=64), "matmul": dict(m=128, k=128, n=128)}
 ALL_IMPLS = [(op, impl.name) for op in OPS for impl in get_op(op).implementations]
 
 
@@ -27,7 +27,7 @@ def test_every_implementation_matches_its_reference(op, impl):
     if "cpu" not in implementation.platforms:
         pytest.skip(f"{impl} runs on {', '.join(implementation.platforms)}, not on this CPU")
     result = run_microbench(KernelConfig.make(op=op, impl=impl, warmup_calls=1, window_min_calls=2,
-                                         window_min_s=0.0, windows=1, **SMALL[op]))
+                                         window_min_s=0.0, windows=1, **SMALL.get(op, {})))
     assert result["max_abs_error"] <= get_op(op).tolerance["float32"]
     assert result["latency_p50_s"] > 0 and result["items_per_s"] > 0
     assert result["interpreted"] == int("cpu" in implementation.interpreted_on)
