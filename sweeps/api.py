@@ -193,10 +193,16 @@ def connect_ray(address: Optional[str]) -> str:
         return "using the Ray instance already initialised"
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if address:
+        from sweeps.preflight import check_ray_address
+
+        check_ray_address(address)  # ray.init retries an unreachable address for minutes
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=True)
         return f"connected to Ray at {address}"
-    # A private local instance: no token auth to set up, no dashboard to serve.
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    # A private local instance with no dashboard. Its GCS, raylet and workers still
+    # listen on every interface (Ray 2.60 has no loopback-only mode), so token auth
+    # stays on: with RAY_AUTH_MODE unset, ray.init turns it on for a new local instance
+    # (and reloads Ray's cached config, which setting the variable here would not).
+    # RAY_AUTH_MODE=disabled opts out.
     ray.init(include_dashboard=False, logging_level=logging.WARNING, log_to_driver=True)
     return f"started a local Ray instance ({ray.cluster_resources().get('CPU', 0):g} CPUs)"
 

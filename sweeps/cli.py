@@ -3,13 +3,34 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
-from typing import Optional
+from typing import Callable, Optional
 
 from trainables.config import ConfigError
 from trainables.cost import CostBasis, resolve_cost_basis
 from trainables.platforms import PLATFORM_NAMES
+
+
+def checked(convert: Callable, accept: Callable, allowed: str) -> Callable[[str], object]:
+    """An argparse type that refuses, at parse time, what a script would otherwise
+    replace with its default (``args.num_samples or 24`` turns 0 into 24):
+    "argument --num-samples: must be an integer >= 1; got '0'", exit status 2."""
+    def parse(text: str):
+        try:
+            value = convert(text)
+        except ValueError:
+            value = None
+        if value is None or not accept(value):
+            raise argparse.ArgumentTypeError(f"must be {allowed}; got {text!r}")
+        return value
+
+    return parse
+
+
+at_least_one = checked(int, lambda n: n >= 1, "an integer >= 1")
+positive_seconds = checked(float, lambda s: s > 0 and math.isfinite(s), "a number of seconds > 0")
 
 
 def common_parser(description: str, default_samples: int) -> argparse.ArgumentParser:
@@ -17,9 +38,9 @@ def common_parser(description: str, default_samples: int) -> argparse.ArgumentPa
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--platform", default="auto", choices=("auto",) + PLATFORM_NAMES,
                         help="where trials run; auto picks the best platform present (default: auto)")
-    parser.add_argument("--num-samples", type=int, default=None,
+    parser.add_argument("--num-samples", type=at_least_one, default=None,
                         help=f"trials to run, baseline included (default: {default_samples}; --smoke: 4)")
-    parser.add_argument("--time-budget-s", type=float, default=None,
+    parser.add_argument("--time-budget-s", type=positive_seconds, default=None,
                         help="stop starting trials after this many seconds; running ones are cut")
     parser.add_argument("--tracking-uri", default=os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db",
                         help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
@@ -34,7 +55,7 @@ def common_parser(description: str, default_samples: int) -> argparse.ArgumentPa
     parser.add_argument("--seed", type=int, default=0, help="seed for the searcher and the models")
     parser.add_argument("--scheduler", default="asha", choices=("asha", "median", "none"),
                         help="early stopping of hopeless trials (default: asha)")
-    parser.add_argument("--max-concurrent-trials", type=int, default=None,
+    parser.add_argument("--max-concurrent-trials", type=at_least_one, default=None,
                         help="default: as many as the cluster's resources fit")
     parser.add_argument("--smoke", action="store_true", help="tiny model and few steps (for tests)")
     parser.add_argument("--resume", action="store_true",

@@ -107,7 +107,13 @@ class SearchSpace:
         points = []
         for _ in range(count):
             trial = study.ask()
-            fixed = self.define_by_run(trial) or {}
+            fixed = self.define_by_run(trial)
+            if fixed is None:
+                fixed = {}
+            elif not isinstance(fixed, Mapping):
+                raise ConfigError("search space", "a define-by-run function returning None or a dict of fixed values",
+                                  fixed, "A lambda returns what its last suggest_* call returned: use a def, or "
+                                         "return {name: trial.suggest_...(...)}.")
             self.distributions.update(trial.distributions)
             self.constants.update(fixed)
             points.append({**trial.params, **fixed})

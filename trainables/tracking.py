@@ -1,7 +1,9 @@
 """MLflow: one parent run per sweep, one nested run per trial.
 
 This is the only module that writes to MLflow. It runs in the sweep's driver process,
-so a sqlite store has one writer, and trial processes never open it.
+so a sqlite store has one writer, and trial processes never open it. Every param and
+tag passes ``trainables.secrets.scrub`` on its way out: no credential from the
+environment, and no URI password, reaches the store.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any, Mapping, Optional
 from urllib.parse import urlparse
 
 from trainables.config import ConfigError
+from trainables.secrets import redact_uri, scrub
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
@@ -28,22 +31,26 @@ def validate_tracking_uri(uri: str) -> str:
     allowed = f"a URI with scheme {', '.join(TRACKING_SCHEMES)} (e.g. sqlite:///mlflow.db)"
     if not isinstance(uri, str) or not uri:
         raise ConfigError("tracking_uri", allowed, uri)
+    shown = redact_uri(uri)  # error messages end up in logs
     parsed = urlparse(uri)
     scheme = parsed.scheme.split("+", 1)[0]  # postgresql+psycopg2://...
     if scheme in ("", "file") or re.match(r"^[A-Za-z]:[\\/]", uri):
-        raise ConfigError("tracking_uri", allowed, uri,
-                          "MLflow 3.17 refuses the file store; use sqlite:///mlflow.db for a local file.")
+        mangled = re.match(rf"^({'|'.join(TRACKING_SCHEMES)})(?=[:/])", uri)
+        hint = (f"It starts with {mangled.group(1)!r} but not {mangled.group(1) + '://'!r}: a character is "
+                "missing." if mangled and scheme == "" else
+                "MLflow 3.17 refuses the file store; use sqlite:///mlflow.db for a local file.")
+        raise ConfigError("tracking_uri", allowed, shown, hint)
     if scheme not in TRACKING_SCHEMES:
-        raise ConfigError("tracking_uri", allowed, uri)
+        raise ConfigError("tracking_uri", allowed, shown)
     if scheme == "sqlite":
         if not uri.startswith("sqlite:///") or len(uri) == len("sqlite:///"):
-            raise ConfigError("tracking_uri", "sqlite:///<path> (three slashes, then a file path)", uri)
+            raise ConfigError("tracking_uri", "sqlite:///<path> (three slashes, then a file path)", shown)
         directory = os.path.dirname(os.path.abspath(uri[len("sqlite:///"):])) or "."
         if not os.path.isdir(directory):
-            raise ConfigError("tracking_uri", "a sqlite file in an existing directory", uri,
+            raise ConfigError("tracking_uri", "a sqlite file in an existing directory", shown,
                               f"Directory {directory!r} does not exist.")
     elif scheme in ("http", "https") and not parsed.netloc:
-        raise ConfigError("tracking_uri", "http(s)://host:port", uri)
+        raise ConfigError("tracking_uri", "http(s)://host:port", shown)
     return uri
 
 
@@ -71,14 +78,14 @@ class SweepTracker:
         self.parent_run_id: Optional[str] = None
 
     def start_sweep(self, name: str, params: Mapping[str, Any], tags: Mapping[str, str]) -> str:
-        run = self.client.create_run(self.experiment_id, run_name=name, tags=dict(tags))
+        run = self.client.create_run(self.experiment_id, run_name=name, tags=scrub(tags))
         self.parent_run_id = run.info.run_id
         self._log(run.info.run_id, params=params)
         return self.parent_run_id
 
     def start_trial(self, name: str, params: Mapping[str, Any], tags: Mapping[str, str]) -> str:
         tags = {"mlflow.parentRunId": self.parent_run_id, **tags}
-        run = self.client.create_run(self.experiment_id, run_name=name, tags=tags)
+        run = self.client.create_run(self.experiment_id, run_name=name, tags=scrub(tags))
         self._log(run.info.run_id, params=params)
         return run.info.run_id
 
@@ -114,9 +121,11 @@ class SweepTracker:
         self.client.log_batch(
             run_id,
             metrics=[entities.Metric(k, v, now, step) for k, v in _metrics(dict(metrics)).items()],
-            params=[entities.Param(k, _param_value(v)) for k, v in dict(params).items()],
-            tags=[entities.RunTag(k, str(v)[:_MAX_TAG_LENGTH]) for k, v in dict(tags).items()],
+            params=[entities.Param(k, _param_value(v)) for k, v in scrub(dict(params)).items()],
+            tags=[entities.RunTag(k, str(v)[:_MAX_TAG_LENGTH]) for k, v in scrub(dict(tags)).items()],
         )
 
     def ui_command(self) -> str:
-        return f"mlflow ui --backend-store-uri {self.tracking_uri} --host 127.0.0.1 --port 5000"
+        # Printed at the end of every sweep, so it lands in terminals and CI logs: a
+        # database password in the URI is shown as <redacted>, for the user to fill in.
+        return f"mlflow ui --backend-store-uri {redact_uri(self.tracking_uri)} --host 127.0.0.1 --port 5000"

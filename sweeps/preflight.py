@@ -1,0 +1,124 @@
+"""Checks that need the machine or the network, made before Ray starts any trial.
+
+``plan_sweep`` checks what a sweep says; this module checks it against where it will
+run. Two mistakes otherwise cost minutes or hang:
+
+- an unreachable ``--address``: ``ray.init`` keeps retrying the GCS and never returns
+  (measured here: still retrying after 170 s for 127.0.0.1 on a closed port);
+- a trial that needs more CPUs, GPUs or NeuronCores than a local Ray instance has: with
+  no autoscaler to add a node, Tune waits for them forever.
+
+    from sweeps.preflight import preflight
+    plan = preflight(sweep)   # plan_sweep(sweep) plus the checks below
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import TYPE_CHECKING, Mapping, Optional
+from urllib.parse import urlsplit
+
+from trainables.config import ConfigError
+
+if TYPE_CHECKING:
+    from sweeps.api import Plan, Sweep
+
+ADDRESS_ALLOWED = "a reachable Ray cluster address (host:port, ray://host:port or auto)"
+# A TCP handshake is one round trip; RFC 6298's initial retransmission timeout is 1 s,
+# so 3 s lets a lost SYN be sent again and answered. A closed port answers at once.
+CONNECT_TIMEOUT_S = 3.0
+# The resources a local Ray instance finds on this machine and a trial can ask for.
+LOCAL_DEVICE_RESOURCES = ("CPU", "GPU", "neuron_cores")
+LOCAL_FIT_SAMPLES = 64  # configs of the space checked, as plan_sweep does
+
+
+def _host_port(address: str) -> tuple[str, int]:
+    """host and port of ``host:port``, ``[v6]:port`` or ``ray://host:port``."""
+    parsed = urlsplit(address if "://" in address else f"//{address}")
+    if parsed.scheme not in ("", "ray") or not parsed.hostname or parsed.path not in ("", "/"):
+        raise ValueError(address)
+    port = parsed.port  # raises ValueError for a port that is not a number in 0-65535
+    if not port:
+        raise ValueError(address)
+    return parsed.hostname, port
+
+
+def check_ray_address(address: Optional[str], timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    """Refuse an address that no Ray cluster answers at. None and "local" start a local
+    instance: nothing to reach. "auto" is resolved the way ray.init resolves it."""
+    if address is None or address == "local":
+        return
+    given = address
+    if address == "auto":
+        from ray._private.services import canonicalize_bootstrap_address_or_die
+
+        try:
+            # $RAY_ADDRESS, else the cluster the last `ray start` on this machine recorded.
+            address = canonicalize_bootstrap_address_or_die("auto")
+        except ConnectionError as error:
+            raise ConfigError("address", ADDRESS_ALLOWED, given,
+                              f"{error} Start one (`ray start --head`, `ray up cluster.yaml`), or leave --address "
+                              "out to run on a private local instance.") from None
+    try:
+        host, port = _host_port(address)
+    except ValueError:
+        raise ConfigError("address", ADDRESS_ALLOWED, given, "It is not of that form.") from None
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            pass
+    except OSError as error:
+        where = f" ({address})" if address != given else ""
+        raise ConfigError("address", ADDRESS_ALLOWED, given,
+                          f"Nothing answers at {host}:{port}{where} within {timeout_s:g} s: {error}. "
+                          "Is the cluster up (`ray status` on its head) and its port open to this machine?") from None
+
+
+def local_resources() -> dict[str, float]:
+    """What a local Ray instance started here will have, by Ray's own detection (so the
+    check agrees with ray.init: CPU counts respect container CPU limits)."""
+    from ray._private.accelerators import get_accelerator_manager_for_resource
+    from ray._private.utils import get_num_cpus
+
+    found = {"CPU": float(get_num_cpus())}
+    for resource in ("GPU", "neuron_cores"):
+        manager = get_accelerator_manager_for_resource(resource)
+        found[resource] = float(manager.get_current_node_num_accelerators() if manager else 0)
+    return found
+
+
+def check_fits_locally(plan: "Plan", local: Optional[Mapping[str, float]] = None) -> None:
+    """Refuse a local sweep whose trials need more CPUs, GPUs or NeuronCores than this
+    machine has. Local runs only: a cluster's nodes, not this machine, are its limit."""
+    local = local_resources() if local is None else local
+    points = [plan.baseline_point] + plan.space.sample(LOCAL_FIT_SAMPLES, seed=plan.sweep.seed)
+    for point in points:
+        config = type(plan.sweep.base).from_dict({**plan.base_dict, **point})
+        needs = plan.resources_of(point)
+        for resource in LOCAL_DEVICE_RESOURCES:
+            needed, present = needs.get(resource, 0), local.get(resource, 0)
+            if needed <= present:
+                continue
+            workers = getattr(config, "workers", 1)
+            unit = {"CPU": "CPUs", "GPU": "GPUs", "neuron_cores": "NeuronCores"}[resource]
+            if resource == "CPU":
+                field, given = "cpus_per_worker x workers", f"{needed / workers:g} x {workers}"
+                lower = "cpus_per_worker (--cpus-per-worker) or workers"
+            else:  # one GPU or NeuronCore per worker
+                field, given, lower = "workers", workers, "workers"
+            hint = (f"A local run has this machine only, and Tune would wait forever for the rest: lower {lower}, "
+                    "or pass --address to run on a cluster.")
+            if point is not plan.baseline_point:
+                hint = f"The search space proposes {point}. {hint}"
+            raise ConfigError(field, f"at most {present:g} (the {unit} of this machine; a local run)", given, hint)
+
+
+def preflight(sweep: "Sweep") -> "Plan":
+    """``plan_sweep`` plus the checks against where the sweep will run."""
+    from sweeps.api import plan_sweep
+
+    plan = plan_sweep(sweep)
+    if sweep.address and sweep.address != "local":
+        check_ray_address(sweep.address)
+    else:
+        check_fits_locally(plan)
+    return plan

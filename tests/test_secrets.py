@@ -1,0 +1,267 @@
+"""Credentials stay out of the record, and what the tool serves stays on this machine.
+
+Environment variables that look like secrets (KEY, SECRET, TOKEN, PASSWORD, CREDENTIAL)
+never reach an MLflow param, tag or artifact, nor Tune's files; a password in a URI is
+redacted; a local Ray instance starts no dashboard and keeps token auth on, because its
+gRPC ports listen on every interface; the MLflow UI command binds 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+from tests.test_sweep_e2e import mlflow_runs
+from trainables.secrets import REDACTED, looks_secret, redact_uri, scrub
+
+# Fake credentials, each in the shape of the real thing.
+FAKE_SECRETS = {
+    "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYFAKEKEY0001",
+    "HF_TOKEN": "hf_FakeTokenForTests0123456789abcdefgh",
+    "MY_DB_PASSWORD": "correct-horse-battery-staple",
+    "SOME_CREDENTIALS_FILE": "/run/secrets/fake-credentials.json",
+    "MLFLOW_TRACKING_PASSWORD": "mlflow-fake-password-42",
+}
+
+
+@pytest.mark.parametrize("name", ["AWS_SECRET_ACCESS_KEY", "AWS_ACCESS_KEY_ID", "HF_TOKEN", "MY_DB_PASSWORD",
+                                  "MLFLOW_TRACKING_PASSWORD", "SOME_CREDENTIALS_FILE", "GOOGLE_APPLICATION_CREDENTIALS",
+                                  "WANDB_API_KEY", "db.passwd", "apiKey", "client-secret", "RAY_AUTH_TOKEN"])
+def test_secret_looking_names(name):
+    assert looks_secret(name)
+
+
+@pytest.mark.parametrize("name", ["KEYBOARD", "TOKENIZERS_PARALLELISM", "MONKEY", "PWD", "HOME", "PATH",
+                                  "CUDA_VISIBLE_DEVICES", "NEURON_RT_ROOT_COMM_ID", "batch_size", "keyboard_layout",
+                                  "RAY_AUTH_MODE", "mlflow.parentRunId"])
+def test_names_that_only_share_letters(name):
+    assert not looks_secret(name)
+
+
+def test_scrub_drops_secret_names_and_redacts_secret_values_anywhere(monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", FAKE_SECRETS["HF_TOKEN"])
+    monkeypatch.setenv("USE_AUTH_TOKEN", "1")  # a flag: too short to hunt for
+    token = FAKE_SECRETS["HF_TOKEN"]
+    clean = scrub({
+        "HF_TOKEN": token,  # a secret-looking name with text: dropped, name and value
+        "env.AWS_SECRET_ACCESS_KEY": "anything",
+        "pad_token_id": 0,  # a count under a secret-looking word: kept
+        "compile_cache": f"s3://bucket/{token}/cache",  # an innocent name, a secret inside
+        "error": "connect failed: postgresql://ml:pw-in-uri@db:5432/mlflow",
+        "batch_size": 16,
+        "windows": 1,
+    })
+    assert clean == {"pad_token_id": 0, "compile_cache": f"s3://bucket/{REDACTED}/cache",
+                     "error": f"connect failed: postgresql://ml:{REDACTED}@db:5432/mlflow",
+                     "batch_size": 16, "windows": 1}
+
+
+@pytest.mark.parametrize("uri, shown", [
+    ("postgresql+psycopg2://ml:s3cr3t@db:5432/mlflow", f"postgresql+psycopg2://ml:{REDACTED}@db:5432/mlflow"),
+    ("https://user:p%40ss@mlflow.example.com", f"https://user:{REDACTED}@mlflow.example.com"),
+    ("https://mlflow.example.com:443/path@x", "https://mlflow.example.com:443/path@x"),
+    ("sqlite:///mlflow.db", "sqlite:///mlflow.db"),
+])
+def test_uri_passwords_are_redacted(uri, shown):
+    assert redact_uri(uri) == shown
+
+
+def assert_no_secret(text: str, where: str) -> None:
+    for name, value in FAKE_SECRETS.items():
+        assert value not in text, f"the value of {name} in {where}"
+        assert name not in text, f"{name} in {where}"
+
+
+def test_tracker_scrubs_every_param_and_tag(monkeypatch, tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    from trainables.tracking import SweepTracker
+
+    for name, value in FAKE_SECRETS.items():
+        monkeypatch.setenv(name, value)
+    leaky = {f"env.{name}": value for name, value in FAKE_SECRETS.items()}
+    leaky["compile_cache"] = f"s3://bucket/{FAKE_SECRETS['HF_TOKEN']}"
+    leaky["cost_basis"] = f"priced with {FAKE_SECRETS['MY_DB_PASSWORD']}"
+    uri = f"sqlite:///{tmp_path}/m.db"
+    tracker = SweepTracker(uri, "leaky")
+    parent = tracker.start_sweep("sweep", {**leaky, "seed": 0}, {**leaky, "kind": "sweep"})
+    child = tracker.start_trial("trial-001", {**leaky, "batch_size": 8}, {**leaky, "status": "running"})
+    tracker.reopen(child, tags=leaky)
+    tracker.finish(child, "FAILED", tags={**leaky, "error": f"token {FAKE_SECRETS['HF_TOKEN']} refused"})
+    client = MlflowClient(uri)
+    for run_id in (parent, child):
+        data = client.get_run(run_id).data
+        assert_no_secret(json.dumps([data.params, data.tags]), f"run {run_id}")
+    data = client.get_run(child).data
+    assert data.params["batch_size"] == "8" and data.params["compile_cache"] == f"s3://bucket/{REDACTED}"
+    assert data.tags["error"] == f"token {REDACTED} refused"
+
+
+def test_ui_command_binds_localhost_and_hides_a_database_password(tmp_path):
+    from trainables.tracking import SweepTracker
+
+    tracker = SweepTracker(f"sqlite:///{tmp_path}/m.db", "ui")
+    assert tracker.ui_command().endswith("--host 127.0.0.1 --port 5000")
+    tracker.tracking_uri = "postgresql://ml:s3cr3t-pw@db/mlflow"
+    assert "s3cr3t-pw" not in tracker.ui_command() and f"ml:{REDACTED}@db" in tracker.ui_command()
+
+
+def test_readme_serves_mlflow_on_localhost_only():
+    with open(os.path.join(REPO, "README.md")) as readme:
+        commands = [line for line in readme if re.search(r"mlflow (ui|server)\b", line)]
+    assert commands, "README shows no mlflow ui command"
+    for line in commands:
+        assert "--host 127.0.0.1" in line, line
+
+
+def test_cluster_yaml_exports_no_secret():
+    """test_cluster_yaml.test_no_credentials looks for AWS key shapes; this one for any
+    secret-looking variable given a value in the nodes' shell commands."""
+    with open(os.path.join(REPO, "cluster.yaml")) as config:
+        code = [line.split("#", 1)[0] for line in config]
+    assignments = re.findall(r"\b([A-Za-z_][A-Za-z0-9_]*)=(\S*)", "\n".join(code))
+    assert assignments, "no VAR=value found: the pattern no longer matches cluster.yaml"
+    for name, value in assignments:
+        assert not looks_secret(name), f"cluster.yaml sets {name}"
+
+
+def test_a_smoke_sweep_records_no_secret(tmp_path):
+    uri = f"sqlite:///{tmp_path}/m.db"
+    storage = tmp_path / "ray"
+    env = {**os.environ, **FAKE_SECRETS}
+    env.pop("RAY_AUTH_MODE", None)  # the default a user gets (tests/conftest.py turns it off)
+    done = subprocess.run(
+        [sys.executable, "sweeps/neuron_vit.py", "--smoke", "--num-samples", "2", "--tracking-uri", uri,
+         "--storage-path", str(storage), "--experiment", "secrets"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    parents, children = mlflow_runs(uri, "secrets")
+    assert len(parents) == 1 and len(children) == 2
+    for run in parents + children:
+        run_id = run.info.run_id
+        assert_no_secret(json.dumps([run.data.params, run.data.tags, run.info.run_name]), f"run {run_id}")
+        pending = [""]
+        while pending:
+            for item in client.list_artifacts(run_id, pending.pop() or None):
+                if item.is_dir:
+                    pending.append(item.path)
+                else:
+                    local = client.download_artifacts(run_id, item.path, str(tmp_path / "artifacts"))
+                    with open(local, "rb") as artifact:
+                        assert_no_secret(artifact.read().decode("utf-8", "replace"), f"artifact {item.path}")
+    # Tune's own files (experiment state, trial configs) are records too.
+    written = [os.path.join(d, f) for d, _, files in os.walk(storage) for f in files]
+    assert written, "Tune wrote nothing under --storage-path"
+    for path in written:
+        with open(path, "rb") as record:
+            assert_no_secret(record.read().decode("utf-8", "replace"), path)
+    assert_no_secret(done.stdout, "the sweep's output")
+
+
+# Run in a child process: it starts a local instance the way a sweep does, then lists
+# the listening TCP sockets of its own process tree from /proc (Linux).
+LISTENERS = r'''
+import json, os, socket, sys, time
+os.environ.pop("RAY_AUTH_MODE", None)
+from sweeps.api import connect_ray
+connect_ray(None)
+time.sleep(5)  # Ray starts its workers and agents after ray.init returns
+
+def parent_of(pid):
+    with open(f"/proc/{pid}/stat") as stat:
+        return int(stat.read().rsplit(")", 1)[1].split()[1])
+
+pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+parents = {}
+for pid in pids:
+    try:
+        parents[pid] = parent_of(pid)
+    except OSError:
+        pass
+tree, todo = set(), [os.getpid()]
+while todo:
+    pid = todo.pop()
+    tree.add(pid)
+    todo += [child for child, parent in parents.items() if parent == pid]
+
+def address(hex_address):
+    host, port = hex_address.split(":")
+    raw = bytes.fromhex(host)
+    if len(raw) == 4:
+        return socket.inet_ntop(socket.AF_INET, raw[::-1]), int(port, 16)
+    words = b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4))
+    return socket.inet_ntop(socket.AF_INET6, words), int(port, 16)
+
+listening = {}
+for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+    with open(table) as lines:
+        for line in list(lines)[1:]:
+            fields = line.split()
+            if fields[3] == "0A":  # LISTEN
+                listening[fields[9]] = address(fields[1])
+found = []
+for pid in sorted(tree):
+    try:
+        command = open(f"/proc/{pid}/cmdline").read().replace("\0", " ").strip()
+        if pid == os.getpid():
+            command = "this driver"  # its own command line is this script
+        environ = open(f"/proc/{pid}/environ").read().split("\0")
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        continue
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        inode = target[len("socket:["):-1] if target.startswith("socket:[") else None
+        if inode in listening:
+            host, port = listening[inode]
+            found.append({"pid": pid, "command": command[:300], "host": host, "port": port,
+                          "driver": pid == os.getpid()})
+    if "gcs_server" in command or "dashboard.py" in command:
+        found.append({"pid": pid, "command": command[:2000], "host": None, "port": None, "driver": False,
+                      "auth": [e for e in environ if e.startswith("RAY_AUTH_MODE=")]})
+print("LISTENERS " + json.dumps(found))
+'''
+
+
+
+def is_ray_core(command: str) -> bool:
+    """Ray's GCS, raylet, and its workers and agents (titled ray::...): their gRPC
+    servers listen on every interface by design (Ray 2.60 has no loopback-only mode)
+    and answer only with the cluster's token."""
+    return command.startswith("ray::") or "/gcs/gcs_server " in command or "/raylet/raylet " in command
+
+
+def test_a_local_instance_serves_nothing_beyond_what_ray_needs():
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE")}
+    done = subprocess.run([sys.executable, "-c", LISTENERS], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.split("LISTENERS ", 1)[1])
+    sockets = [s for s in found if s["port"] is not None]
+    assert sockets, "no listening socket found: the /proc walk no longer sees Ray's processes"
+    loopback = {"127.0.0.1", "::1"}
+    for listener in sockets:
+        # No dashboard, no MLflow server: nothing serves HTTP to people on this machine's ports.
+        assert listener["port"] not in (8265, 5000), listener
+        assert "dashboard.py" not in listener["command"] and "mlflow" not in listener["command"], listener
+        if listener["host"] not in loopback:  # the driver's own core worker is a Ray gRPC server too
+            assert listener["driver"] or is_ray_core(listener["command"]), listener
+    gcs = [s for s in found if "gcs_server" in s["command"] and s["port"] is None]
+    assert gcs and all(s["auth"] == ["RAY_AUTH_MODE=token"] for s in gcs), gcs
+    for dashboard in (s for s in found if "dashboard.py" in s["command"] and s["port"] is None):
+        # Ray runs a minimal dashboard head even with include_dashboard=False: no web
+        # frontend, and bound to 127.0.0.1 should it ever listen.
+        assert "--host=127.0.0.1" in dashboard["command"] and "--disable-frontend" in dashboard["command"]
