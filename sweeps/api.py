@@ -226,6 +226,11 @@ def concurrency_for(per_trial: Mapping[str, float], sweep: Sweep) -> tuple[int, 
     return min(slots, sweep.num_samples), f"{slots} trial(s) fit in the cluster's resources"
 
 
+def startup_trials(sweep: Sweep) -> int:
+    """TPE's random start-up proposals: seeded, so known before any result."""
+    return min(10, max(2, sweep.num_samples // 3))
+
+
 def _searcher(plan: Plan):
     import optuna
 
@@ -239,7 +244,7 @@ def _searcher(plan: Plan):
         sampler = optuna.samplers.GridSampler(grid, seed=sweep.seed)
     else:
         sampler = optuna.samplers.TPESampler(seed=sweep.seed,
-                                             n_startup_trials=min(10, max(2, sweep.num_samples // 3)))
+                                             n_startup_trials=startup_trials(sweep))
     # TPE runs the baseline first; a grid reaches it anyway (it is one of its points).
     first = [plan.baseline_point] if sweep.sampler == "tpe" else None
     return FailureAwareOptunaSearch(plan.space.define_by_run, metric=metrics if len(metrics) > 1 else metrics[0],
