@@ -54,7 +54,7 @@ def worker_choices(instance_type) -> list[int]:
     return [n for n in (1, 2, 4, 8, 16, 32) if n <= cores]
 
 
-def make_space(platform: str, smoke: bool, cpus: int, instance_type=None):
+def make_space(platform: str, smoke: bool, cpus: int, instance_type=None, nan_capture: bool = False):
     def space(trial):
         trial.suggest_categorical("batch_size", batch_sizes(platform, smoke))
         trial.suggest_categorical("num_workers", [0, 1, 2])
@@ -68,7 +68,8 @@ def make_space(platform: str, smoke: bool, cpus: int, instance_type=None):
         if platform in ("xla", "neuron"):
             trial.suggest_categorical("batches_per_execution", [1, 4, 10])
         if platform == "neuron":
-            trial.suggest_categorical("workers", worker_choices(instance_type))
+            if not nan_capture:  # a capture replays one worker's step: it needs workers=1
+                trial.suggest_categorical("workers", worker_choices(instance_type))
             trial.suggest_categorical("neuron_model_type", ["generic", "transformer"])
             trial.suggest_categorical("neuron_optlevel", [1, 2, 3])
             if precision != "fp32":  # torch decides the casts; the compiler must not (NeuronPlatform)
@@ -82,10 +83,11 @@ def make_space(platform: str, smoke: bool, cpus: int, instance_type=None):
 
 
 def base_config(platform: str, smoke: bool, cpus: int, instance_type, seed: int,
-                compile_cache=None, pin_instance_type=None) -> TrialConfig:
+                compile_cache=None, pin_instance_type=None, nan_capture: bool = False) -> TrialConfig:
     """The seed's baseline: batch 16 per core, no loader workers, fp32, conv patch embed.
     ``pin_instance_type``: on a cluster, the node type trials must run on (the one named
-    by --instance-type, which prices the sweep); locally there is one node, nothing to pin."""
+    by --instance-type, which prices the sweep); locally there is one node, nothing to pin.
+    ``nan_capture``: every trial saves the step of its first non-finite gradient."""
     if smoke:
         model, measurement = "vit-micro", dict(warmup_steps=2, window_min_steps=3, window_min_s=0.25, windows=2)
     elif platform == "cpu":
@@ -106,7 +108,7 @@ def base_config(platform: str, smoke: bool, cpus: int, instance_type, seed: int,
     # CPU and the XLA CPU client use every core they are given: one trial owns the node.
     cpus_per_worker = cpus if platform in ("cpu", "xla") else 1
     return TrialConfig(platform=platform, model=model, batch_size=16, num_workers=0, precision="fp32",
-                       cpus_per_worker=cpus_per_worker, seed=seed, **measurement, **extra)
+                       cpus_per_worker=cpus_per_worker, seed=seed, nan_capture=nan_capture, **measurement, **extra)
 
 
 def main() -> None:
@@ -116,6 +118,9 @@ def main() -> None:
     parser.add_argument("--compile-cache", default=None,
                         help="xla/neuron: persistent compile cache shared by all trials and sweeps "
                              "(a directory every node sees, or s3:// for Neuron)")
+    parser.add_argument("--nan-capture", action="store_true",
+                        help="on a non-finite gradient, save the step (weights, optimizer, batch, RNG) with the "
+                             "trial and end it as nan; replay: python -m trainables.nan_capture FILE")
     args = parser.parse_args()
 
     if args.dry_run:
@@ -140,8 +145,10 @@ def main() -> None:
         trainable=train_trainable,
         base=base_config(platform.name, args.smoke, cpus, args.instance_type or (basis and basis.instance_type),
                          args.seed, args.compile_cache,
-                         pin_instance_type=args.instance_type if args.address else None),
-        space=make_space(platform.name, args.smoke, cpus, args.instance_type or (basis and basis.instance_type)),
+                         pin_instance_type=args.instance_type if args.address else None,
+                         nan_capture=args.nan_capture),
+        space=make_space(platform.name, args.smoke, cpus, args.instance_type or (basis and basis.instance_type),
+                         nan_capture=args.nan_capture),
         objectives=[Objective("throughput_samples_per_s", "max")],
         metric_names=METRIC_NAMES,
         num_samples=args.num_samples or (4 if args.smoke else DEFAULT_SAMPLES),

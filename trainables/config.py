@@ -125,6 +125,9 @@ class TrialConfig(DictConfig):
     windows: int = 3
     learning_rate: float = 1e-3
     seed: int = 0
+    # On a non-finite gradient, save the step's model and optimizer state, batch and RNG
+    # state, and end the trial as nan (trainables/nan_capture.py replays the capture).
+    nan_capture: bool = False
 
     def __post_init__(self) -> None:
         from trainables.models import MODEL_PRESETS
@@ -163,6 +166,13 @@ class TrialConfig(DictConfig):
         positive_int("windows", self.windows)
         positive_float("learning_rate", self.learning_rate)
         positive_int("seed", self.seed, minimum=0)
+        if not isinstance(self.nan_capture, bool):
+            raise ConfigError("nan_capture", "True or False", self.nan_capture)
+        if self.nan_capture and self.workers > 1:
+            raise ConfigError("nan_capture", "False when workers > 1", self.nan_capture,
+                              "A capture replays one process's step, but with several workers each gradient is "
+                              "the all-reduce of every worker's batch. Run the failing config with workers=1 "
+                              "to capture it.")
         # The platform checks what only it knows: its precisions, compile modes and knobs.
         get_platform(self.platform).validate(self)
 

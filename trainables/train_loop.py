@@ -1,7 +1,6 @@
 """The training loop: one config in, one result dict per measured window out.
 
     from trainables.config import TrialConfig
-from trainables.cost import usd_per_1m_samples
     from trainables.train_loop import run_training
     result = run_training(TrialConfig(model="vit-micro", windows=2))
 
@@ -14,6 +13,7 @@ a report, so a Tune scheduler can stop a hopeless trial after its first window.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from typing import Callable, Optional
@@ -30,6 +30,7 @@ METRIC_NAMES = (
     "compile_s", "peak_memory_mb", "final_loss", "usd_per_1m_samples", "trial_cost_usd",
     "overhead_s",
 )
+DRIVER_METRICS = ("trial_cost_usd", "overhead_s")  # the sweep driver's, not the loop's (sweeps/callbacks.py)
 
 # torch.compile's own timers (torch._dynamo.utils.compilation_time_metrics): the
 # forward graph compile and the backward graph compile, which runs on first backward.
@@ -40,6 +41,16 @@ class NonFiniteLoss(RuntimeError):
     """The loss became NaN or infinite: the trial is a failure, not a data point."""
 
 
+class NonFiniteGradient(NonFiniteLoss):
+    """A gradient became NaN or infinite with ``nan_capture`` on. ``capture_path`` is the
+    saved capture of the step that produced it (None when it could not be pinned to one
+    step); ``step`` that step's index, 0 being the trial's first step."""
+
+    def __init__(self, message: str, capture_path: Optional[str] = None, step: Optional[int] = None):
+        super().__init__(message)
+        self.capture_path, self.step = capture_path, step
+
+
 def _dynamo_compile_seconds() -> float:
     from torch._dynamo.utils import compilation_time_metrics
 
@@ -47,13 +58,15 @@ def _dynamo_compile_seconds() -> float:
 
 
 def run_training(config: TrialConfig, report: Optional[Callable[[dict], None]] = None,
-                 usd_per_hour: float = float("nan")) -> dict:
+                 usd_per_hour: float = float("nan"), capture_dir: Optional[str] = None) -> dict:
     """Train ``config`` for its warm-up and windows; call ``report`` after each window
     with the cumulative result, and return the last one. ``usd_per_hour`` is what the
-    resources this trial holds cost (NaN: no price basis, so no cost metrics)."""
+    resources this trial holds cost (NaN: no price basis, so no cost metrics).
+    ``capture_dir``: where ``nan_capture`` saves its file (default: the Tune trial's
+    directory inside a Tune trial, else the working directory)."""
     since = time.time()
     try:
-        return _run_training(config, report, usd_per_hour)
+        return _run_training(config, report, usd_per_hour, capture_dir)
     except Exception as error:
         # The platform may know better words for its own failures (neuronx-cc's log).
         explained = get_platform(config.platform).explain_failure(error, config, since)
@@ -63,7 +76,7 @@ def run_training(config: TrialConfig, report: Optional[Callable[[dict], None]] =
 
 
 def _run_training(config: TrialConfig, report: Optional[Callable[[dict], None]],
-                  usd_per_hour: float) -> dict:
+                  usd_per_hour: float, capture_dir: Optional[str]) -> dict:
     import torch
     from torch.utils.data import DataLoader
 
@@ -96,19 +109,48 @@ def _run_training(config: TrialConfig, report: Optional[Callable[[dict], None]],
                         drop_last=True, persistent_workers=False)
     batches = iter(platform.device_batches(loader, device, config))
     last_loss = []  # device tensor of the latest step's loss; read only after a sync
+    result: dict = {}  # the cumulative result of the windows done so far
+    nan_capture = None  # a NanCapture when config.nan_capture (set below, before any step)
 
-    def step() -> None:
-        inputs, targets = next(batches)
+    def train_step(inputs, targets) -> None:
         inputs = inputs.to(dtype=input_dtype, memory_format=memory_format)
+        if nan_capture is not None:
+            nan_capture.before_step(inputs, targets)
         optimizer.zero_grad(set_to_none=True)
         with platform.autocast(config):
             loss = loss_function(forward(inputs), targets)
         loss.backward()
+        if nan_capture is not None:
+            # Before the optimizer step: the weights are still the ones this step started from.
+            nan_capture.after_backward(loss)
         platform.optimizer_step(optimizer)
         last_loss[:] = [loss.detach()]
 
+    def step() -> None:
+        train_step(*next(batches))
+
     def sync() -> None:
         platform.sync(device)
+
+    # Every run of steps below ends in a sync; with nan_capture on an asynchronous device,
+    # that is where the capture reads its flag (NanCapture.segment). Else: nothing.
+    segment = contextlib.nullcontext
+    if config.nan_capture:
+        from trainables.nan_capture import NanCapture
+
+        def report_capture(fields: dict) -> None:
+            # The driver logs the capture file with the trial's run when a result names it,
+            # so this report comes before the trial ends: what the windows done so far
+            # measured (NaN before the first one), the unfinished window's throughput as
+            # unknown, and where the capture is.
+            if report is not None:
+                measured = result or {name: float("nan") for name in METRIC_NAMES if name not in DRIVER_METRICS}
+                report({**measured, "window_throughput_samples_per_s": float("nan"),
+                        "windows_done": measured.get("windows_done", 0), **fields})
+
+        nan_capture = NanCapture(model, optimizer, device, platform, config, train_step, report_capture,
+                                 capture_dir)
+        segment = nan_capture.segment
 
     platform.reset_peak_memory(device)
     compile_start = _dynamo_compile_seconds() if config.torch_compile != "none" else 0.0
@@ -116,8 +158,9 @@ def _run_training(config: TrialConfig, report: Optional[Callable[[dict], None]],
     setup_s = time.perf_counter() - started
 
     loop_start = time.perf_counter()
-    step()
-    sync()
+    with segment():
+        step()
+        sync()
     first_step_s = time.perf_counter() - loop_start
     initial_loss = float(last_loss[0])
     group = config.batches_per_execution  # steps per XLA execution (1 elsewhere)
@@ -125,9 +168,10 @@ def _run_training(config: TrialConfig, report: Optional[Callable[[dict], None]],
     if group > 1:  # whole groups, at least one, so the k-step graph compiles in warm-up
         warmup_rest = -(-max(warmup_rest, group) // group) * group
     warmup_start = time.perf_counter()
-    for _ in range(warmup_rest):
-        step()
-    sync()
+    with segment():
+        for _ in range(warmup_rest):
+            step()
+        sync()
     warmup_step_s = (time.perf_counter() - warmup_start) / warmup_rest if warmup_rest else first_step_s
     counters_after_warmup = platform.compile_stats()
     min_steps, min_seconds = config.window_min_steps, config.window_min_s
@@ -141,9 +185,9 @@ def _run_training(config: TrialConfig, report: Optional[Callable[[dict], None]],
 
     stats = WindowStats(samples_per_step=config.batch_size,
                         host_clock_times_steps=platform.host_clock_times_steps)
-    result: dict = {}
     for index in range(1, config.windows + 1):
-        window = time_window(step, sync, min_steps, min_seconds, step_multiple=group)
+        with segment():  # its own work on entry and exit stays outside the window's timer
+            window = time_window(step, sync, min_steps, min_seconds, step_multiple=group)
         stats.add(window)
         final_loss = float(last_loss[0])  # the window already synced: this read waits for nothing
         if not math.isfinite(final_loss):
