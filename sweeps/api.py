@@ -88,6 +88,8 @@ class Sweep:
     # Restarts of a trial whose process or node went away (a trial's own errors are never
     # retried: the same config would fail the same way, after the same compile).
     retries: int = 1
+    # Figures measured before the trials (e.g. a precompile phase), logged on the parent run.
+    parent_metrics: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -405,7 +407,7 @@ def run_sweep(sweep: Sweep) -> SweepResult:
         text = summary(f"{sweep.name} on {sweep.base.platform}", records, objective.metric, objective.mode,
                        list(plan.space.distributions), sweep.cost_note, tracker.ui_command(),
                        time.monotonic() - started, metrics=sweep.summary_metrics)
-        parent_metrics = {"trials": len(records), "failed_trials": sum(r.status == "failed" for r in records),
+        parent_metrics = {**sweep.parent_metrics, "trials": len(records), "failed_trials": sum(r.status == "failed" for r in records),
                           "mean_overhead_s": mean_overhead_s(records)}
         if best is not None:
             parent_metrics[f"best_{objective.metric}"] = best.metric(objective.metric)

@@ -235,6 +235,13 @@ class SweepCallback(Callback):
                          "error_cause": record.error_cause or ERROR})
         if record.retries:
             tags["retries"] = str(record.retries)
+        capture = record.result.get("nan_capture_path")
+        if capture:
+            # The NaN capture (trainables.nan_capture) travels with its trial's run.
+            tags["nan_capture_path"] = str(capture)
+            if os.path.exists(capture):
+                self.tracker.log_artifact(record.run_id, capture)
+                tags["nan_capture_artifact"] = os.path.basename(capture)
         mlflow_status = {FAILED: "FAILED", CUT_BY_BUDGET: "KILLED", INTERRUPTED: "KILLED"}.get(status, "FINISHED")
         self.tracker.finish(record.run_id, mlflow_status, metrics=final, tags=tags)
         self._say(self.progress_line(record))

@@ -29,7 +29,9 @@ from __future__ import annotations
 import os
 
 from sweeps.api import Objective, Sweep, plan_sweep, run_sweep
-from sweeps.cli import common_parser, cost_basis, main_guard
+from sweeps.cli import at_least_one, common_parser, cost_basis, main_guard
+from sweeps.precompile import check_precompile, describe_plan, first_proposals, run_precompile
+from sweeps.preflight import preflight
 from trainables.config import ConfigError, TrialConfig
 from trainables.cost import PRICE_TABLE
 from trainables.platforms import get_platform, resolve_platform
@@ -113,7 +115,7 @@ def base_config(platform: str, smoke: bool, cpus: int, instance_type, seed: int,
 
 def main() -> None:
     parser = common_parser(__doc__.split("\n\n")[0], DEFAULT_SAMPLES)
-    parser.add_argument("--cpus-per-worker", type=int, default=None,
+    parser.add_argument("--cpus-per-worker", type=at_least_one, default=None,
                         help="CPUs each trial holds (default: cpu platform: all of this machine's; else 1)")
     parser.add_argument("--compile-cache", default=None,
                         help="xla/neuron: persistent compile cache shared by all trials and sweeps "
@@ -121,6 +123,9 @@ def main() -> None:
     parser.add_argument("--nan-capture", action="store_true",
                         help="on a non-finite gradient, save the step (weights, optimizer, batch, RNG) with the "
                              "trial and end it as nan; replay: python -m trainables.nan_capture FILE")
+    parser.add_argument("--precompile", type=int, default=0, metavar="N",
+                        help="neuron: before the first trial, compile the first N configs the search will propose "
+                             "with neuron_parallel_compile into --compile-cache (at most TPE's start-up count)")
     args = parser.parse_args()
 
     if args.dry_run:
@@ -138,6 +143,7 @@ def main() -> None:
         # compiler target, the price and the node type the autoscaler starts all come from this.
         raise ConfigError("--instance-type", "the Neuron node type to sweep on the cluster (one of "
                           + ", ".join(t for t in PRICE_TABLE if neuron_target_for_instance(t)) + ")", None)
+    check_precompile(platform.name, args.precompile, args.compile_cache)
     cpus = args.cpus_per_worker or os.cpu_count() or 1
     basis, cost_note = cost_basis(args)
     sweep = Sweep(
@@ -159,9 +165,36 @@ def main() -> None:
         resume=args.resume, retries=args.retries,
     )
     if args.dry_run:
-        print(plan_sweep(sweep).describe())
+        plan = plan_sweep(sweep)
+        print(plan.describe())
+        if args.precompile:
+            print("\n".join(describe_plan(plan.base_dict, first_proposals(plan, args.precompile))))
         return
+    plan = preflight(sweep)  # the address answers, and a local run fits this machine
+    if args.precompile and not args.resume:
+        sweep.parent_metrics.update(precompile(plan, args.precompile, basis))
     run_sweep(sweep)
+
+
+def precompile(plan, count: int, basis) -> dict[str, float]:
+    """Seed 002's ahead-of-time compile, before any trial; its time and cost are
+    reported apart from the trials' (parent run metrics precompile_*)."""
+    from sweeps.api import connect_ray
+
+    print(connect_ray(plan.sweep.address), flush=True)
+    proposals = first_proposals(plan, count)
+    print("\n".join(describe_plan(plan.base_dict, proposals)), flush=True)
+    results = run_precompile(plan.base_dict, proposals)
+    cost = 0.0
+    for result in results:
+        outcome = "compiled" if result.returncode == 0 else f"FAILED (exit {result.returncode}): {result.output_tail}"
+        print(f"  precompile {result.searched}: {result.seconds:.1f} s, {outcome}", flush=True)
+        if basis is not None:
+            config = TrialConfig.from_dict({**plan.base_dict, **result.searched})
+            cost += basis.hourly_rate(get_platform(config.platform).worker_resources(config)) * result.seconds / 3600
+    return {"precompile_configs": len(results), "precompile_failures": sum(r.returncode != 0 for r in results),
+            "precompile_s": sum(r.seconds for r in results),
+            "precompile_cost_usd": cost if basis is not None else float("nan")}
 
 
 if __name__ == "__main__":

@@ -76,6 +76,14 @@ def _extract_and_compile(command: Sequence[str], env: Mapping[str, str]) -> tupl
     return time.monotonic() - started, done.returncode, output
 
 
+def skip_reason(config: TrialConfig) -> str:
+    """Why a config is not precompiled ("" when it is)."""
+    if config.workers > 1:
+        return (f"skipped: {config.workers} workers; their graphs hold collectives a one-process extraction "
+                "does not trace (compiled when the trial runs)")
+    return ""
+
+
 def run_precompile(base: Mapping[str, Any], proposals: Sequence[Mapping[str, Any]]) -> list[PrecompileResult]:
     """One Ray task per config, all at once: the cluster runs as many as fit."""
     import ray
@@ -84,6 +92,8 @@ def run_precompile(base: Mapping[str, Any], proposals: Sequence[Mapping[str, Any
     pending = []
     for searched in proposals:
         config = TrialConfig.from_dict({**base, **searched})
+        if skip_reason(config):
+            continue
         resources = dict(get_platform(config.platform).worker_resources(config))
         options = {"num_cpus": resources.pop("CPU", 1), "resources": resources}
         pending.append((dict(searched), task.options(**options).remote(precompile_command(config),
@@ -96,6 +106,9 @@ def describe_plan(base: Mapping[str, Any], proposals: Sequence[Mapping[str, Any]
     for searched in proposals:
         config = TrialConfig.from_dict({**base, **searched})
         lines.append(f"  {searched}")
+        if skip_reason(config):
+            lines.append(f"    {skip_reason(config)}")
+            continue
         lines.append(f"    NEURON_CC_FLAGS={precompile_env(config).get('NEURON_CC_FLAGS', '')!r} "
                      f"cache={config.compile_cache}")
     return lines

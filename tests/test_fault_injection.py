@@ -5,6 +5,7 @@ The faults are real: a Python exception, an allocation the machine cannot satisf
 training run driven to a NaN loss, a torch.compile backend that fails, and the trial's
 process killed with SIGKILL (retried once, as for a lost node, then failed)."""
 
+import functools
 import os
 import signal
 import sys
@@ -16,7 +17,8 @@ import pytest
 from tests.test_sweep_e2e import mlflow_runs
 from trainables.config import DictConfig
 
-EXPECTED_CAUSE = {"raise": "error", "oom": "oom", "nan": "nan", "compile": "compile", "sigkill": "killed"}
+EXPECTED_CAUSE = {"raise": "error", "oom": "oom", "nan": "nan", "nan-capture": "nan", "compile": "compile",
+                  "sigkill": "killed"}
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,13 @@ def faulty_trainable(searched, base, cost=None):
         torch.empty(2 ** 42, dtype=torch.float32)  # 16 TiB: more than this machine can give
     if fault == "nan":
         training = training.replace(learning_rate=1e30)  # diverges within a window: a real NaN loss
+    if fault == "nan-capture":
+        import trainables.data
+        from tests.test_nan_capture import PoisonedDataset
+
+        poisoned = functools.partial(PoisonedDataset, poisoned_item=1 * training.batch_size + 2)  # step 1
+        trainables.data.RandomImageDataset = poisoned  # this trial's process only
+        training = training.replace(nan_capture=True)
     if fault == "compile":
         def broken_backend(graph, example_inputs):
             raise RuntimeError("injected: the compiler backend failed")
@@ -63,8 +72,11 @@ def test_each_failure_kind_is_a_failed_run_and_the_sweep_goes_on(ray_session, tr
 
     from sweeps.api import Objective, Sweep, run_sweep
 
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Ray workers cannot import tests/
-    faults = ["none", "raise", "oom", "nan", "compile", "sigkill"]
+    import tests.test_nan_capture
+
+    for module in (sys.modules[__name__], tests.test_nan_capture):  # Ray workers cannot import tests/
+        ray.cloudpickle.register_pickle_by_value(module)
+    faults = ["none", "raise", "oom", "nan", "nan-capture", "compile", "sigkill"]
     lines = []
     result = run_sweep(Sweep(
         name="faults", trainable=faulty_trainable, base=FaultConfig(),
@@ -86,11 +98,20 @@ def test_each_failure_kind_is_a_failed_run_and_the_sweep_goes_on(ray_session, tr
     assert "injected: the trial raised" in by_fault["raise"].data.tags["error"]
     assert "allocate" in by_fault["oom"].data.tags["error"]
     assert by_fault["nan"].data.tags["error_class"] == "NonFiniteLoss"
+    captured = by_fault["nan-capture"]
+    assert captured.data.tags["error_class"] == "NonFiniteGradient"
+    assert captured.data.tags["nan_capture_artifact"] == "nan_capture.pt"
+    assert captured.data.metrics["nan_step"] == 1
+    from mlflow.tracking import MlflowClient
+
+    artifacts = [a.path for a in MlflowClient(tracking_uri).list_artifacts(captured.info.run_id)]
+    assert artifacts == ["nan_capture.pt"]  # the capture travels with its trial's run
     assert "injected: the compiler backend failed" in by_fault["compile"].data.tags["error"]
     assert by_fault["sigkill"].data.tags["retries"] == "1"  # restarted once, as for a lost node
     summary_line = next(line for line in result.summary.splitlines() if line.startswith("failures by cause:"))
-    for cause in EXPECTED_CAUSE.values():
-        assert f"{cause} x1" in summary_line, summary_line
+    for cause in set(EXPECTED_CAUSE.values()):
+        count = list(EXPECTED_CAUSE.values()).count(cause)
+        assert f"{cause} x{count}" in summary_line, summary_line
     assert sum("FAILED (" in line for line in lines) == len(EXPECTED_CAUSE)
 
 

@@ -99,3 +99,16 @@ def test_each_config_is_extracted_and_compiled_as_a_ray_task_holding_a_neuroncor
     assert len(calls) == 2
     assert sorted("--optlevel=3" in flags for flags, _, _ in calls) == [False, True]
     assert all(cache == "/shared/cache" and "-m trainables.precompile --config" in argv for _, cache, argv in calls)
+
+
+def test_dry_run_lists_what_would_be_precompiled():
+    done = subprocess.run([sys.executable, "sweeps/neuron_vit.py", "--dry-run", "--platform", "neuron",
+                           "--instance-type", "trn1.2xlarge", "--precompile", "3", "--compile-cache", "s3://b/c"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    section = done.stdout[done.stdout.index("precompile: 3 configs with neuron_parallel_compile"):]
+    assert section.count("NEURON_CC_FLAGS='--target=trn1") + section.count("skipped: ") == 3
+    assert "cache=s3://b/c" in section
+    refused = subprocess.run([sys.executable, "sweeps/neuron_vit.py", "--dry-run", "--platform", "cpu",
+                              "--precompile", "2"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "--precompile must be 0 on platform 'cpu'" in refused.stderr

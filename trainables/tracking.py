@@ -103,6 +103,9 @@ class SweepTracker:
         runs = self.client.search_runs([self.experiment_id], filter_string=query, max_results=10000)
         return {run.info.run_id: dict(run.data.tags) for run in runs}
 
+    def log_artifact(self, run_id: str, path: str) -> None:
+        self.client.log_artifact(run_id, path)
+
     def log_metrics(self, run_id: str, metrics: Mapping[str, Any], step: int = 0) -> None:
         self._log(run_id, metrics=metrics, step=step)
 
