@@ -65,7 +65,7 @@ def test_run_training_raises_the_compilers_words(tmp_path, monkeypatch):
 
     monkeypatch.setattr(neuron_errors, "compile_log_roots", lambda cache_url: [str(tmp_path)])
 
-    def compile_fails(config, report, usd_per_hour):
+    def compile_fails(config, *loop_arguments):
         write_log(tmp_path)  # the trial's compile writes its log, then torch-xla raises
         raise RuntimeError(TORCH_XLA_ERROR)
 
