@@ -22,7 +22,6 @@ from typing import Any, Callable, Mapping, Optional
 from trainables.config import ConfigError
 
 
-
 def _op_packages() -> tuple[str, ...]:
     import kernels
 
@@ -80,6 +79,9 @@ class OpSpec:
     # Outputs are compared after this (e.g. a keep mask and an index list -> the same set).
     canonical: Callable[[Any], Any] = lambda output: output
     tolerance: Mapping[str, float] = field(default_factory=lambda: {"float32": 1e-4})
+    # (shape, options) -> None, raising ConfigError for a combination the op itself does
+    # not define (a 2-D neighbourhood over a non-square sequence). Runs before any trial.
+    check: Optional[Callable[..., None]] = None
 
     @property
     def shape_params(self) -> tuple[str, ...]:

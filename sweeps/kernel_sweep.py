@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from sweeps.api import Objective, Sweep, plan_sweep, run_sweep
 from sweeps.cli import common_parser, main_guard
@@ -20,45 +20,64 @@ KERNEL_SUMMARY = (
     ("items_per_s", "items/s", "{:.4g}"),
     ("max_abs_error", "max abs error", "{:.2e}"),
 )
+TFLOPS_ROW = ("tflops", "TFLOP/s", "{:.4g}")
 
 
 def kernel_main(op: str, description: str, shapes: Mapping[str, Sequence[int]],
-                smoke_shapes: Mapping[str, Sequence[int]]) -> None:
+                smoke_shapes: Mapping[str, Sequence[int]],
+                variants: Optional[Mapping[str, Mapping[str, Any]]] = None) -> None:
+    """``variants``: named sets of the op's options (the first is the default), one per
+    sweep (``--variant``): each is its own table in the seed, with its own contenders."""
     from kernels.registry import KernelUnavailable, get_op
 
+    spec = get_op(op)
+    variants = variants or {"default": {}}
     parser = common_parser(description, default_samples=0)
+    parser.add_argument("--dtype", default=spec.dtypes[0], choices=spec.dtypes,
+                        help=f"input and compute dtype (default: {spec.dtypes[0]})")
+    if len(variants) > 1:
+        parser.add_argument("--variant", default=next(iter(variants)), choices=tuple(variants),
+                            help="which computation: " + "; ".join(
+                                f"{name}: {', '.join(f'{k}={v}' for k, v in options.items()) or 'no options'}"
+                                for name, options in variants.items()))
     args = parser.parse_args()
     platform = "cpu" if args.platform == "auto" else args.platform
-    spec = get_op(op)
+    options = dict(variants[getattr(args, "variant", next(iter(variants)))])
+    grid_shapes = smoke_shapes if args.smoke else shapes
+    first_shape = {name: choices[0] for name, choices in grid_shapes.items()}
     impls = []
     for implementation in spec.impls_for(platform):
         try:
+            # Options and dtype this implementation lacks: said, and left out of the grid.
+            KernelConfig.make(op=op, impl=implementation.name, platform=platform, dtype=args.dtype,
+                              **first_shape, **options)
             if not args.dry_run:
                 implementation.load()
             impls.append(implementation.name)
-        except KernelUnavailable as missing:
+        except (ConfigError, KernelUnavailable) as missing:
             print(f"skipping {implementation.name}: {missing}")
     if not impls:
-        raise ConfigError("platform", f"a platform with an implementation of {op}", platform)
-    grid = {"impl": impls, **(smoke_shapes if args.smoke else shapes)}
+        raise ConfigError("platform", f"a platform with an implementation of {op} for dtype {args.dtype} and "
+                                      f"options {options or '(none)'}", platform)
+    grid = {"impl": impls, **grid_shapes}
 
     def space(trial):
         for name, choices in grid.items():
             trial.suggest_categorical(name, list(choices))
 
-    base = KernelConfig.make(op=op, impl=impls[0], platform=platform, cpus_per_worker=os.cpu_count() or 1,
-                        seed=args.seed, **{name: choices[0] for name, choices in grid.items() if name != "impl"},
-                        **(dict(window_min_calls=5, window_min_s=0.1, windows=2) if args.smoke else {}))
+    base = KernelConfig.make(op=op, impl=impls[0], platform=platform, dtype=args.dtype,
+                             cpus_per_worker=os.cpu_count() or 1, seed=args.seed, **first_shape, **options,
+                             **(dict(window_min_calls=5, window_min_s=0.1, windows=2) if args.smoke else {}))
     sweep = Sweep(
         name=f"{op}_kernels", trainable=kernel_trainable, base=base, space=space,
         objectives=[Objective("latency_p50_s", "min")], metric_names=KERNEL_METRICS,
         num_samples=args.num_samples or math.prod(len(c) for c in grid.values()),
         time_budget_s=args.time_budget_s, scheduler="none", sampler="grid", seed=args.seed,
-        summary_metrics=KERNEL_SUMMARY, tracking_uri=args.tracking_uri, experiment=args.experiment,
+        summary_metrics=KERNEL_SUMMARY + ((TFLOPS_ROW,) if spec.flops else ()), tracking_uri=args.tracking_uri, experiment=args.experiment,
         storage_path=args.storage_path, address=args.address, max_concurrent_trials=args.max_concurrent_trials,
         resume=args.resume, retries=args.retries,
         cost_note="kernel sweeps are not priced (no cost basis applies to a microbenchmark)",
-        platform_note=f"{platform}: implementations {', '.join(impls)}",
+        platform_note=f"{platform}, {args.dtype}, options {options or '(none)'}: implementations {', '.join(impls)}",
     )
     if args.dry_run:
         print(plan_sweep(sweep).describe())
@@ -66,5 +85,5 @@ def kernel_main(op: str, description: str, shapes: Mapping[str, Sequence[int]],
     run_sweep(sweep)
 
 
-def run(op: str, description: str, shapes, smoke_shapes) -> None:
-    main_guard(lambda: kernel_main(op, description, shapes, smoke_shapes))
+def run(op: str, description: str, shapes, smoke_shapes, variants=None) -> None:
+    main_guard(lambda: kernel_main(op, description, shapes, smoke_shapes, variants))

@@ -17,7 +17,8 @@ from tests.test_sweep_e2e import mlflow_runs
 from trainables.config import ConfigError
 from trainables.microbench import KernelConfig, KernelMismatch, run_microbench
 
-SMALL = {"giou": dict(batch=4, boxes=32), "nms": dict(boxes=64), "matmul": dict(m=128, k=128, n=128)}
+SMALL = {"giou": dict(batch=4, boxes=32), "nms": dict(boxes=64), "matmul": dict(m=128, k=128, n=128),
+         "attention": dict(batch=2, heads=2, seq=64, head_dim=16)}
 ALL_IMPLS = [(op, impl.name) for op in OPS for impl in get_op(op).implementations]
 
 

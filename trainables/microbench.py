@@ -6,7 +6,8 @@
 Inputs are fresh random arrays (seeded), rounded to the trial's dtype. The
 implementation's output is compared with the op's numpy float64 reference, computed on
 those same rounded inputs, before anything is timed: a wrong kernel raises
-``KernelMismatch`` (a failed trial), never a fast one. Then warm-up calls (compilation,
+``KernelMismatch`` (a failed trial), never a fast one. That first call, where compilers
+compile, is timed apart (``compile_s``). Then warm-up calls (compilation,
 caches) are not timed, and each call is timed to its device's completion: JAX's
 ``block_until_ready``; CUDA events around each call on a GPU (read after one
 synchronize per window, so the host never stalls the stream mid-window); on a CPU the
@@ -27,7 +28,7 @@ from trainables.measure import Window, percentile, time_window
 
 KERNEL_PLATFORMS = ("cpu", "cuda")  # the platform registry has no tpu entry yet
 KERNEL_METRICS = ("latency_p50_s", "latency_p10_s", "latency_p90_s", "latency_cv", "max_abs_error",
-                  "items_per_s", "tflops")
+                  "items_per_s", "tflops", "compile_s")
 
 
 class KernelMismatch(RuntimeError):
@@ -119,6 +120,8 @@ class KernelConfig(DictConfig):
                                   value)
             if name in implementation.tuning:
                 positive_int(name, value)
+        if spec.check is not None:
+            spec.check(shape=dict(self.shape), options=dict(self.options))
         if implementation.check is not None:
             implementation.check(shape=dict(self.shape), options=dict(self.options), tuning=self.impl_tuning(),
                                  dtype=self.dtype, platform=self.platform)
@@ -276,7 +279,12 @@ def run_microbench(config: KernelConfig, report: Optional[Callable[[dict], None]
     def call():
         return kernel(*inputs, **arguments)
 
-    got = spec.canonical(framework.to_numpy(framework.wait(call())))
+    # The first call compiles or traces (torch.compile, jax.jit, Pallas, Triton): timed apart
+    # as compile_s, an upper bound that includes one cold run of the kernel.
+    first_call_start = time.perf_counter()
+    first_output = framework.wait(call())
+    compile_s = time.perf_counter() - first_call_start
+    got = spec.canonical(framework.to_numpy(first_output))
     if np.shape(got) != np.shape(expected):
         raise KernelMismatch(f"{config.impl} output shape {np.shape(got)} != reference {np.shape(expected)}")
     difference = np.abs(np.asarray(got, dtype=np.float64) - expected)
@@ -312,6 +320,7 @@ def run_microbench(config: KernelConfig, report: Optional[Callable[[dict], None]
             "max_abs_error": max_abs_error,
             "items_per_s": items / p50 if p50 > 0 else float("nan"),
             "tflops": flops / p50 / 1e12 if flops and p50 > 0 else float("nan"),
+            "compile_s": compile_s,
             "calls": len(latencies),
             "loop_s": time.perf_counter() - loop_start,
             "windows_done": index,
