@@ -122,7 +122,8 @@ class Plan:
 
     def trial_env(self, searched: Mapping[str, Any]) -> dict[str, str]:
         config = type(self.sweep.base).from_dict({**self.base_dict, **searched})
-        return get_platform(config.platform).trial_env(config)
+        own_env = getattr(config, "trial_env", None)  # a kernel config knows its own (trainables/microbench.py)
+        return own_env() if own_env else get_platform(config.platform).trial_env(config)
 
     def describe(self) -> str:
         sweep = self.sweep

@@ -8,9 +8,11 @@ Seed 004 (inf2.xlarge, 1024 x 256 boxes): PyTorch 0.293 ms, NKI 0.211 ms, C++ Gp
 0.061 ms. This sweep runs what is registered in kernels/giou for the platform: on a
 CPU, PyTorch eager and compiled, JAX jit, and Pallas in interpret mode (checked, never
 ranked); with --platform cuda also the fused Triton kernel (checked here only under
-Triton's CPU interpreter, never on a GPU). The NKI kernel and the
-GpSimd C++ operator are registered for ``neuron``, which the kernel harness cannot run
-trials on yet, so no sweep reaches them; their figures above are the seed's, not ours.
+Triton's CPU interpreter, never on a GPU); with --platform neuron (on a trn1/inf2 node,
+one NeuronCore per trial) the seed's three: PyTorch through torch-xla, NKI and the
+GpSimd C++ operator. The Neuron kernels were never compiled or run by us (no Neuron SDK
+or hardware): their figures above are the seed's, not ours. --platform xla runs the
+PyTorch baseline on torch-xla's CPU client (a test of that path, not a speed figure).
 """
 
 from sweeps.kernel_sweep import run

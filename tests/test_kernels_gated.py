@@ -148,12 +148,36 @@ def test_hardware_only_implementations_are_refused_on_the_cpu_with_their_platfor
         KernelConfig.make(op=op, impl=impl, platform="cpu")
 
 
-def test_neuron_is_not_yet_a_kernel_trial_platform():
-    """The NKI and GpSimd implementations are registered, but no trial can select them:
-    the harness has no neuron platform (see trainables/microbench.py)."""
-    assert "neuron" not in KERNEL_PLATFORMS
-    with pytest.raises(ConfigError, match="platform must be one of .*; got 'neuron'"):
-        KernelConfig.make(op="giou", impl="nki", platform="neuron")
+def test_neuron_kernel_trials_hold_a_neuron_core_and_fail_loudly_without_one():
+    """NKI, GpSimd and the PyTorch baseline run as trials on platform neuron (seed 004's
+    comparison); each trial holds a NeuronCore. Here there is none: the trial fails with
+    the reason, nothing is timed on the CPU instead."""
+    from trainables.platforms import get_platform
+
+    assert "neuron" in KERNEL_PLATFORMS
+    nki = KernelConfig.make(op="giou", impl="nki", platform="neuron", batch=1, boxes=256)
+    assert get_platform("neuron").resources(nki) == {"CPU": 1, "neuron_cores": 1}
+    assert {"torch-naive", "nki", "gpsimd-cpp"} <= {i.name for i in get_op("giou").impls_for("neuron")}
+    baseline = KernelConfig.make(op="giou", impl="torch-naive", platform="neuron", batch=1, boxes=256)
+    with pytest.raises(KernelUnavailable, match="platform neuron need torch-xla|platform neuron needs torch-xla on "
+                                                "NEURON, but its device is"):
+        run_microbench(baseline)
+
+
+def test_jax_kernels_fail_rather_than_time_the_wrong_backend(monkeypatch):
+    """Asked for a TPU (or a GPU), JAX on a CPU-only install would silently run on its CPU
+    backend; the harness refuses to time that."""
+    from trainables.platforms import get_platform
+
+    monkeypatch.setenv("PJRT_DEVICE", "CPU")  # restored after: a tpu kernel trial sets it to TPU
+    for platform, backend in (("tpu", "tpu"), ("cuda", "gpu")):
+        config = KernelConfig.make(op="giou", impl="jax-jit", platform=platform, batch=2, boxes=16)
+        with pytest.raises(KernelUnavailable, match=f"platform {platform} asks for JAX's {backend} backend, "
+                                                    "but JAX runs on cpu here"):
+            run_microbench(config)
+    tpu = KernelConfig.make(op="matmul", impl="pallas", platform="tpu", m=128, k=128, n=128)
+    assert get_platform("tpu").resources(tpu) == {"CPU": 1, "TPU": 1}
+    assert tpu.trial_env() == {"PJRT_DEVICE": "TPU"}
 
 
 @pytest.mark.parametrize("impl, stack, names", [

@@ -54,6 +54,15 @@ def test_neuron_environment_and_resources():
     assert "XLA_USE_BF16" not in neuron.trial_env(full_bf16)  # deprecated since torch-neuronx 2.5
 
 
+def test_tpu_trials_hold_a_tpu_chip_and_use_its_pjrt_client():
+    tpu = get_platform("tpu")
+    assert not tpu.detect().available and "no TPU chips" in tpu.detect().reason
+    assert tpu.resources(TrialConfig(platform="tpu", cpus_per_worker=4)) == {"CPU": 4, "TPU": 1}
+    assert tpu.trial_env(TrialConfig(platform="tpu"))["PJRT_DEVICE"] == "TPU"
+    with pytest.raises(ConfigError, match="workers must be 1 on platform 'tpu'; got 2"):
+        tpu.validate(TrialConfig(platform="tpu", workers=2))
+
+
 def test_cuda_resources_carry_accelerator_type():
     cuda = get_platform("cuda")
     assert cuda.resources(TrialConfig(platform="cuda", accelerator_type="H100")) == {

@@ -7,17 +7,20 @@ Inputs are fresh random arrays (seeded), rounded to the trial's dtype. The
 implementation's output is compared with the op's numpy float64 reference, computed on
 those same rounded inputs, before anything is timed: a wrong kernel raises
 ``KernelMismatch`` (a failed trial), never a fast one. That first call, where compilers
-compile, is timed apart (``compile_s``). Then warm-up calls (compilation,
-caches) are not timed, and each call is timed to its device's completion: JAX's
+compile, is timed apart (``compile_s``). Then warm-up calls (caches) are not timed, and each call is timed to its device's completion: JAX's
 ``block_until_ready``; CUDA events around each call on a GPU (read after one
-synchronize per window, so the host never stalls the stream mid-window); on a CPU the
-host clock, the call having returned done. Calls repeat in windows of at least N calls
-and T seconds.
+synchronize per window, so the host never stalls the stream mid-window); on XLA devices
+(torch-xla: its CPU client, NeuronCores, TPUs) the host clock around the call,
+``torch_xla.sync()`` and ``wait_device_ops()`` (the op is traced and launched every call,
+as in a model; its graph compiles once, and ``xla_compiles`` counts any compile during
+the timed windows); on a CPU the host clock, the call having returned done. Calls repeat
+in windows of at least N calls and T seconds.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import statistics
 import time
 from dataclasses import dataclass
@@ -26,7 +29,12 @@ from typing import Any, Callable, Mapping, Optional
 from trainables.config import ConfigError, DictConfig, non_negative_float, one_of, positive_int
 from trainables.measure import Window, percentile, time_window
 
-KERNEL_PLATFORMS = ("cpu", "cuda")  # the platform registry has no tpu entry yet
+KERNEL_PLATFORMS = ("cpu", "cuda", "xla", "neuron", "tpu")
+XLA_PLATFORMS = ("xla", "neuron", "tpu")  # torch tensors live on a torch-xla device there
+# The device a framework must report for each platform: anything else would time the
+# kernel somewhere the trial did not ask for (JAX on its CPU backend when asked for a TPU).
+JAX_BACKEND = {"cpu": "cpu", "cuda": "gpu", "tpu": "tpu"}
+XLA_HARDWARE = {"neuron": "NEURON", "tpu": "TPU"}  # "xla": whatever PJRT_DEVICE names
 KERNEL_METRICS = ("latency_p50_s", "latency_p10_s", "latency_p90_s", "latency_cv", "max_abs_error",
                   "items_per_s", "tflops", "compile_s")
 
@@ -134,6 +142,15 @@ class KernelConfig(DictConfig):
         if self.workers != 1:
             raise ConfigError("workers", "1 for a kernel microbenchmark", self.workers)
 
+    def trial_env(self) -> dict[str, str]:
+        """Environment a kernel trial needs before its framework starts: torch-xla's PJRT
+        client for torch kernels on XLA devices (the driver's PJRT_DEVICE for ``xla``)."""
+        if self.platform == "xla":
+            return {"PJRT_DEVICE": os.environ.get("PJRT_DEVICE", "CPU")}
+        if self.platform == "tpu":
+            return {"PJRT_DEVICE": "TPU"}
+        return {}
+
     def impl_tuning(self) -> dict[str, Any]:
         """The tuning knobs this config's implementation takes."""
         from kernels.registry import get_op
@@ -186,12 +203,21 @@ class _Framework:
             # A reused trial process must not carry torch.compile state from another shape
             # (it would recompile with dynamic shapes: a different kernel than asked for).
             torch._dynamo.reset()
-            self.device = torch.device("cuda" if platform == "cuda" else "cpu")
-            self.label = str(self.device) + (f" ({torch.cuda.get_device_name()})" if platform == "cuda" else "")
+            if platform in XLA_PLATFORMS:
+                self.device, self.label = _xla_device(platform)
+            else:
+                self.device = torch.device("cuda" if platform == "cuda" else "cpu")
+                self.label = str(self.device) + (f" ({torch.cuda.get_device_name()})" if platform == "cuda" else "")
         elif framework == "jax":
             import jax
 
-            self.label = str(jax.devices()[0])
+            from kernels.registry import KernelUnavailable
+
+            device = jax.devices()[0]
+            if device.platform != JAX_BACKEND.get(platform):
+                raise KernelUnavailable(f"platform {platform} asks for JAX's {JAX_BACKEND.get(platform)} backend, "
+                                        f"but JAX runs on {device.platform} here ({device}): nothing timed")
+            self.label = str(device)
         else:
             self.label = "cpu (numpy)"
 
@@ -200,7 +226,7 @@ class _Framework:
             import numpy as np
             import torch
 
-            if array.dtype == _numpy_dtype("bfloat16"):
+            if array.dtype.name == "bfloat16":  # ml_dtypes' (numpy has none; torch takes none)
                 tensor = torch.from_numpy(array.astype(np.float32)).to(torch.bfloat16)
             else:
                 tensor = torch.from_numpy(array)
@@ -222,7 +248,28 @@ class _Framework:
             import torch
 
             torch.cuda.synchronize()
+        if self.name == "torch" and self.platform in XLA_PLATFORMS:
+            import torch_xla
+            import torch_xla.core.xla_model as xm
+
+            torch_xla.sync()  # cut the traced graph and launch it (compiled once, then cached)
+            xm.wait_device_ops()
         return output
+
+    def timer(self) -> str:
+        if self.name == "torch" and self.platform == "cuda":
+            return "cuda events"
+        if self.name == "torch" and self.platform in XLA_PLATFORMS:
+            return "host clock around trace, torch_xla.sync and wait_device_ops"
+        return "host clock after block_until_ready" if self.name == "jax" else "host clock"
+
+    def compiles(self) -> float:
+        """XLA compiles so far in this process (NaN where the framework has no such count)."""
+        if self.name == "torch" and self.platform in XLA_PLATFORMS:
+            import torch_xla.debug.metrics as metrics
+
+            return float((metrics.metric_data("CompileTime") or (0,))[0])
+        return float("nan")
 
     def to_numpy(self, output):
         import numpy as np
@@ -239,6 +286,24 @@ class _Framework:
         if self.name == "torch" and self.platform == "cuda":
             return _cuda_event_window(call, min_calls, min_seconds)
         return time_window(lambda: self.wait(call()), lambda: None, min_calls, min_seconds)
+
+
+def _xla_device(platform: str):
+    from kernels.registry import KernelUnavailable
+
+    try:
+        import torch_xla
+        import torch_xla.core.xla_model as xm
+    except ImportError as error:
+        raise KernelUnavailable(f"torch kernels on platform {platform} need torch-xla ({error}; on Neuron it comes "
+                                "with torch-neuronx)") from None
+    device = torch_xla.device()
+    hardware = xm.xla_device_hw(device)
+    wanted = XLA_HARDWARE.get(platform)
+    if wanted and hardware != wanted:
+        raise KernelUnavailable(f"platform {platform} needs torch-xla on {wanted}, but its device is {hardware} "
+                                f"(PJRT_DEVICE={os.environ.get('PJRT_DEVICE', 'unset')}): nothing timed")
+    return device, f"xla: {hardware} ({device})"
 
 
 def _cuda_event_window(call: Callable[[], Any], min_calls: int, min_seconds: float) -> Window:
@@ -269,6 +334,7 @@ def run_microbench(config: KernelConfig, report: Optional[Callable[[dict], None]
 
     spec = get_op(config.op)
     implementation = spec.impl(config.impl)
+    os.environ.update(config.trial_env())  # before the framework initialises its runtime
     kernel = implementation.load()
     framework = _Framework(implementation.framework, config.platform, config.cpus_per_worker)
     arrays = [_rounded(a, config.dtype) for a in spec.make_inputs(config.seed, **config.shape)]
@@ -302,6 +368,7 @@ def run_microbench(config: KernelConfig, report: Optional[Callable[[dict], None]
     items = spec.items(**config.shape)
     flops = spec.flops(**config.shape, **config.options) if spec.flops else None
     interpreted = config.platform in implementation.interpreted_on
+    compiles_before = framework.compiles()
     latencies: list[float] = []
     window_medians: list[float] = []
     result: dict = {}
@@ -326,9 +393,9 @@ def run_microbench(config: KernelConfig, report: Optional[Callable[[dict], None]
             "windows_done": index,
             "interpreted": int(interpreted),
             "device": framework.label + (" (Pallas interpret mode: not a speed figure)" if interpreted else ""),
-            "timer": ("cuda events" if implementation.framework == "torch" and config.platform == "cuda"
-                      else "host clock after block_until_ready" if implementation.framework == "jax"
-                      else "host clock"),
+            "timer": framework.timer(),
+            # Compiles during the timed windows: 0 unless the kernel's graph changes call to call.
+            "xla_compiles": framework.compiles() - compiles_before,
             "impl": config.impl,
         }
         if report is not None:

@@ -69,7 +69,7 @@ SPEC = OpSpec(
         4.0 * batch * heads * head_dim * attended_pairs(seq, causal, window, neighborhood),
     tolerance={"float32": 1e-4, "bfloat16": 2.0 ** -5},
     implementations=(
-        _torch("naive", "naive"),
+        _torch("naive", "naive", ("cpu", "cuda", "xla", "neuron", "tpu")),
         _torch("naive-compile", "naive_compiled"),
         _torch("sdpa-math", "sdpa_math", supports=MASKS),
         # On a CPU this is ATen's CPU flash-attention kernel, not FlashAttention-2.

@@ -6,13 +6,16 @@ the reference on this CPU; Pallas in interpret mode; Triton under its interprete
 subprocess (tests/test_kernels_gated.py), never on a GPU; NKI and the GpSimd C++
 operator are written against the current Neuron APIs but were never compiled, simulated
 or run (their stacks come only from the Neuron package repositories), so here they
-report KernelUnavailable. ``neuron`` is not yet a platform the harness can run a trial
-on (trainables/microbench.py: KERNEL_PLATFORMS)."""
+report KernelUnavailable. On platform ``neuron`` a trial holds one NeuronCore and runs
+NKI, GpSimd and the PyTorch baseline (torch-naive through torch-xla, seed 004's
+comparison); that path (torch-xla placement, sync, compile counting) is tested on
+torch-xla's CPU client, never on a NeuronCore."""
 
 from kernels.giou.reference import giou, make_inputs
 from kernels.registry import KernelImpl, OpSpec
 from trainables.config import ConfigError
 
+XLA_DEVICES = ("xla", "neuron", "tpu")  # torch-xla devices (trainables/microbench.py)
 NEURON_PARTITIONS = 128  # SBUF partitions of a NeuronCore (nki.language.tile_size.pmax)
 
 
@@ -39,7 +42,8 @@ SPEC = OpSpec(
     shape={"batch": 1, "boxes": 256},
     items=lambda batch, boxes: batch * boxes,
     implementations=(
-        KernelImpl("torch-naive", "kernels.giou.torch_impl:giou_naive", "torch", ("cpu", "cuda"), "torch"),
+        # The seed's PyTorch baseline; on neuron it is what NKI and GpSimd are compared against.
+        KernelImpl("torch-naive", "kernels.giou.torch_impl:giou_naive", "torch", ("cpu", "cuda") + XLA_DEVICES, "torch"),
         KernelImpl("torch-compile", "kernels.giou.torch_impl:giou_compiled", "torch", ("cpu", "cuda"), "torch"),
         KernelImpl("jax-jit", "kernels.giou.jax_impl:giou_jit", "jax", ("cpu", "cuda", "tpu"), "jax (pip install jax)"),
         KernelImpl("pallas", "kernels.giou.pallas_impl:giou_pallas", "jax", ("cpu", "cuda", "tpu"),

@@ -9,9 +9,9 @@ items are output elements (m * n); flops are 2 * m * k * n (for int8, integer op
 
 What was verified where: jax-dot, torch-matmul and the Pallas kernel in interpret mode
 against the reference on a CPU (tests/test_matmul_kernels.py). The Pallas kernel has
-never run natively: the harness has no ``tpu`` platform yet (trainables/microbench.py:
-KERNEL_PLATFORMS), and its block rules (kernels/matmul/checks.py) come from JAX's Pallas
-TPU docs and source, not from a TPU.
+never run natively: ``--platform tpu`` trials exist (one TPU chip each; JAX must see the
+TPU or the trial fails), but no TPU was available to us, and its block rules
+(kernels/matmul/checks.py) come from JAX's Pallas TPU docs and source, not from a TPU.
 """
 
 from kernels.matmul.checks import int32_cannot_overflow, pallas_blocks, torch_int_mm_shape

@@ -13,11 +13,13 @@ from trainables.platforms.base import Detection, Platform
 from trainables.platforms.cpu import CpuPlatform
 from trainables.platforms.cuda import CudaPlatform
 from trainables.platforms.neuron import NeuronPlatform
+from trainables.platforms.tpu import TpuPlatform
 from trainables.platforms.xla import XlaPlatform
 
-PLATFORMS: dict[str, Platform] = {p.name: p for p in (CpuPlatform(), CudaPlatform(), XlaPlatform(), NeuronPlatform())}
+PLATFORMS: dict[str, Platform] = {p.name: p for p in (CpuPlatform(), CudaPlatform(), XlaPlatform(), NeuronPlatform(),
+                                                   TpuPlatform())}
 PLATFORM_NAMES = tuple(PLATFORMS)
-AUTO_ORDER = ("neuron", "cuda", "cpu")
+AUTO_ORDER = ("neuron", "tpu", "cuda", "cpu")
 
 
 def get_platform(name: str) -> Platform:
