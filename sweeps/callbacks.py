@@ -18,6 +18,7 @@ from ray.tune import Callback
 
 from trainables.cost import CostBasis, trial_cost_usd
 from trainables.failures import ERROR, failure_cause, one_line
+from trainables.microbench import NOISY_CV
 from trainables.tracking import SweepTracker
 
 FINISHED, STOPPED_EARLY, FAILED, CUT_BY_BUDGET = "finished", "stopped early", "failed", "cut by time budget"
@@ -258,8 +259,9 @@ class SweepCallback(Callback):
             return f"{head} -> interrupted (--resume runs it again)"
         if "latency_p50_s" in record.result:
             interpreted = " (interpreted: not ranked)" if record.result.get("interpreted") else ""
+            noisy = " (noisy: its windows disagree)" if record.metric("latency_cv") > NOISY_CV else ""
             return (f"{head} -> p50 {record.metric('latency_p50_s') * 1e3:.4f} ms, cv {record.metric('latency_cv'):.1%}, "
-                    f"max error {record.metric('max_abs_error'):.2g}{interpreted} [{record.status}]")
+                    f"max error {record.metric('max_abs_error'):.2g}{interpreted}{noisy} [{record.status}]")
         throughput = record.metric("throughput_samples_per_s")
         usd = record.metric("usd_per_1m_samples")
         cost = f", ${usd:.4g}/1M samples" if math.isfinite(usd) else ""

@@ -12,6 +12,7 @@ from collections import Counter
 from typing import Iterable, Optional, Sequence
 
 from sweeps.callbacks import TrialRecord
+from trainables.microbench import NOISY_CV
 
 SUMMARY_METRICS = (
     ("throughput_samples_per_s", "throughput (samples/s)", "{:.2f}"),
@@ -71,6 +72,10 @@ def summary(title: str, records: Sequence[TrialRecord], metric: str, mode: str, 
                 classes.setdefault(r.error_cause or "error", set()).add(r.error_class)
         lines.append("failures by cause: " + ", ".join(
             f"{cause} x{n} ({', '.join(sorted(classes[cause]))})" for cause, n in failures.most_common()))
+    noisy = [r for r in records if r.metric("latency_cv") > NOISY_CV]
+    if noisy:
+        lines.append(f"{len(noisy)} trial(s) noisy (window-to-window latency cv > {NOISY_CV:.0%}): differences of a "
+                     "few times their cv are not significant; rerun, or lengthen windows (window_min_s)")
     if best is None:
         lines.append("No trial produced a measurement.")
     else:

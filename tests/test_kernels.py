@@ -141,3 +141,19 @@ def test_tuning_knobs_belong_to_their_implementation_and_are_checked_up_front(mo
 def test_dtypes_are_checked_per_implementation():
     with pytest.raises(ConfigError, match="dtype must be one of float32; got 'int8'"):
         KernelConfig.make(op="giou", impl="torch-naive", dtype="int8")
+
+
+def test_noisy_kernel_figures_are_flagged_in_progress_and_summary():
+    from sweeps.callbacks import SweepCallback, TrialRecord
+    from sweeps.report import summary
+
+    def record(number, cv):
+        return TrialRecord(number, f"t{number}", {"impl": f"k{number}"}, {}, {}, number == 1, 0.0, status="finished",
+                           result={"latency_p50_s": 1e-3 * number, "latency_cv": cv, "max_abs_error": 0.0})
+
+    steady, noisy = record(1, 0.01), record(2, 0.2)
+    line = SweepCallback.progress_line
+    fake = type("Fake", (), {"total_trials": 2})()
+    assert "noisy" not in line(fake, steady) and "(noisy: its windows disagree)" in line(fake, noisy)
+    text = summary("k", [steady, noisy], "latency_p50_s", "min", ["impl"], "", "", 1.0)
+    assert "1 trial(s) noisy (window-to-window latency cv > 5%)" in text

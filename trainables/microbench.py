@@ -35,6 +35,9 @@ XLA_PLATFORMS = ("xla", "neuron", "tpu")  # torch tensors live on a torch-xla de
 # kernel somewhere the trial did not ask for (JAX on its CPU backend when asked for a TPU).
 JAX_BACKEND = {"cpu": "cpu", "cuda": "gpu", "tpu": "tpu"}
 XLA_HARDWARE = {"neuron": "NEURON", "tpu": "TPU"}  # "xla": whatever PJRT_DEVICE names
+# Window-to-window cv above which a figure is flagged noisy: rank differences smaller than
+# a few times this are not to be trusted on that machine.
+NOISY_CV = 0.05
 KERNEL_METRICS = ("latency_p50_s", "latency_p10_s", "latency_p90_s", "latency_cv", "max_abs_error",
                   "items_per_s", "tflops", "compile_s")
 
