@@ -9,6 +9,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from sweeps.api import Objective, Sweep, plan_sweep, run_sweep
 from sweeps.cli import common_parser, main_guard
+from sweeps.preflight import preflight
 from trainables.config import ConfigError
 from trainables.microbench import KERNEL_METRICS, KernelConfig, kernel_trainable
 
@@ -82,6 +83,7 @@ def kernel_main(op: str, description: str, shapes: Mapping[str, Sequence[int]],
     if args.dry_run:
         print(plan_sweep(sweep).describe())
         return
+    preflight(sweep)  # the address answers, and a local run fits this machine
     run_sweep(sweep)
 
 

@@ -30,6 +30,7 @@ from typing import Any, Mapping, Sequence
 
 from sweeps.api import Objective, Sweep, plan_sweep, run_sweep
 from sweeps.cli import common_parser, main_guard
+from sweeps.preflight import preflight
 from sweeps.kernel_sweep import KERNEL_SUMMARY
 from trainables.config import ConfigError
 from trainables.microbench import KERNEL_METRICS, KernelConfig, kernel_trainable
@@ -117,6 +118,7 @@ def main() -> None:
     if args.dry_run:
         print(plan_sweep(sweep).describe())
         return
+    preflight(sweep)  # the address answers, and a local run fits this machine
     result = run_sweep(sweep)
     interpreted = [r for r in result.records if r.result.get("interpreted")]
     if interpreted:

@@ -28,7 +28,7 @@ ADDRESS_ALLOWED = "a reachable Ray cluster address (host:port, ray://host:port o
 # so 3 s lets a lost SYN be sent again and answered. A closed port answers at once.
 CONNECT_TIMEOUT_S = 3.0
 # The resources a local Ray instance finds on this machine and a trial can ask for.
-LOCAL_DEVICE_RESOURCES = ("CPU", "GPU", "neuron_cores")
+LOCAL_DEVICE_RESOURCES = ("CPU", "GPU", "neuron_cores", "TPU")
 LOCAL_FIT_SAMPLES = 64  # configs of the space checked, as plan_sweep does
 
 
@@ -80,7 +80,7 @@ def local_resources() -> dict[str, float]:
     from ray._private.utils import get_num_cpus
 
     found = {"CPU": float(get_num_cpus())}
-    for resource in ("GPU", "neuron_cores"):
+    for resource in ("GPU", "neuron_cores", "TPU"):
         manager = get_accelerator_manager_for_resource(resource)
         found[resource] = float(manager.get_current_node_num_accelerators() if manager else 0)
     return found
@@ -99,11 +99,16 @@ def check_fits_locally(plan: "Plan", local: Optional[Mapping[str, float]] = None
             if needed <= present:
                 continue
             workers = getattr(config, "workers", 1)
-            unit = {"CPU": "CPUs", "GPU": "GPUs", "neuron_cores": "NeuronCores"}[resource]
+            unit = {"CPU": "CPUs", "GPU": "GPUs", "neuron_cores": "NeuronCores", "TPU": "TPU chips"}[resource]
+            if present == 0 and resource != "CPU":
+                raise ConfigError("platform", f"a platform whose devices this machine has (it has no {unit}; a local "
+                                              "run)", config.platform,
+                                  "Tune would wait forever for them: pass --address to run on a cluster that has "
+                                  "them, or --dry-run to plan the sweep here.")
             if resource == "CPU":
                 field, given = "cpus_per_worker x workers", f"{needed / workers:g} x {workers}"
                 lower = "cpus_per_worker (--cpus-per-worker) or workers"
-            else:  # one GPU or NeuronCore per worker
+            else:  # one GPU, NeuronCore or TPU chip per worker
                 field, given, lower = "workers", workers, "workers"
             hint = (f"A local run has this machine only, and Tune would wait forever for the rest: lower {lower}, "
                     "or pass --address to run on a cluster.")

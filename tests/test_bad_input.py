@@ -18,6 +18,7 @@ import pytest
 from kernels.registry import OPS
 from tests.conftest import REPO
 from trainables.config import ConfigError, TrialConfig
+from trainables.microbench import KernelConfig
 
 
 def closed_port() -> int:
@@ -95,7 +96,7 @@ ADDRESS_ALLOWED = "a reachable Ray cluster address (host:port, ray://host:port o
 
 CASES = [
     ("unknown platform", lambda: TrialConfig(platform="tpu9"),
-     "platform must be one of cpu, cuda, xla, neuron; got 'tpu9'"),
+     "platform must be one of cpu, cuda, xla, neuron, tpu; got 'tpu9'"),
     ("precision no platform has", lambda: TrialConfig(platform="neuron", precision="fp16"),
      "precision must be one of fp32, bf16-autocast, bf16; got 'fp16'"),
     ("precision the implementation cannot do", lambda: kernel(op="matmul", impl="torch-matmul", dtype="bfloat16"),
@@ -146,6 +147,12 @@ CASES = [
                           {"CPU": 8, "neuron_cores": 2}),
      "workers must be at most 2 (the NeuronCores of this machine; a local run); got 4. The search space proposes "
      "{'workers': 4}. " + FITS_HINT.format(lower="workers")),
+    ("a device this machine lacks (local)",
+     lambda: fits_locally(KernelConfig.make(op="giou", impl="nki", platform="neuron", boxes=256),
+                          categorical("batch", [1, 2]), {"CPU": 2, "neuron_cores": 0}),
+     "platform must be a platform whose devices this machine has (it has no NeuronCores; a local run); got "
+     "'neuron'. Tune would wait forever for them: pass --address to run on a cluster that has them, or --dry-run "
+     "to plan the sweep here."),
     ("instance type with no price", lambda: cost("m5.large"),
      "instance_type must be one of trn1.2xlarge, trn1.32xlarge, trn1n.32xlarge, inf2.xlarge, g5.2xlarge, "
      "c7i.2xlarge (or give --price-per-hour); got 'm5.large'. The price table has no entry for it."),
@@ -237,9 +244,9 @@ def cli_cases():
     cpus = local_cpus()
     return [
         # argparse's own message; Python 3.12.8+ lists the choices without quotes.
-        ("unknown platform", ["--platform", "tpu"], re.compile(
-            r"error: argument --platform: invalid choice: 'tpu' \(choose from "
-            + ", ".join(f"'?{name}'?" for name in ("auto", "cpu", "cuda", "xla", "neuron")) + r"\)$")),
+        ("unknown platform", ["--platform", "ipu"], re.compile(
+            r"error: argument --platform: invalid choice: 'ipu' \(choose from "
+            + ", ".join(f"'?{name}'?" for name in ("auto", "cpu", "cuda", "xla", "neuron", "tpu")) + r"\)$")),
         ("num-samples 0", ["--num-samples", "0"], "error: argument --num-samples: must be an integer >= 1; got '0'"),
         ("time budget 0", ["--time-budget-s", "0"],
          "error: argument --time-budget-s: must be a number of seconds > 0; got '0'"),
