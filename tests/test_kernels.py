@@ -2,7 +2,6 @@
 checks before it times, and its figures are stable."""
 
 import dataclasses
-import statistics
 import subprocess
 import sys
 import time
@@ -77,22 +76,46 @@ def steady_giou(boxes1, boxes2):
     return giou_reference(boxes1, boxes2)
 
 
-def test_five_measurements_of_a_steady_kernel_agree(monkeypatch):
-    """The harness adds no noise of its own: a kernel of fixed cost measures the same
-    five times in a row, and its latency_cv is small. (Real kernels on this shared 2-core
-    VM do not reach 5%: see the session note; that is the machine, not the harness.)"""
+_slowing = {"calls": 0}
+
+
+def slowing_giou(boxes1, boxes2):
+    """A kernel that gets slower call after call (1 ms more every 20 calls)."""
+    _slowing["calls"] += 1
+    time.sleep(0.001 * (1 + _slowing["calls"] // 20))
+    return giou_reference(boxes1, boxes2)
+
+
+def _with_extra_giou(monkeypatch, *impls):
     import kernels.giou
 
-    steady = KernelImpl("steady", f"{__name__}:steady_giou", "numpy", ("cpu",), "nothing")
     monkeypatch.setattr(kernels.giou, "SPEC", dataclasses.replace(
-        kernels.giou.SPEC, implementations=kernels.giou.SPEC.implementations + (steady,)))
-    config = KernelConfig.make(op="giou", impl="steady", batch=2, boxes=16, warmup_calls=2, window_min_calls=20,
-                          window_min_s=0.05, windows=3)
-    results = [run_microbench(config) for _ in range(5)]
-    p50s = [r["latency_p50_s"] for r in results]
-    assert all(0.002 <= p < 0.004 for p in p50s), p50s
-    assert statistics.pstdev(p50s) / statistics.fmean(p50s) <= 0.05, p50s
-    assert all(r["latency_cv"] <= 0.05 for r in results), [r["latency_cv"] for r in results]
+        kernels.giou.SPEC, implementations=kernels.giou.SPEC.implementations + impls))
+
+
+def test_five_measurements_of_a_steady_kernel_agree(monkeypatch, capsys):
+    """The harness adds no noise of its own: a kernel of fixed cost measures the same
+    five times in a row (python -m trainables.stability), and its latency_cv is small.
+    (Real kernels on this shared 2-core VM do not reach 5%: the host's CPU speed drifts;
+    see the README. That is the machine, not the harness.)"""
+    from trainables.stability import main
+
+    _with_extra_giou(monkeypatch, KernelImpl("steady", f"{__name__}:steady_giou", "numpy", ("cpu",), "nothing"))
+    settings = ["batch=2", "boxes=16", "warmup_calls=2", "window_min_calls=20", "window_min_s=0.05", "windows=3"]
+    assert main(["--op", "giou", "--impl", "steady", *settings]) == 0
+    out = capsys.readouterr().out
+    p50s = [float(line.split("p50 ")[1].split(" ms")[0]) for line in out.splitlines() if line.startswith("measurement")]
+    assert len(p50s) == 5 and all(2.0 <= p < 4.0 for p in p50s), out
+    assert "-> steady at a 5% limit" in out
+
+
+def test_a_kernel_that_drifts_is_reported_not_steady(monkeypatch, capsys):
+    from trainables.stability import main
+
+    _with_extra_giou(monkeypatch, KernelImpl("slowing", f"{__name__}:slowing_giou", "numpy", ("cpu",), "nothing"))
+    assert main(["--op", "giou", "--impl", "slowing", "--repeat", "3", "batch=2", "boxes=16", "window_min_calls=20",
+                 "window_min_s=0.0"]) == 1
+    assert "NOT steady at a 5% limit" in capsys.readouterr().out
 
 
 @pytest.mark.slow
