@@ -7,6 +7,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 
+# GiB a build needs: the venv (.venv 7, .venv-xla 8: CUDA builds of torch, whose CUDA
+# libraries PyPI's torch always brings) plus pip's downloads while it installs.
+NEED_GIB=11
+
 build() {  # build VENV CONSTRAINTS EXTRAS
   local venv=$1 constraints=$2 extras=$3
   local stamp="$venv/.accelsweep-stamp"
@@ -16,11 +20,21 @@ build() {  # build VENV CONSTRAINTS EXTRAS
     echo "env: $venv is up to date"
     return
   fi
+  local free_gib
+  free_gib=$(df -Pk . | awk 'NR == 2 { print int($4 / 1048576) }')
+  if (( free_gib < NEED_GIB )); then
+    echo "env: building $venv needs about $NEED_GIB GiB free on this disk; it has $free_gib GiB." >&2
+    echo "env: free some (old clones' .venv and .venv-xla, about 15 GiB a clone; pip's cache: pip cache purge) and rerun." >&2
+    exit 1
+  fi
   echo "env: building $venv (a few minutes the first time)"
   rm -rf "$venv"
   "$PYTHON" -m venv "$venv"
-  "$venv/bin/python" -m pip install --quiet --upgrade pip
-  "$venv/bin/python" -m pip install --quiet -c "$constraints" -e ".[$extras]"
+  # pip warns once per package about this machine's missing extra indexes: keep them out
+  # of the log, so that a real error is not buried.
+  "$venv/bin/python" -m pip install --quiet --upgrade pip 2> >(grep -v "^WARNING: Location '.*' is ignored" >&2)
+  "$venv/bin/python" -m pip install --quiet -c "$constraints" -e ".[$extras]" \
+    2> >(grep -v "^WARNING: Location '.*' is ignored" >&2)
   echo "$want" > "$stamp"
 }
 

@@ -259,7 +259,11 @@ class SweepCallback(Callback):
             return f"{head} -> interrupted (--resume runs it again)"
         if "latency_p50_s" in record.result:
             interpreted = " (interpreted: not ranked)" if record.result.get("interpreted") else ""
-            noisy = " (noisy: its windows disagree)" if record.metric("latency_cv") > NOISY_CV else ""
+            noisy = ""
+            if record.metric("latency_cv") > NOISY_CV:
+                host_cv = record.metric("host_cv")
+                noisy = (f" (noisy: the machine's own speed moved too, host cv {host_cv:.0%})" if host_cv > NOISY_CV
+                         else " (noisy: its windows disagree)")
             return (f"{head} -> p50 {record.metric('latency_p50_s') * 1e3:.4f} ms, cv {record.metric('latency_cv'):.1%}, "
                     f"max error {record.metric('max_abs_error'):.2g}{interpreted}{noisy} [{record.status}]")
         throughput = record.metric("throughput_samples_per_s")

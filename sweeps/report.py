@@ -76,6 +76,10 @@ def summary(title: str, records: Sequence[TrialRecord], metric: str, mode: str, 
     if noisy:
         lines.append(f"{len(noisy)} trial(s) noisy (window-to-window latency cv > {NOISY_CV:.0%}): differences of a "
                      "few times their cv are not significant; rerun, or lengthen windows (window_min_s)")
+        machine = sum(1 for r in noisy if r.metric("host_cv") > NOISY_CV)
+        if machine:
+            lines.append(f"{machine} of them while the machine's own speed moved (a fixed CPU loop timed between "
+                         "the windows varied too): a shared host, not the kernel")
     if best is None:
         lines.append("No trial produced a measurement.")
     else:

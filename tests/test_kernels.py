@@ -2,6 +2,7 @@
 checks before it times, and its figures are stable."""
 
 import dataclasses
+import math
 import subprocess
 import sys
 import time
@@ -110,12 +111,41 @@ def test_five_measurements_of_a_steady_kernel_agree(monkeypatch, capsys):
 
 
 def test_a_kernel_that_drifts_is_reported_not_steady(monkeypatch, capsys):
+    import trainables.microbench
     from trainables.stability import main
 
     _with_extra_giou(monkeypatch, KernelImpl("slowing", f"{__name__}:slowing_giou", "numpy", ("cpu",), "nothing"))
+    monkeypatch.setattr(trainables.microbench, "host_probe_s", lambda: 1e-3)  # a machine of constant speed
     assert main(["--op", "giou", "--impl", "slowing", "--repeat", "3", "batch=2", "boxes=16", "window_min_calls=20",
                  "window_min_s=0.0"]) == 1
-    assert "NOT steady at a 5% limit" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "NOT steady at a 5% limit" in out and "host loop cv 0.0%" in out
+    assert "machine's own speed moved" not in out  # the kernel drifted, not the machine
+
+
+def test_a_machine_that_changes_speed_is_named_as_the_cause(monkeypatch, capsys):
+    """The fixed CPU loop timed between windows goes 1.5x slower half-way, like a shared
+    host changing speed: the verdict blames the machine, with the loop's figures."""
+    import trainables.microbench
+    from trainables.stability import main
+
+    _with_extra_giou(monkeypatch, KernelImpl("slowing", f"{__name__}:slowing_giou", "numpy", ("cpu",), "nothing"))
+    probes = iter([1e-3, 1.5e-3] * 20)
+    monkeypatch.setattr(trainables.microbench, "host_probe_s", lambda: next(probes))
+    assert main(["--op", "giou", "--impl", "slowing", "--repeat", "2", "batch=2", "boxes=16", "window_min_calls=20",
+                 "window_min_s=0.0", "windows=2"]) == 1
+    out = capsys.readouterr().out
+    assert "host loop cv 20.0%" in out and "largest cv 20.0%" in out
+    assert "the machine's own speed moved more than 5% during the measurements" in out
+
+
+def test_host_probe_times_a_fixed_loop():
+    from trainables.measure import coefficient_of_variation, host_probe_s
+
+    probe = host_probe_s(seconds=0.01)
+    assert 1e-5 < probe < 0.1  # a 20k-iteration Python loop: well under a millisecond to a few ms
+    assert coefficient_of_variation([1.0, 1.5]) == pytest.approx(0.2)
+    assert math.isnan(coefficient_of_variation([1.0]))
 
 
 @pytest.mark.slow
@@ -131,6 +161,7 @@ def test_giou_kernel_sweep_lands_one_run_per_implementation(tmp_path):
     for run in children:
         assert run.info.status == "FINISHED"
         assert run.data.metrics["latency_p50_s"] > 0 and "max_abs_error" in run.data.metrics
+        assert run.data.metrics["host_probe_s"] > 0 and "host_cv" in run.data.metrics
     assert "interpreted: not ranked" in done.stdout
 
 
@@ -170,13 +201,17 @@ def test_noisy_kernel_figures_are_flagged_in_progress_and_summary():
     from sweeps.callbacks import SweepCallback, TrialRecord
     from sweeps.report import summary
 
-    def record(number, cv):
+    def record(number, cv, host_cv=0.01):
         return TrialRecord(number, f"t{number}", {"impl": f"k{number}"}, {}, {}, number == 1, 0.0, status="finished",
-                           result={"latency_p50_s": 1e-3 * number, "latency_cv": cv, "max_abs_error": 0.0})
+                           result={"latency_p50_s": 1e-3 * number, "latency_cv": cv, "max_abs_error": 0.0,
+                                   "host_cv": host_cv})
 
-    steady, noisy = record(1, 0.01), record(2, 0.2)
+    steady, noisy, machine = record(1, 0.01), record(2, 0.2), record(3, 0.2, host_cv=0.3)
     line = SweepCallback.progress_line
-    fake = type("Fake", (), {"total_trials": 2})()
+    fake = type("Fake", (), {"total_trials": 3})()
     assert "noisy" not in line(fake, steady) and "(noisy: its windows disagree)" in line(fake, noisy)
+    assert "(noisy: the machine's own speed moved too, host cv 30%)" in line(fake, machine)
     text = summary("k", [steady, noisy], "latency_p50_s", "min", ["impl"], "", "", 1.0)
-    assert "1 trial(s) noisy (window-to-window latency cv > 5%)" in text
+    assert "1 trial(s) noisy (window-to-window latency cv > 5%)" in text and "machine's own speed" not in text
+    text = summary("k", [steady, noisy, machine], "latency_p50_s", "min", ["impl"], "", "", 1.0)
+    assert "2 trial(s) noisy" in text and "1 of them while the machine's own speed moved" in text

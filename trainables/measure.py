@@ -89,3 +89,27 @@ class WindowStats:
 
     def step_time(self, q: float) -> float:
         return percentile(self.step_times, q)
+
+
+def fixed_cpu_work() -> int:
+    """About a millisecond of pure-Python arithmetic: no allocation, no library, no I/O,
+    so its time changes only when the machine's own speed does."""
+    total = 0
+    for i in range(20_000):
+        total += i * i
+    return total
+
+
+def host_probe_s(seconds: float = 0.02) -> float:
+    """Median time of ``fixed_cpu_work`` over a short window. Taken between a benchmark's
+    windows, the probes' spread tells a kernel's own noise from the machine's: on a shared
+    VM the host's speed can change by half within a second, and every timing with it."""
+    return percentile(time_window(fixed_cpu_work, lambda: None, 5, seconds).step_seconds, 50)
+
+
+def coefficient_of_variation(values: Sequence[float]) -> float:
+    """Population stdev / mean; NaN for fewer than two values."""
+    if len(values) < 2:
+        return float("nan")
+    mean = sum(values) / len(values)
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / len(values)) / mean

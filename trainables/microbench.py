@@ -14,20 +14,22 @@ synchronize per window, so the host never stalls the stream mid-window); on XLA 
 ``torch_xla.sync()`` and ``wait_device_ops()`` (the op is traced and launched every call,
 as in a model; its graph compiles once, and ``xla_compiles`` counts any compile during
 the timed windows); on a CPU the host clock, the call having returned done. Calls repeat
-in windows of at least N calls and T seconds.
+in windows of at least N calls and T seconds. ``latency_cv`` is the window-to-window cv
+of the window medians. After each window a fixed pure-Python loop is timed for 20 ms:
+its cv (``host_cv``) is the machine's own, so a noisy figure says whether the kernel or
+the machine moved.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import statistics
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
 from trainables.config import ConfigError, DictConfig, non_negative_float, one_of, positive_int
-from trainables.measure import Window, percentile, time_window
+from trainables.measure import Window, coefficient_of_variation, host_probe_s, percentile, time_window
 
 KERNEL_PLATFORMS = ("cpu", "cuda", "xla", "neuron", "tpu")
 XLA_PLATFORMS = ("xla", "neuron", "tpu")  # torch tensors live on a torch-xla device there
@@ -39,7 +41,7 @@ XLA_HARDWARE = {"neuron": "NEURON", "tpu": "TPU"}  # "xla": whatever PJRT_DEVICE
 # a few times this are not to be trusted on that machine.
 NOISY_CV = 0.05
 KERNEL_METRICS = ("latency_p50_s", "latency_p10_s", "latency_p90_s", "latency_cv", "max_abs_error",
-                  "items_per_s", "tflops", "compile_s")
+                  "items_per_s", "tflops", "compile_s", "host_cv", "host_probe_s")
 
 
 class KernelMismatch(RuntimeError):
@@ -374,9 +376,11 @@ def run_microbench(config: KernelConfig, report: Optional[Callable[[dict], None]
     compiles_before = framework.compiles()
     latencies: list[float] = []
     window_medians: list[float] = []
+    host_probes: list[float] = []
     result: dict = {}
     for index in range(1, config.windows + 1):
         window = framework.window(call, config.window_min_calls, config.window_min_s)
+        host_probes.append(host_probe_s())  # the machine's own speed, right after the window
         latencies += window.step_seconds
         window_medians.append(percentile(window.step_seconds, 50))
         p50 = percentile(latencies, 50)
@@ -385,8 +389,11 @@ def run_microbench(config: KernelConfig, report: Optional[Callable[[dict], None]
             "latency_p10_s": percentile(latencies, 10),
             "latency_p90_s": percentile(latencies, 90),
             # How much the figure moves from window to window: the measurement's own noise.
-            "latency_cv": (statistics.pstdev(window_medians) / statistics.fmean(window_medians)
-                           if len(window_medians) > 1 else float("nan")),
+            "latency_cv": coefficient_of_variation(window_medians),
+            # The same for a fixed pure-Python loop timed after each window: when this is high
+            # too, the machine's speed moved (shared host), not the kernel's.
+            "host_cv": coefficient_of_variation(host_probes),
+            "host_probe_s": percentile(host_probes, 50),
             "max_abs_error": max_abs_error,
             "items_per_s": items / p50 if p50 > 0 else float("nan"),
             "tflops": flops / p50 / 1e12 if flops and p50 > 0 else float("nan"),

@@ -9,26 +9,26 @@ timed windows), exactly what a sweep's trial does. Printed per measurement: p50 
 ``latency_cv`` (window-to-window); then the spread of the p50s across measurements.
 Exits 1 when any latency_cv or the spread exceeds --limit (default 5%): on such a
 machine, differences between implementations smaller than a few times that are noise.
+
+Each measurement also times a fixed pure-Python loop after each of its windows
+(``host_cv``, ``host_probe_s``: see trainables.microbench). When that loop alone moved
+more than the limit, the verdict says so: the machine changed speed (a shared VM's
+host), and no timing on it repeats to the limit.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
-import statistics
 import sys
 from typing import Any, Sequence
 
+from trainables.measure import coefficient_of_variation
 from trainables.microbench import NOISY_CV, KernelConfig, run_microbench
 
 
 def measure_repeatedly(config: KernelConfig, repeat: int) -> list[dict]:
     return [run_microbench(config) for _ in range(repeat)]
-
-
-def spread(values: Sequence[float]) -> float:
-    """Coefficient of variation (population): stdev / mean."""
-    return statistics.pstdev(values) / statistics.fmean(values)
 
 
 def _value(text: str) -> Any:
@@ -53,12 +53,19 @@ def main(argv: Sequence[str] = ()) -> int:
     results = measure_repeatedly(config, args.repeat)
     for index, result in enumerate(results, 1):
         print(f"measurement {index}: p50 {result['latency_p50_s'] * 1e3:.4f} ms, latency_cv {result['latency_cv']:.1%}, "
-              f"{result['calls']} calls on {result['device']}")
-    p50_spread = spread([r["latency_p50_s"] for r in results])
+              f"{result['calls']} calls on {result['device']}; host loop cv {result['host_cv']:.1%}")
+    p50_spread = coefficient_of_variation([r["latency_p50_s"] for r in results])
     worst_cv = max(r["latency_cv"] for r in results)
     steady = p50_spread <= args.limit and worst_cv <= args.limit
     print(f"p50 spread across the {args.repeat} measurements: {p50_spread:.1%}; largest latency_cv: {worst_cv:.1%} "
           f"-> {'steady' if steady else 'NOT steady'} at a {args.limit:.0%} limit")
+    host_spread = coefficient_of_variation([r["host_probe_s"] for r in results])
+    host_worst_cv = max(r["host_cv"] for r in results)
+    print(f"the machine itself (a fixed pure-Python loop between the windows): spread {host_spread:.1%}, "
+          f"largest cv {host_worst_cv:.1%}")
+    if not steady and max(host_spread, host_worst_cv) > args.limit:
+        print(f"the machine's own speed moved more than {args.limit:.0%} during the measurements: "
+              "no timing on it repeats to that limit; measure on a quieter machine")
     return 0 if steady else 1
 
 
