@@ -98,7 +98,7 @@ def summary(title: str, records: Sequence[TrialRecord], metric: str, mode: str, 
         lines.append(f"best device: {best.result.get('device', 'n/a')}{timing}")
     compile_total = sum(r.metric("compile_s") for r in records if math.isfinite(r.metric("compile_s")))
     lines.append(f"compile time, all trials: {compile_total:.1f} s")
-    lines.append(f"mean overhead per trial (wall time outside the training loop): "
+    lines.append(f"mean overhead per trial (wall time outside the measured loop: start-up, imports, compile, checks): "
                  f"{_format('{:.2f}', mean_overhead_s(records))} s")
     lines.append(cost_note)
     lines.append(f"results: {ui_command}")

@@ -7,9 +7,10 @@ Inputs are fresh random arrays (seeded), rounded to the trial's dtype. The
 implementation's output is compared with the op's numpy float64 reference, computed on
 those same rounded inputs, before anything is timed: a wrong kernel raises
 ``KernelMismatch`` (a failed trial), never a fast one. That first call, where compilers
-compile, is timed apart (``compile_s``). Then warm-up calls (caches) are not timed, and each call is timed to its device's completion: JAX's
-``block_until_ready``; CUDA events around each call on a GPU (read after one
-synchronize per window, so the host never stalls the stream mid-window); on XLA devices
+compile, is timed apart (``compile_s``). Then warm-up calls (caches) are not timed,
+and each call is timed to its device's completion: JAX's ``block_until_ready``; CUDA
+events around each call on a GPU (read after one synchronize per window, so the host
+never stalls the stream mid-window); on XLA devices
 (torch-xla: its CPU client, NeuronCores, TPUs) the host clock around the call,
 ``torch_xla.sync()`` and ``wait_device_ops()`` (the op is traced and launched every call,
 as in a model; its graph compiles once, and ``xla_compiles`` counts any compile during
