@@ -3,7 +3,8 @@
 
 What was verified where (see each module's docstring): the CPU implementations against
 the reference on this CPU; Pallas in interpret mode; Triton under its interpreter in a
-subprocess (tests/test_kernels_gated.py), never on a GPU; NKI and the GpSimd C++
+subprocess (tests/test_kernels_gated.py), and every cuda implementation (torch,
+torch.compile, JAX, Pallas, Triton) through the harness on an H100 (tests/test_cuda_kernels.py); NKI and the GpSimd C++
 operator are written against the current Neuron APIs but were never compiled, simulated
 or run (their stacks come only from the Neuron package repositories), so here they
 report KernelUnavailable. On platform ``neuron`` a trial holds one NeuronCore and runs

@@ -1,6 +1,7 @@
 """Non-maximum suppression (seed 003: numpy vs JAX while_loop vs a sequential Pallas
 kernel on TPU), plus torchvision's operator. The Pallas kernel is checked here in
-interpret mode only (exact match with the reference); it has never run on a TPU or GPU."""
+interpret mode only (exact match with the reference); on an H100 it matches too (Pallas's Triton
+backend); it has never run on a TPU."""
 
 from kernels.nms.reference import kept, make_inputs, nms
 from kernels.registry import KernelImpl, OpSpec

@@ -18,8 +18,9 @@ cannot suppress anything.
 Verified here in interpret mode (CPU), where it matches ``kernels.nms.reference``
 exactly, and lowered for TPU with ``jax.export(platforms=["tpu"])``, which shows only
 that every operation has a Pallas-to-Mosaic rule: libtpu's compiler, which enforces
-layouts and memory spaces, has never seen it, and the GPU lowering needs a CUDA jaxlib.
-Never run on a TPU or a GPU. Interpret mode says nothing about speed (the harness marks
+layouts and memory spaces, has never seen it. On an H100 (jax 0.11.2, Pallas's Triton backend, which JAX now
+deprecates for Mosaic GPU) it matches the reference exactly (tests/test_cuda_kernels.py).
+Never run on a TPU. Interpret mode says nothing about speed (the harness marks
 it ``interpreted``)."""
 
 import functools
