@@ -19,13 +19,14 @@ import pkgutil
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
 
-from trainables.config import ConfigError
+from accelsweep.trainables.errors import ConfigError
 
 
 def _op_packages() -> tuple[str, ...]:
-    import kernels
+    import accelsweep.kernels
 
-    return tuple(sorted(module.name for module in pkgutil.iter_modules(kernels.__path__) if module.ispkg))
+    return tuple(sorted(module.name for module in pkgutil.iter_modules(accelsweep.kernels.__path__)
+                        if module.ispkg))
 
 
 OPS = _op_packages()  # every kernels/<op>/ package is an op
@@ -113,4 +114,4 @@ class OpSpec:
 def get_op(name: str) -> OpSpec:
     if name not in OPS:
         raise ConfigError("op", f"one of {', '.join(OPS)}", name)
-    return importlib.import_module(f"kernels.{name}").SPEC
+    return importlib.import_module(f"accelsweep.kernels.{name}").SPEC

@@ -1,1 +1,2 @@
-"""accelsweep sweeps: runnable studies, and the sweep-building API (sweeps.api)."""
+"""accelsweep sweeps: the runnable studies (one module each, read like the seed's
+experiment table) and, in ``accelsweep.sweeps.driver``, the sweep-building library."""

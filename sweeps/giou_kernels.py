@@ -15,7 +15,7 @@ or hardware): their figures above are the seed's, not ours. --platform xla runs 
 PyTorch baseline on torch-xla's CPU client (a test of that path, not a speed figure).
 """
 
-from sweeps.kernel_sweep import run
+from accelsweep.sweeps.driver.kernel_sweep import run
 
 if __name__ == "__main__":
     run("giou", __doc__.split("\n\n")[0], shapes={"batch": [64, 1024], "boxes": [256]},

@@ -28,16 +28,17 @@ from __future__ import annotations
 
 import os
 
-from sweeps.api import Objective, Sweep, plan_sweep, run_sweep
-from sweeps.cli import at_least_one, common_parser, cost_basis, main_guard
-from sweeps.precompile import check_precompile, describe_plan, first_proposals, run_precompile
-from sweeps.preflight import preflight
-from trainables.config import ConfigError, TrialConfig
-from trainables.cost import PRICE_TABLE
-from trainables.platforms import get_platform, resolve_platform
-from trainables.platforms.neuron import neuron_target_for_instance
-from trainables.train_loop import METRIC_NAMES
-from trainables.trainable import train_trainable
+from accelsweep.sweeps.driver.api import Objective, Sweep, plan_sweep, run_sweep
+from accelsweep.sweeps.driver.cli import at_least_one, common_parser, cost_basis, main_guard
+from accelsweep.sweeps.driver.precompile import check_precompile, describe_plan, first_proposals, run_precompile
+from accelsweep.sweeps.driver.preflight import preflight
+from accelsweep.trainables.errors import ConfigError
+from accelsweep.trainables.config import TrialConfig
+from accelsweep.trainables.cost import PRICE_TABLE
+from accelsweep.trainables.platforms import get_platform, resolve_platform
+from accelsweep.trainables.platforms.neuron import neuron_target_for_instance
+from accelsweep.trainables.train_loop import METRIC_NAMES
+from accelsweep.trainables.trainable import train_trainable
 
 DEFAULT_SAMPLES = 24
 CPU_TIME_BUDGET_S = 420  # keeps the local default run under 10 minutes on 2 cores
@@ -122,7 +123,7 @@ def main() -> None:
                              "(a directory every node sees, or s3:// for Neuron)")
     parser.add_argument("--nan-capture", action="store_true",
                         help="on a non-finite gradient, save the step (weights, optimizer, batch, RNG) with the "
-                             "trial and end it as nan; replay: python -m trainables.nan_capture FILE")
+                             "trial and end it as nan; replay: python -m accelsweep.trainables.nan_capture FILE")
     parser.add_argument("--precompile", type=int, default=0, metavar="N",
                         help="neuron: before the first trial, compile the first N configs the search will propose "
                              "with neuron_parallel_compile into --compile-cache (at most TPE's start-up count)")
@@ -179,7 +180,7 @@ def main() -> None:
 def precompile(plan, count: int, basis) -> dict[str, float]:
     """Seed 002's ahead-of-time compile, before any trial; its time and cost are
     reported apart from the trials' (parent run metrics precompile_*)."""
-    from sweeps.api import connect_ray
+    from accelsweep.sweeps.driver.api import connect_ray
 
     print(connect_ray(plan.sweep.address), flush=True)
     proposals = first_proposals(plan, count)

@@ -28,12 +28,12 @@ import itertools
 import os
 from typing import Any, Mapping, Sequence
 
-from sweeps.api import Objective, Sweep, plan_sweep, run_sweep
-from sweeps.cli import common_parser, main_guard
-from sweeps.preflight import preflight
-from sweeps.kernel_sweep import KERNEL_SUMMARY
-from trainables.config import ConfigError
-from trainables.microbench import KERNEL_METRICS, KernelConfig, kernel_trainable
+from accelsweep.sweeps.driver.api import Objective, Sweep, plan_sweep, run_sweep
+from accelsweep.sweeps.driver.cli import common_parser, main_guard
+from accelsweep.sweeps.driver.preflight import preflight
+from accelsweep.sweeps.driver.kernel_sweep import KERNEL_SUMMARY
+from accelsweep.trainables.errors import ConfigError
+from accelsweep.trainables.microbench import KERNEL_METRICS, KernelConfig, kernel_trainable
 
 LIBRARY, KERNEL = "jax-dot", "pallas"
 DTYPES = ("int8", "bfloat16")
@@ -52,7 +52,7 @@ SUMMARY = KERNEL_SUMMARY + (("tflops", "TFLOP/s (int8: TOP/s)", "{:.4g}"),)
 
 def library_then_blocks(blocks: Mapping[str, Sequence[int]], defaults: Mapping[str, int]):
     """A define-by-run space whose first trial may be the library and whose others are
-    all the kernel. sweeps/api.py enqueues the baseline as the study's first trial
+    all the kernel. sweeps/driver/api.py enqueues the baseline as the study's first trial
     (trial.number 0); were ``impl`` a knob of every trial, TPE would learn that the
     library is the fastest and keep proposing it instead of searching blocks."""
 
@@ -80,7 +80,7 @@ def refuse_invalid_blocks(base: KernelConfig, blocks: Mapping[str, Sequence[int]
 
 
 def build_sweep(args, shape: Mapping[str, int], blocks: Mapping[str, Sequence[int]]) -> Sweep:
-    from kernels.registry import get_op
+    from accelsweep.kernels.registry import get_op
 
     platform = "cpu" if args.platform == "auto" else args.platform
     kernel = get_op("matmul").impl(KERNEL)

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
-from trainables.config import DictConfig
+from accelsweep.trainables.config import DictConfig
 
 WINDOWS = 4
 
@@ -58,7 +58,7 @@ def main(tracking_uri: str, marker_dir: str) -> None:
     import ray.cloudpickle
     from ray.cluster_utils import Cluster
 
-    from sweeps.api import Objective, Sweep, run_sweep
+    from accelsweep.sweeps.driver.api import Objective, Sweep, run_sweep
 
     os.environ["NODE_LOSS_MARKERS"] = marker_dir  # nodes started below inherit it
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/

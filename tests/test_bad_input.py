@@ -15,10 +15,11 @@ import time
 
 import pytest
 
-from kernels.registry import OPS
+from accelsweep.kernels.registry import OPS
 from tests.conftest import REPO
-from trainables.config import ConfigError, TrialConfig
-from trainables.microbench import KernelConfig
+from accelsweep.trainables.errors import ConfigError
+from accelsweep.trainables.config import TrialConfig
+from accelsweep.trainables.microbench import KernelConfig
 
 
 def closed_port() -> int:
@@ -48,7 +49,7 @@ def categorical(name, choices):
 
 
 def plan(base=None, tracking_uri=None, **sweep):
-    from sweeps.api import Sweep, plan_sweep
+    from accelsweep.sweeps.driver.api import Sweep, plan_sweep
 
     sweep.setdefault("space", categorical("batch_size", [16, 32]))
     return plan_sweep(Sweep(name="bad_input", trainable=no_trainable, base=base or TrialConfig(**MICRO),
@@ -56,37 +57,37 @@ def plan(base=None, tracking_uri=None, **sweep):
 
 
 def fits_locally(base, space, local):
-    from sweeps.preflight import check_fits_locally
+    from accelsweep.sweeps.driver.preflight import check_fits_locally
 
     check_fits_locally(plan(base=base, space=space), local=local)
 
 
 def local_cpus() -> int:
-    from sweeps.preflight import local_resources
+    from accelsweep.sweeps.driver.preflight import local_resources
 
     return int(local_resources()["CPU"])
 
 
 def kernel(**values):
-    from trainables.microbench import KernelConfig
+    from accelsweep.trainables.microbench import KernelConfig
 
     KernelConfig.make(**values)
 
 
 def cost(instance_type=None, price_per_hour=None):
-    from trainables.cost import resolve_cost_basis
+    from accelsweep.trainables.cost import resolve_cost_basis
 
     resolve_cost_basis(instance_type, price_per_hour, detect=False)
 
 
 def tracking(uri):
-    from trainables.tracking import validate_tracking_uri
+    from accelsweep.trainables.tracking import validate_tracking_uri
 
     validate_tracking_uri(uri)
 
 
 def ray_address(address):
-    from sweeps.preflight import check_ray_address
+    from accelsweep.sweeps.driver.preflight import check_ray_address
 
     check_ray_address(address)
 
@@ -202,7 +203,7 @@ def test_bad_input_is_refused_with_the_whole_message(make_error, expected):
 
 def test_an_unreachable_address_is_refused_in_seconds_not_minutes():
     # ray.init on this address retries for minutes (still retrying after 170 s here).
-    from sweeps.preflight import CONNECT_TIMEOUT_S
+    from accelsweep.sweeps.driver.preflight import CONNECT_TIMEOUT_S
 
     started = time.monotonic()
     with pytest.raises(ConfigError):
@@ -213,7 +214,7 @@ def test_an_unreachable_address_is_refused_in_seconds_not_minutes():
 def test_connect_ray_checks_the_address_before_ray_init(monkeypatch):
     import ray
 
-    from sweeps.api import connect_ray
+    from accelsweep.sweeps.driver.api import connect_ray
 
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "init", lambda *a, **k: pytest.fail("ray.init called with an unreachable address"))
@@ -223,8 +224,8 @@ def test_connect_ray_checks_the_address_before_ray_init(monkeypatch):
 
 def test_a_cluster_run_is_not_limited_by_this_machine():
     """The local fit check is for local runs: on a cluster the autoscaler adds nodes."""
-    from sweeps.api import Sweep
-    from sweeps.preflight import check_fits_locally, preflight
+    from accelsweep.sweeps.driver.api import Sweep
+    from accelsweep.sweeps.driver.preflight import check_fits_locally, preflight
 
     too_big = TrialConfig(**MICRO, workers=local_cpus() + 1)
     with pytest.raises(ConfigError, match=r"^cpus_per_worker x workers must be at most"):

@@ -97,7 +97,7 @@ def test_neuron_cores_are_left_to_ray_and_ray_knows_them(config):
     """Ray's AWS node provider fills neuron_cores from its instance map; the config must not
     declare them for those types, and the map must agree with accelsweep's price table."""
     from ray._private.accelerators.neuron import NeuronAcceleratorManager
-    from trainables.cost import PRICE_TABLE
+    from accelsweep.trainables.cost import PRICE_TABLE
 
     for name, node_type in workers(config).items():
         instance_type = node_type["node_config"]["InstanceType"]
@@ -122,8 +122,8 @@ def test_head_has_no_neuron_resources(config):
 def test_each_neuron_type_carries_the_marker_trials_ask_for(config):
     """neuron_cores alone cannot tell trn1 from inf2: a trial pinned to --instance-type asks
     for the type's marker resource, so the autoscaler can start only that type."""
-    from trainables.config import TrialConfig
-    from trainables.platforms import get_platform
+    from accelsweep.trainables.config import TrialConfig
+    from accelsweep.trainables.platforms import get_platform
 
     for name, node_type in workers(config).items():
         instance_type = node_type["node_config"]["InstanceType"]

@@ -1,6 +1,7 @@
 import pytest
 
-from trainables.config import ConfigError, TrialConfig
+from accelsweep.trainables.errors import ConfigError
+from accelsweep.trainables.config import TrialConfig
 
 
 @pytest.mark.parametrize("changes, field, fragments", [

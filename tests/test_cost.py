@@ -3,8 +3,8 @@ import threading
 
 import pytest
 
-from trainables.config import ConfigError
-from trainables.cost import (PRICE_TABLE, instance_type_from_imds, resolve_cost_basis,
+from accelsweep.trainables.errors import ConfigError
+from accelsweep.trainables.cost import (PRICE_TABLE, instance_type_from_imds, resolve_cost_basis,
                              trial_cost_usd, usd_per_1m_samples)
 
 

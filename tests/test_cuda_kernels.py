@@ -6,8 +6,8 @@ with what to install."""
 
 import pytest
 
-from kernels.registry import OPS, KernelUnavailable, get_op
-from trainables.microbench import KernelConfig, run_microbench
+from accelsweep.kernels.registry import OPS, KernelUnavailable, get_op
+from accelsweep.trainables.microbench import KernelConfig, run_microbench
 
 SHAPES = {"giou": dict(batch=8, boxes=512), "nms": dict(boxes=300), "matmul": dict(m=256, k=256, n=256),
           "attention": dict(batch=2, heads=4, seq=256, head_dim=64)}

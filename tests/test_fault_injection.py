@@ -15,7 +15,7 @@ from typing import Optional
 import pytest
 
 from tests.test_sweep_e2e import mlflow_runs
-from trainables.config import DictConfig
+from accelsweep.trainables.config import DictConfig
 
 EXPECTED_CAUSE = {"raise": "error", "oom": "oom", "nan": "nan", "nan-capture": "nan", "compile": "compile",
                   "sigkill": "killed"}
@@ -34,8 +34,8 @@ class FaultConfig(DictConfig):
 def faulty_trainable(searched, base, cost=None):
     import torch
 
-    from trainables.config import TrialConfig
-    from trainables.train_loop import run_training
+    from accelsweep.trainables.config import TrialConfig
+    from accelsweep.trainables.train_loop import run_training
 
     fault = searched["fault"]
     training = TrialConfig(model="vit-micro", batch_size=8, warmup_steps=1, window_min_steps=2, window_min_s=0.0,
@@ -47,11 +47,11 @@ def faulty_trainable(searched, base, cost=None):
     if fault == "nan":
         training = training.replace(learning_rate=1e30)  # diverges within a window: a real NaN loss
     if fault == "nan-capture":
-        import trainables.data
+        import accelsweep.trainables.data as data
         from tests.test_nan_capture import PoisonedDataset
 
         poisoned = functools.partial(PoisonedDataset, poisoned_item=1 * training.batch_size + 2)  # step 1
-        trainables.data.RandomImageDataset = poisoned  # this trial's process only
+        data.RandomImageDataset = poisoned  # this trial's process only
         training = training.replace(nan_capture=True)
     if fault == "compile":
         def broken_backend(graph, example_inputs):
@@ -70,7 +70,7 @@ def faulty_trainable(searched, base, cost=None):
 def test_each_failure_kind_is_a_failed_run_and_the_sweep_goes_on(ray_session, tracking_uri):
     import ray.cloudpickle
 
-    from sweeps.api import Objective, Sweep, run_sweep
+    from accelsweep.sweeps.driver.api import Objective, Sweep, run_sweep
 
     import tests.test_nan_capture
 
@@ -118,7 +118,7 @@ def test_each_failure_kind_is_a_failed_run_and_the_sweep_goes_on(ray_session, tr
 def test_the_searcher_is_told_a_reported_failure_is_a_failure():
     import optuna
 
-    from sweeps.searchers import FailureAwareOptunaSearch
+    from accelsweep.sweeps.driver.searchers import FailureAwareOptunaSearch
 
     searcher = FailureAwareOptunaSearch(lambda trial: {"x": trial.suggest_categorical("x", [1, 2])},
                                         metric="throughput_samples_per_s", mode="max", seed=0)

@@ -10,12 +10,12 @@ import time
 import numpy as np
 import pytest
 
-from kernels.giou.reference import giou as giou_reference
-from kernels.registry import OPS, KernelImpl, KernelUnavailable, get_op
+from accelsweep.kernels.giou.reference import giou as giou_reference
+from accelsweep.kernels.registry import OPS, KernelImpl, KernelUnavailable, get_op
 from tests.conftest import REPO
 from tests.test_sweep_e2e import mlflow_runs
-from trainables.config import ConfigError
-from trainables.microbench import KernelConfig, KernelMismatch, run_microbench
+from accelsweep.trainables.errors import ConfigError
+from accelsweep.trainables.microbench import KernelConfig, KernelMismatch, run_microbench
 
 SMALL = {"giou": dict(batch=4, boxes=32), "nms": dict(boxes=64), "matmul": dict(m=128, k=128, n=128),
          "attention": dict(batch=2, heads=2, seq=64, head_dim=16)}
@@ -39,7 +39,7 @@ def wrong_giou(boxes1, boxes2):
 
 
 def test_a_wrong_kernel_fails_before_any_timing(monkeypatch):
-    import kernels.giou
+    import accelsweep.kernels.giou as giou_op
 
     calls = []
 
@@ -49,8 +49,8 @@ def test_a_wrong_kernel_fails_before_any_timing(monkeypatch):
 
     monkeypatch.setattr(sys.modules[__name__], "wrong_giou_counted", counted_wrong, raising=False)
     wrong = KernelImpl("wrong", f"{__name__}:wrong_giou_counted", "numpy", ("cpu",), "nothing")
-    monkeypatch.setattr(kernels.giou, "SPEC", dataclasses.replace(
-        kernels.giou.SPEC, implementations=kernels.giou.SPEC.implementations + (wrong,)))
+    monkeypatch.setattr(giou_op, "SPEC", dataclasses.replace(
+        giou_op.SPEC, implementations=giou_op.SPEC.implementations + (wrong,)))
     with pytest.raises(KernelMismatch, match="differs from the reference .* not timed"):
         run_microbench(KernelConfig.make(op="giou", impl="wrong", **SMALL["giou"]))
     assert len(calls) == 1  # checked once, never timed
@@ -88,18 +88,18 @@ def slowing_giou(boxes1, boxes2):
 
 
 def _with_extra_giou(monkeypatch, *impls):
-    import kernels.giou
+    import accelsweep.kernels.giou as giou_op
 
-    monkeypatch.setattr(kernels.giou, "SPEC", dataclasses.replace(
-        kernels.giou.SPEC, implementations=kernels.giou.SPEC.implementations + impls))
+    monkeypatch.setattr(giou_op, "SPEC", dataclasses.replace(
+        giou_op.SPEC, implementations=giou_op.SPEC.implementations + impls))
 
 
 def test_five_measurements_of_a_steady_kernel_agree(monkeypatch, capsys):
     """The harness adds no noise of its own: a kernel of fixed cost measures the same
-    five times in a row (python -m trainables.stability), and its latency_cv is small.
+    five times in a row (python -m accelsweep.trainables.stability), and its latency_cv is small.
     (Real kernels on this shared 2-core VM do not reach 5%: the host's CPU speed drifts;
     see the README. That is the machine, not the harness.)"""
-    from trainables.stability import main
+    from accelsweep.trainables.stability import main
 
     _with_extra_giou(monkeypatch, KernelImpl("steady", f"{__name__}:steady_giou", "numpy", ("cpu",), "nothing"))
     settings = ["batch=2", "boxes=16", "warmup_calls=2", "window_min_calls=20", "window_min_s=0.05", "windows=3"]
@@ -111,11 +111,11 @@ def test_five_measurements_of_a_steady_kernel_agree(monkeypatch, capsys):
 
 
 def test_a_kernel_that_drifts_is_reported_not_steady(monkeypatch, capsys):
-    import trainables.microbench
-    from trainables.stability import main
+    import accelsweep.trainables.microbench as microbench
+    from accelsweep.trainables.stability import main
 
     _with_extra_giou(monkeypatch, KernelImpl("slowing", f"{__name__}:slowing_giou", "numpy", ("cpu",), "nothing"))
-    monkeypatch.setattr(trainables.microbench, "host_probe_s", lambda: 1e-3)  # a machine of constant speed
+    monkeypatch.setattr(microbench, "host_probe_s", lambda: 1e-3)  # a machine of constant speed
     assert main(["--op", "giou", "--impl", "slowing", "--repeat", "3", "batch=2", "boxes=16", "window_min_calls=20",
                  "window_min_s=0.0"]) == 1
     out = capsys.readouterr().out
@@ -126,12 +126,12 @@ def test_a_kernel_that_drifts_is_reported_not_steady(monkeypatch, capsys):
 def test_a_machine_that_changes_speed_is_named_as_the_cause(monkeypatch, capsys):
     """The fixed CPU loop timed between windows goes 1.5x slower half-way, like a shared
     host changing speed: the verdict blames the machine, with the loop's figures."""
-    import trainables.microbench
-    from trainables.stability import main
+    import accelsweep.trainables.microbench as microbench
+    from accelsweep.trainables.stability import main
 
     _with_extra_giou(monkeypatch, KernelImpl("slowing", f"{__name__}:slowing_giou", "numpy", ("cpu",), "nothing"))
     probes = iter([1e-3, 1.5e-3] * 20)
-    monkeypatch.setattr(trainables.microbench, "host_probe_s", lambda: next(probes))
+    monkeypatch.setattr(microbench, "host_probe_s", lambda: next(probes))
     assert main(["--op", "giou", "--impl", "slowing", "--repeat", "2", "batch=2", "boxes=16", "window_min_calls=20",
                  "window_min_s=0.0", "windows=2"]) == 1
     out = capsys.readouterr().out
@@ -140,7 +140,7 @@ def test_a_machine_that_changes_speed_is_named_as_the_cause(monkeypatch, capsys)
 
 
 def test_host_probe_times_a_fixed_loop():
-    from trainables.measure import coefficient_of_variation, host_probe_s
+    from accelsweep.trainables.measure import coefficient_of_variation, host_probe_s
 
     probe = host_probe_s(seconds=0.01)
     assert 1e-5 < probe < 0.1  # a 20k-iteration Python loop: well under a millisecond to a few ms
@@ -175,12 +175,12 @@ def rows_must_divide_batch(shape, options, tuning, dtype, platform):
 
 
 def test_tuning_knobs_belong_to_their_implementation_and_are_checked_up_front(monkeypatch):
-    import kernels.giou
+    import accelsweep.kernels.giou as giou_op
 
     blocked = KernelImpl("blocked", f"{__name__}:blocked_giou", "numpy", ("cpu",), "nothing",
                          tuning={"rows": 1}, check=rows_must_divide_batch)
-    monkeypatch.setattr(kernels.giou, "SPEC", dataclasses.replace(
-        kernels.giou.SPEC, implementations=kernels.giou.SPEC.implementations + (blocked,)))
+    monkeypatch.setattr(giou_op, "SPEC", dataclasses.replace(
+        giou_op.SPEC, implementations=giou_op.SPEC.implementations + (blocked,)))
     config = KernelConfig.make(op="giou", impl="blocked", batch=4, boxes=8, rows=2)
     assert config.to_dict()["rows"] == 2 and KernelConfig.from_dict(config.to_dict()) == config
     assert config.impl_tuning() == {"rows": 2}
@@ -198,8 +198,8 @@ def test_dtypes_are_checked_per_implementation():
 
 
 def test_noisy_kernel_figures_are_flagged_in_progress_and_summary():
-    from sweeps.callbacks import SweepCallback, TrialRecord
-    from sweeps.report import summary
+    from accelsweep.sweeps.driver.callbacks import SweepCallback, TrialRecord
+    from accelsweep.sweeps.driver.report import summary
 
     def record(number, cv, host_cv=0.01):
         return TrialRecord(number, f"t{number}", {"impl": f"k{number}"}, {}, {}, number == 1, 0.0, status="finished",

@@ -13,13 +13,13 @@ import textwrap
 import numpy as np
 import pytest
 
-from kernels.giou.reference import giou as giou_reference
-from kernels.giou.reference import make_inputs as giou_inputs
-from kernels.nms.reference import kept, nms
-from kernels.registry import OPS, KernelUnavailable, get_op
+from accelsweep.kernels.giou.reference import giou as giou_reference
+from accelsweep.kernels.giou.reference import make_inputs as giou_inputs
+from accelsweep.kernels.nms.reference import kept, nms
+from accelsweep.kernels.registry import OPS, KernelUnavailable, get_op
 from tests.conftest import REPO
-from trainables.config import ConfigError
-from trainables.microbench import KERNEL_PLATFORMS, KernelConfig, run_microbench
+from accelsweep.trainables.errors import ConfigError
+from accelsweep.trainables.microbench import KERNEL_PLATFORMS, KernelConfig, run_microbench
 
 GIOU_TOLERANCE = get_op("giou").tolerance["float32"]
 # Boxes whose GIoU is known exactly: identical (1), far apart (below -0.5), side by side (0).
@@ -41,8 +41,8 @@ def _module_imports(name: str) -> bool:
 TRITON_CHILD = textwrap.dedent("""
     import json, sys
     import numpy as np, torch
-    from kernels.giou.reference import giou, make_inputs
-    from kernels.giou import triton_impl
+    from accelsweep.kernels.giou.reference import giou, make_inputs
+    from accelsweep.kernels.giou import triton_impl
 
     special = np.array(json.loads(sys.argv[1]), dtype=np.float32)
     cases = {}
@@ -97,7 +97,7 @@ def test_nki_giou_matches_the_reference_in_the_simulator(monkeypatch):
         pytest.skip(f"the nki package (Neuron pip repository) does not import here: {error}")
     # Simulate a NeuronCore-v2, seed 004's inf2 (the simulator's default is trn3).
     monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn1")
-    from kernels.giou.nki_impl import PAIRS_PER_PARTITION, giou_kernel
+    from accelsweep.kernels.giou.nki_impl import PAIRS_PER_PARTITION, giou_kernel
 
     # 2 pairs per partition; then one full tile and a 3-pair remainder per partition.
     for batch, boxes in ((1, 256), (2, 64 * (PAIRS_PER_PARTITION + 3))):
@@ -152,7 +152,7 @@ def test_neuron_kernel_trials_hold_a_neuron_core_and_fail_loudly_without_one():
     """NKI, GpSimd and the PyTorch baseline run as trials on platform neuron (seed 004's
     comparison); each trial holds a NeuronCore. Here there is none: the trial fails with
     the reason, nothing is timed on the CPU instead."""
-    from trainables.platforms import get_platform
+    from accelsweep.trainables.platforms import get_platform
 
     assert "neuron" in KERNEL_PLATFORMS
     nki = KernelConfig.make(op="giou", impl="nki", platform="neuron", batch=1, boxes=256)
@@ -167,7 +167,7 @@ def test_neuron_kernel_trials_hold_a_neuron_core_and_fail_loudly_without_one():
 def test_jax_kernels_fail_rather_than_time_the_wrong_backend(monkeypatch):
     """Asked for a TPU (or a GPU), JAX on a CPU-only install would silently run on its CPU
     backend; the harness refuses to time that."""
-    from trainables.platforms import get_platform
+    from accelsweep.trainables.platforms import get_platform
 
     import jax
 
@@ -218,7 +218,7 @@ def test_the_gpsimd_operator_names_agree_across_python_and_cpp():
 # --- The sequential Pallas NMS kernel (interpret mode) on edge cases ----------------
 
 def _pallas_keeps(boxes, scores):
-    from kernels.nms.pallas_impl import nms_pallas
+    from accelsweep.kernels.nms.pallas_impl import nms_pallas
 
     mask = np.asarray(nms_pallas(np.asarray(boxes, np.float32), np.asarray(scores, np.float32)))
     assert mask.dtype == bool and mask.shape == (len(boxes),)
@@ -260,7 +260,7 @@ def test_pallas_nms_lowers_to_a_mosaic_tpu_call():
     import jax
     from jax import export
 
-    from kernels.nms.pallas_impl import _nms
+    from accelsweep.kernels.nms.pallas_impl import _nms
 
     box_rows, scores = jax.ShapeDtypeStruct((300, 4), np.float32), jax.ShapeDtypeStruct((300,), np.float32)
     exported = export.export(jax.jit(functools.partial(_nms, interpret=False)), platforms=["tpu"])(box_rows, scores)
@@ -270,7 +270,7 @@ def test_pallas_nms_lowers_to_a_mosaic_tpu_call():
 @pytest.mark.parametrize("count", [127, 300])
 def test_pallas_nms_matches_the_reference_when_boxes_are_padded(count):
     """Box counts that are not a power of two: the kernel pads its lanes (to 128, 512)."""
-    from kernels.nms.reference import make_inputs
+    from accelsweep.kernels.nms.reference import make_inputs
 
     boxes, scores = make_inputs(11, count)
     expected = _reference_keeps(boxes, scores)

@@ -10,12 +10,12 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from kernels.matmul.checks import TPU_VMEM_BUDGET_BYTES, vmem_bytes
-from kernels.registry import KernelImpl, get_op
+from accelsweep.kernels.matmul.checks import TPU_VMEM_BUDGET_BYTES, vmem_bytes
+from accelsweep.kernels.registry import KernelImpl, get_op
 from tests.conftest import REPO
 from tests.test_sweep_e2e import mlflow_runs
-from trainables.config import ConfigError
-from trainables.microbench import KernelConfig, KernelMismatch, run_microbench
+from accelsweep.trainables.errors import ConfigError
+from accelsweep.trainables.microbench import KernelConfig, KernelMismatch, run_microbench
 
 # Two blocks along every axis: the kernel must zero, accumulate over k and write back.
 SMALL = dict(m=64, k=256, n=256)
@@ -61,7 +61,7 @@ def test_a_kernel_that_drops_the_last_k_block_fails_before_timing(monkeypatch):
     import jax.numpy as jnp
     from jax.experimental import pallas as pl
 
-    import kernels.matmul.pallas_impl as pallas_impl
+    import accelsweep.kernels.matmul.pallas_impl as pallas_impl
 
     def drops_last_k_block(a_ref, b_ref, out_ref):
         @pl.when(pl.program_id(2) == 0)
@@ -90,10 +90,10 @@ def bfloat16_output(a, b):
 
 
 def test_tolerance_zero_catches_a_bfloat16_result(monkeypatch):
-    import kernels.matmul
+    import accelsweep.kernels.matmul as matmul_op
 
     rounded = KernelImpl("bf16-out", f"{__name__}:bfloat16_output", "jax", ("cpu",), "jax", dtypes=("bfloat16",))
-    monkeypatch.setattr(kernels.matmul, "SPEC", dataclasses.replace(
+    monkeypatch.setattr(matmul_op, "SPEC", dataclasses.replace(
         SPEC, implementations=SPEC.implementations + (rounded,)))
     with pytest.raises(KernelMismatch, match="bf16-out differs from the reference"):
         run_microbench(small_config("bf16-out", "bfloat16"))
@@ -153,7 +153,7 @@ def sweep_args(**values):
 
 
 def test_the_sweep_refuses_any_block_shape_that_cannot_run():
-    from sweeps.pallas_matmul import SMOKE_SHAPE, build_sweep
+    from accelsweep.sweeps.pallas_matmul import SMOKE_SHAPE, build_sweep
 
     with pytest.raises(ConfigError) as refused:
         build_sweep(sweep_args(), SMOKE_SHAPE, {"bm": (32, 128), "bk": (128, 256), "bn": (128, 96)})
@@ -173,12 +173,12 @@ def test_the_sweep_refuses_any_block_shape_that_cannot_run():
 def test_the_library_is_the_baseline_and_every_searched_trial_is_the_kernel():
     import optuna
 
-    from sweeps.api import plan_sweep
-    from sweeps.pallas_matmul import SMOKE_BLOCKS, SMOKE_SHAPE, build_sweep
+    from accelsweep.sweeps.driver.api import plan_sweep
+    from accelsweep.sweeps.pallas_matmul import SMOKE_BLOCKS, SMOKE_SHAPE, build_sweep
 
     plan = plan_sweep(build_sweep(sweep_args(), SMOKE_SHAPE, SMOKE_BLOCKS))
     assert plan.baseline_point == {"impl": "jax-dot", "bm": 128, "bk": 128, "bn": 128}
-    # As the searcher runs it (sweeps/api.py): the baseline enqueued first, then TPE.
+    # As the searcher runs it (sweeps/driver/api.py): the baseline enqueued first, then TPE.
     study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=0, n_startup_trials=2))
     study.enqueue_trial(plan.baseline_point)
     proposed = []

@@ -15,11 +15,12 @@ import pytest
 import torch
 
 from tests.conftest import REPO
-from trainables.config import ConfigError, TrialConfig
-from trainables.data import RandomImageDataset
-from trainables.failures import failure_cause
-from trainables.nan_capture import (CAPTURE_FILE, load_capture, measure_overhead, overhead_config, show_replay)
-from trainables.train_loop import NonFiniteGradient, run_training
+from accelsweep.trainables.errors import ConfigError
+from accelsweep.trainables.config import TrialConfig
+from accelsweep.trainables.data import RandomImageDataset
+from accelsweep.trainables.failures import failure_cause
+from accelsweep.trainables.nan_capture import (CAPTURE_FILE, load_capture, measure_overhead, overhead_config, show_replay)
+from accelsweep.trainables.train_loop import NonFiniteGradient, run_training
 
 # window_min_s=0: every run takes the same steps, so two runs' losses compare exactly.
 # Steps: 0 first, 1 warm-up, 2-4 window 1, 5-7 window 2, 8-10 window 3.
@@ -47,16 +48,16 @@ class PoisonedDataset(RandomImageDataset):
 @pytest.fixture
 def poisoned_batch(monkeypatch):
     """Poison step ``POISONED_STEP``'s batch (the third image of it)."""
-    import trainables.data
+    import accelsweep.trainables.data as data
 
     def poisoned(*args, **kwargs):
         return PoisonedDataset(*args, poisoned_item=POISONED_STEP * MICRO["batch_size"] + 2, **kwargs)
 
-    monkeypatch.setattr(trainables.data, "RandomImageDataset", poisoned)
+    monkeypatch.setattr(data, "RandomImageDataset", poisoned)
 
 
 def replay_command(path):
-    return subprocess.run([sys.executable, "-m", "trainables.nan_capture", str(path)], cwd=REPO,
+    return subprocess.run([sys.executable, "-m", "accelsweep.trainables.nan_capture", str(path)], cwd=REPO,
                           capture_output=True, text=True, timeout=300)
 
 
@@ -106,7 +107,7 @@ def test_round_trip_capture_reload_non_finite_at_the_same_step(poisoned_batch, t
 
 def test_without_the_capture_the_poisoned_step_is_only_a_non_finite_loss(poisoned_batch, tmp_path):
     """The same poison with the option off: the loop's loss check ends it, nothing is saved."""
-    from trainables.train_loop import NonFiniteLoss
+    from accelsweep.trainables.train_loop import NonFiniteLoss
 
     with pytest.raises(NonFiniteLoss) as caught:
         run_training(TrialConfig(**MICRO), capture_dir=str(tmp_path))
@@ -163,7 +164,7 @@ def test_overhead_measurement_prints_both_throughputs():
 
 
 def test_neuron_vit_flag_sets_the_base_config(monkeypatch):
-    import sweeps.neuron_vit as neuron_vit
+    import accelsweep.sweeps.neuron_vit as neuron_vit
 
     planned = []
     monkeypatch.setattr(neuron_vit, "run_sweep", planned.append)
@@ -175,8 +176,8 @@ def test_neuron_vit_flag_sets_the_base_config(monkeypatch):
 def test_neuron_sweep_with_capture_keeps_one_worker_per_trial():
     """Each gradient of a multi-worker trial is an all-reduce a capture cannot replay,
     so with the capture on the Neuron space does not search workers."""
-    from sweeps.api import Objective, Sweep, plan_sweep
-    from sweeps.neuron_vit import base_config, make_space
+    from accelsweep.sweeps.driver.api import Objective, Sweep, plan_sweep
+    from accelsweep.sweeps.neuron_vit import base_config, make_space
 
     sweep = Sweep(name="nan", trainable=lambda *a, **k: None, objectives=[Objective("throughput_samples_per_s", "max")],
                   base=base_config("neuron", False, 1, "trn1.32xlarge", 0, nan_capture=True),

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from trainables.config import TrialConfig
-from trainables.platforms import neuron_errors
-from trainables.platforms.neuron_errors import NeuronCompileError, compiler_message, explain
+from accelsweep.trainables.config import TrialConfig
+from accelsweep.trainables.platforms import neuron_errors
+from accelsweep.trainables.platforms.neuron_errors import NeuronCompileError, compiler_message, explain
 
 COMPILER_LOG = """\
 2026-11-20T10:00:00Z INFO 4242 [neuronx-cc]: Compilation started
@@ -61,7 +61,7 @@ def test_an_older_log_is_not_blamed_and_other_errors_are_left_alone(tmp_path):
 
 
 def test_run_training_raises_the_compilers_words(tmp_path, monkeypatch):
-    import trainables.train_loop as train_loop
+    import accelsweep.trainables.train_loop as train_loop
 
     monkeypatch.setattr(neuron_errors, "compile_log_roots", lambda cache_url: [str(tmp_path)])
 

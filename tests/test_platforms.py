@@ -4,9 +4,10 @@ import sys
 import pytest
 
 from tests.conftest import REPO
-from trainables.config import ConfigError, TrialConfig
-from trainables.platforms import PLATFORM_NAMES, get_platform, resolve_platform
-from trainables.platforms.neuron import neuron_cc_flags, neuron_target_for_instance
+from accelsweep.trainables.errors import ConfigError
+from accelsweep.trainables.config import TrialConfig
+from accelsweep.trainables.platforms import PLATFORM_NAMES, get_platform, resolve_platform
+from accelsweep.trainables.platforms.neuron import neuron_cc_flags, neuron_target_for_instance
 
 
 def test_auto_picks_cpu_here_and_says_why():

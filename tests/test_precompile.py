@@ -12,16 +12,17 @@ import sys
 import pytest
 
 from tests.conftest import REPO
-from trainables.config import ConfigError, TrialConfig
+from accelsweep.trainables.errors import ConfigError
+from accelsweep.trainables.config import TrialConfig
 
 
 def test_the_command_runs_the_trials_own_config_under_neuron_parallel_compile():
-    from sweeps.precompile import precompile_command, precompile_env
+    from accelsweep.sweeps.driver.precompile import precompile_command, precompile_env
 
     config = TrialConfig(platform="neuron", model="vit-b16", batch_size=32, neuron_optlevel=3,
                          neuron_target="trn1", compile_cache="s3://bucket/cache")
     command = precompile_command(config)
-    assert command[:4] == ["neuron_parallel_compile", sys.executable, "-m", "trainables.precompile"]
+    assert command[:4] == ["neuron_parallel_compile", sys.executable, "-m", "accelsweep.trainables.precompile"]
     assert TrialConfig.from_dict(json.loads(command[-1])) == config
     env = precompile_env(config)
     assert env["NEURON_COMPILE_CACHE_URL"] == "s3://bucket/cache"
@@ -29,7 +30,7 @@ def test_the_command_runs_the_trials_own_config_under_neuron_parallel_compile():
 
 
 def test_precompile_is_refused_where_it_cannot_help():
-    from sweeps.precompile import check_precompile
+    from accelsweep.sweeps.driver.precompile import check_precompile
 
     with pytest.raises(ConfigError, match="--precompile must be 0 on platform 'cpu' .it runs Neuron's "
                                           "neuron_parallel_compile.; got 3"):
@@ -42,9 +43,9 @@ def test_precompile_is_refused_where_it_cannot_help():
 
 @pytest.mark.slow
 def test_the_precompiled_configs_are_the_ones_the_sweep_proposes_first(ray_session, tracking_uri):
-    from sweeps.api import Objective, Sweep, plan_sweep, run_sweep
-    from sweeps.precompile import first_proposals
-    from trainables.trainable import train_trainable
+    from accelsweep.sweeps.driver.api import Objective, Sweep, plan_sweep, run_sweep
+    from accelsweep.sweeps.driver.precompile import first_proposals
+    from accelsweep.trainables.trainable import train_trainable
 
     def space(trial):
         trial.suggest_categorical("batch_size", [8, 16, 32])
@@ -73,8 +74,8 @@ echo "Compiling 3 graphs"
 DRIVER = """
 import ray, sys
 ray.init(num_cpus=2, resources={"neuron_cores": 2}, include_dashboard=False)
-from sweeps.precompile import run_precompile
-from trainables.config import TrialConfig
+from accelsweep.sweeps.driver.precompile import run_precompile
+from accelsweep.trainables.config import TrialConfig
 base = TrialConfig(platform="neuron", model="vit-b16", neuron_target="trn1", compile_cache="/shared/cache").to_dict()
 for r in run_precompile(base, [{"batch_size": 8}, {"batch_size": 16, "neuron_optlevel": 3}]):
     print("RESULT", r.searched, r.returncode, round(r.seconds, 3), r.output_tail.strip())
@@ -98,7 +99,7 @@ def test_each_config_is_extracted_and_compiled_as_a_ray_task_holding_a_neuroncor
     calls = [path.read_text().splitlines() for path in record.iterdir()]
     assert len(calls) == 2
     assert sorted("--optlevel=3" in flags for flags, _, _ in calls) == [False, True]
-    assert all(cache == "/shared/cache" and "-m trainables.precompile --config" in argv for _, cache, argv in calls)
+    assert all(cache == "/shared/cache" and "-m accelsweep.trainables.precompile --config" in argv for _, cache, argv in calls)
 
 
 def test_dry_run_lists_what_would_be_precompiled():

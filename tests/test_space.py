@@ -3,8 +3,8 @@ import pickle
 import pytest
 from ray import tune
 
-from trainables.config import ConfigError
-from sweeps.space import SearchSpace
+from accelsweep.trainables.errors import ConfigError
+from accelsweep.sweeps.driver.space import SearchSpace
 
 
 def branching(trial):

@@ -61,7 +61,7 @@ def test_main_job_smoke_sweep_lands_in_mlflow(tmp_path):
 def failing_for_batch_8(searched, base, cost=None):
     if searched["batch_size"] == 8:
         raise RuntimeError("injected failure for batch_size=8")
-    from trainables.trainable import train_trainable
+    from accelsweep.trainables.trainable import train_trainable
 
     train_trainable(searched, base, cost)
 
@@ -70,9 +70,9 @@ def failing_for_batch_8(searched, base, cost=None):
 def test_failed_trials_are_recorded_and_the_sweep_goes_on(ray_session, tracking_uri):
     import ray.cloudpickle
 
-    from sweeps.api import Sweep, run_sweep
-    from trainables.config import TrialConfig
-    from trainables.cost import resolve_cost_basis
+    from accelsweep.sweeps.driver.api import Sweep, run_sweep
+    from accelsweep.trainables.config import TrialConfig
+    from accelsweep.trainables.cost import resolve_cost_basis
 
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Ray workers cannot import tests/
     basis, note = resolve_cost_basis(price_per_hour=0.357, local_units={"CPU": 2}, detect=False)

@@ -5,9 +5,9 @@ import time
 
 import pytest
 
-from trainables.config import TrialConfig
-from trainables.data import RandomImageDataset
-from trainables.train_loop import METRIC_NAMES, NonFiniteLoss, run_training
+from accelsweep.trainables.config import TrialConfig
+from accelsweep.trainables.data import RandomImageDataset
+from accelsweep.trainables.train_loop import METRIC_NAMES, NonFiniteLoss, run_training
 
 MICRO = dict(model="vit-micro", cpus_per_worker=2, batch_size=16, warmup_steps=2, window_min_steps=3,
              window_min_s=0.2, windows=2)
@@ -58,10 +58,10 @@ class SlowStartDataset(RandomImageDataset):
 
 @pytest.mark.parametrize("warmup_steps, slow_shows", [(4, False), (1, True)])
 def test_warmup_steps_are_not_timed(monkeypatch, warmup_steps, slow_shows):
-    import trainables.data
+    import accelsweep.trainables.data as data
 
     batch, delay = 4, 0.05
-    monkeypatch.setattr(trainables.data, "RandomImageDataset",
+    monkeypatch.setattr(data, "RandomImageDataset",
                         lambda *a, **k: SlowStartDataset(*a, slow_items=4 * batch, delay_s=delay, **k))
     config = TrialConfig(**{**MICRO, "batch_size": batch, "warmup_steps": warmup_steps, "windows": 1,
                             "window_min_steps": 10, "window_min_s": 0.0})
@@ -85,7 +85,7 @@ def test_linear_patch_embedding_matches_the_conv_one():
     """Seed 001's LinearEmbed is the stride-p conv written as reshape + matmul."""
     import torch
 
-    from trainables.models import build_model
+    from accelsweep.trainables.models import build_model
 
     conv, linear = build_model("vit-micro", "conv"), build_model("vit-micro", "linear")
     weight = conv.patch_embed.proj.weight  # (dim, C, p, p)

@@ -2,10 +2,10 @@
 
 import pytest
 
-from sweeps.api import Sweep, run_sweep
+from accelsweep.sweeps.driver.api import Sweep, run_sweep
 from tests.test_sweep_e2e import mlflow_runs
-from trainables.config import TrialConfig
-from trainables.platforms import get_platform
+from accelsweep.trainables.config import TrialConfig
+from accelsweep.trainables.platforms import get_platform
 
 
 def test_resources_count_every_worker_once():
@@ -22,7 +22,7 @@ def test_resources_count_every_worker_once():
 def test_two_worker_cpu_trial_reports_global_throughput(ray_session, tracking_uri):
     lines = []
     result = run_sweep(Sweep(
-        name="two_workers", trainable=__import__("trainables.trainable", fromlist=["x"]).train_trainable,
+        name="two_workers", trainable=__import__("accelsweep.trainables.trainable", fromlist=["x"]).train_trainable,
         base=TrialConfig(model="vit-micro", workers=2, cpus_per_worker=1, batch_size=8, warmup_steps=2,
                          window_min_steps=3, window_min_s=0.3, windows=2),
         space=lambda trial: {"batch_size": trial.suggest_categorical("batch_size", [8])},
@@ -78,7 +78,7 @@ def test_neuron_backend_sets_one_root_comm_endpoint_on_every_worker():
 def test_generic_xla_refuses_several_workers():
     import pytest as _pytest
 
-    from trainables.config import ConfigError
+    from accelsweep.trainables.errors import ConfigError
 
     with _pytest.raises(ConfigError, match="workers must be 1 on platform 'xla'; got 2"):
         TrialConfig(platform="xla", workers=2)

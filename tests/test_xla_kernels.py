@@ -9,9 +9,9 @@ import pytest
 pytestmark = pytest.mark.xla
 pytest.importorskip("torch_xla", reason="torch_xla is not installed here: the XLA lane runs in .venv-xla")
 
-from kernels.giou.reference import giou as giou_reference  # noqa: E402
-from kernels.registry import OPS, KernelImpl, get_op  # noqa: E402
-from trainables.microbench import KernelConfig, run_microbench  # noqa: E402
+from accelsweep.kernels.giou.reference import giou as giou_reference  # noqa: E402
+from accelsweep.kernels.registry import OPS, KernelImpl, get_op  # noqa: E402
+from accelsweep.trainables.microbench import KernelConfig, run_microbench  # noqa: E402
 
 SMALL = {"giou": dict(batch=4, boxes=64), "attention": dict(batch=2, heads=2, seq=64, head_dim=16, causal=True,
                                                            soft_cap=5.0)}
@@ -49,10 +49,10 @@ def drifting_giou(boxes1, boxes2):
 
 
 def test_a_kernel_whose_graph_changes_every_call_shows_its_recompiles(monkeypatch):
-    import kernels.giou
+    import accelsweep.kernels.giou as giou_op
 
     drifting = KernelImpl("drifting", f"{__name__}:drifting_giou", "torch", ("xla",), "nothing")
-    monkeypatch.setattr(kernels.giou, "SPEC", dataclasses.replace(
-        kernels.giou.SPEC, implementations=kernels.giou.SPEC.implementations + (drifting,)))
+    monkeypatch.setattr(giou_op, "SPEC", dataclasses.replace(
+        giou_op.SPEC, implementations=giou_op.SPEC.implementations + (drifting,)))
     result = run_microbench(KernelConfig.make(op="giou", impl="drifting", platform="xla", **QUICK, **SMALL["giou"]))
     assert result["xla_compiles"] >= min(result["calls"], 60)

@@ -8,10 +8,11 @@ one result dict. Nothing downstream re-derives a knob; it reads it from this con
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
+
+from accelsweep.trainables.errors import ConfigError, non_negative_float, one_of, positive_float, positive_int
 
 PRECISIONS = ("fp32", "bf16-autocast", "bf16")
 COMPILE_MODES = ("none", "inductor", "openxla")
@@ -39,37 +40,6 @@ PLATFORM_KNOB_DEFAULTS: dict[str, Any] = {
     "neuron_auto_cast_type": None,
     "neuron_target": None,
 }
-
-
-class ConfigError(ValueError):
-    """A bad value for a named field. The message names the field, what is allowed and
-    the value given, so it can be fixed without reading the code."""
-
-    def __init__(self, field: str, allowed: str, given: Any, hint: str = ""):
-        self.field = field
-        message = f"{field} must be {allowed}; got {given!r}"
-        super().__init__(f"{message}. {hint}" if hint else message)
-
-
-def one_of(field: str, value: Any, allowed: tuple, hint: str = "") -> None:
-    if value not in allowed:
-        listed = ", ".join(str(a) for a in allowed)
-        raise ConfigError(field, f"one of {listed}", value, hint)
-
-
-def positive_int(field: str, value: Any, minimum: int = 1) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(field, f"an integer >= {minimum}", value)
-
-
-def positive_float(field: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise ConfigError(field, "a finite number > 0", value)
-
-
-def non_negative_float(field: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise ConfigError(field, "a finite number >= 0", value)
 
 
 class DictConfig:
@@ -130,8 +100,8 @@ class TrialConfig(DictConfig):
     nan_capture: bool = False
 
     def __post_init__(self) -> None:
-        from trainables.models import MODEL_PRESETS
-        from trainables.platforms import get_platform
+        from accelsweep.trainables.models import MODEL_PRESETS
+        from accelsweep.trainables.platforms import get_platform
 
         one_of("model", self.model, tuple(MODEL_PRESETS))
         one_of("patch_embed", self.patch_embed, PATCH_EMBEDS)

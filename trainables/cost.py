@@ -15,7 +15,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
-from trainables.config import ConfigError, positive_float
+from accelsweep.trainables.errors import ConfigError, positive_float
 
 PRICE_TABLE_DATE = "2026-11-01"
 PRICE_TABLE_SOURCE = ("AWS EC2 On-Demand Linux prices, us-east-1 (aws.amazon.com/ec2/pricing/on-demand/), "

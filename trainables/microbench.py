@@ -1,6 +1,6 @@
 """The kernel microbenchmark harness: one implementation of one op, checked, then timed.
 
-    from trainables.microbench import KernelConfig, run_microbench
+    from accelsweep.trainables.microbench import KernelConfig, run_microbench
     run_microbench(KernelConfig.make(op="giou", impl="torch-naive", batch=64, boxes=256))
 
 Inputs are fresh random arrays (seeded), rounded to the trial's dtype. The
@@ -29,8 +29,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
-from trainables.config import ConfigError, DictConfig, non_negative_float, one_of, positive_int
-from trainables.measure import Window, coefficient_of_variation, host_probe_s, percentile, time_window
+from accelsweep.trainables.errors import ConfigError, non_negative_float, one_of, positive_int
+from accelsweep.trainables.config import DictConfig
+from accelsweep.trainables.measure import Window, coefficient_of_variation, host_probe_s, percentile, time_window
 
 KERNEL_PLATFORMS = ("cpu", "cuda", "xla", "neuron", "tpu")
 XLA_PLATFORMS = ("xla", "neuron", "tpu")  # torch tensors live on a torch-xla device there
@@ -77,7 +78,7 @@ class KernelConfig(DictConfig):
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> "KernelConfig":
-        from kernels.registry import get_op
+        from accelsweep.kernels.registry import get_op
 
         fields = {f.name for f in dataclasses.fields(cls)} - {"shape", "options", "tuning"}
         spec = get_op(values.get("op", cls.op))
@@ -100,7 +101,7 @@ class KernelConfig(DictConfig):
         return {**flat, **self.shape, **self.options, **self.tuning}
 
     def __post_init__(self) -> None:
-        from kernels.registry import get_op
+        from accelsweep.kernels.registry import get_op
 
         spec = get_op(self.op)
         implementation = spec.impl(self.impl)
@@ -159,7 +160,7 @@ class KernelConfig(DictConfig):
 
     def impl_tuning(self) -> dict[str, Any]:
         """The tuning knobs this config's implementation takes."""
-        from kernels.registry import get_op
+        from accelsweep.kernels.registry import get_op
 
         return {name: self.tuning[name] for name in get_op(self.op).impl(self.impl).tuning}
 
@@ -217,7 +218,7 @@ class _Framework:
         elif framework == "jax":
             import jax
 
-            from kernels.registry import KernelUnavailable
+            from accelsweep.kernels.registry import KernelUnavailable
 
             device = jax.devices()[0]
             if device.platform != JAX_BACKEND.get(platform):
@@ -295,7 +296,7 @@ class _Framework:
 
 
 def _xla_device(platform: str):
-    from kernels.registry import KernelUnavailable
+    from accelsweep.kernels.registry import KernelUnavailable
 
     try:
         import torch_xla
@@ -336,7 +337,7 @@ def _cuda_event_window(call: Callable[[], Any], min_calls: int, min_seconds: flo
 def run_microbench(config: KernelConfig, report: Optional[Callable[[dict], None]] = None) -> dict:
     import numpy as np
 
-    from kernels.registry import get_op
+    from accelsweep.kernels.registry import get_op
 
     spec = get_op(config.op)
     implementation = spec.impl(config.impl)

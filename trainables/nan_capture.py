@@ -1,8 +1,8 @@
 """NaN capture: catch the first non-finite gradient of a trial with what it takes to
 replay that one step, then replay it here.
 
-    python -m trainables.nan_capture path/to/nan_capture.pt    # replay: exit 0 if the step is non-finite again
-    python -m trainables.nan_capture --measure-overhead         # throughput with the capture off and on (CPU)
+    python -m accelsweep.trainables.nan_capture path/to/nan_capture.pt    # replay: exit 0 if the step is non-finite again
+    python -m accelsweep.trainables.nan_capture --measure-overhead         # throughput with the capture off and on (CPU)
 
 Seed 003's scheme ("Debugging the dreaded NaN", a Lightning callback there), in the
 training loop (config knob ``nan_capture``): before each step keep a reference to the
@@ -44,8 +44,8 @@ from typing import Any, Callable, Iterable, Optional
 
 import torch
 
-from trainables.config import TrialConfig
-from trainables.train_loop import NonFiniteGradient
+from accelsweep.trainables.config import TrialConfig
+from accelsweep.trainables.train_loop import NonFiniteGradient
 
 CAPTURE_FILE = "nan_capture.pt"
 CAPTURE_FORMAT = "accelsweep-nan-capture-1"
@@ -252,7 +252,7 @@ class NanCapture:
         raise NonFiniteGradient(
             f"non-finite gradient at step {self.step_index}: {first['parameter']} = {first['value']} "
             f"({len(found)} of {len(self.parameters)} parameters non-finite); captured in {path}; "
-            f"replay: python -m trainables.nan_capture {path}", capture_path=path, step=self.step_index)
+            f"replay: python -m accelsweep.trainables.nan_capture {path}", capture_path=path, step=self.step_index)
 
 
 # ---- the replay --------------------------------------------------------------------
@@ -268,8 +268,8 @@ def load_capture(path: str) -> dict[str, Any]:
 def replay(capture: dict[str, Any], device: str = "cpu") -> tuple[float, list[dict[str, Any]]]:
     """Run the captured step's forward and backward again (eager, with the loop's model,
     loss and autocast for ``device``) and return its loss and non-finite gradients."""
-    from trainables.models import build_model
-    from trainables.platforms import get_platform
+    from accelsweep.trainables.models import build_model
+    from accelsweep.trainables.platforms import get_platform
 
     config = TrialConfig.from_dict(capture["config"])
     target = torch.device(device)
@@ -340,7 +340,7 @@ def overhead_config(model: str = "vit-tiny", windows: int = 3, window_min_s: flo
 def measure_overhead(config: TrialConfig, rounds: int, out=sys.stdout) -> dict[str, Any]:
     """Throughput with the capture off and on, the same config, alternating the order
     each round so that drift in the machine's speed falls on both alike."""
-    from trainables.train_loop import run_training
+    from accelsweep.trainables.train_loop import run_training
 
     throughputs: dict[bool, list[float]] = {False: [], True: []}
     print(f"NaN capture overhead: {config.model}, batch {config.batch_size}, {config.precision}, "
@@ -371,7 +371,7 @@ def measure_overhead(config: TrialConfig, rounds: int, out=sys.stdout) -> dict[s
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m trainables.nan_capture", description=__doc__.split("\n\n")[0],
+    parser = argparse.ArgumentParser(prog="python -m accelsweep.trainables.nan_capture", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("capture", nargs="?", help=f"a {CAPTURE_FILE} to replay")
     parser.add_argument("--device", default="cpu", help="where to replay the step (default: cpu)")

@@ -14,8 +14,8 @@ import re
 from typing import Any, Mapping, Optional
 from urllib.parse import urlparse
 
-from trainables.config import ConfigError
-from trainables.secrets import redact_uri, scrub
+from accelsweep.trainables.errors import ConfigError
+from accelsweep.trainables.secrets import redact_uri, scrub
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 

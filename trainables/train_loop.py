@@ -1,7 +1,7 @@
 """The training loop: one config in, one result dict per measured window out.
 
-    from trainables.config import TrialConfig
-    from trainables.train_loop import run_training
+    from accelsweep.trainables.config import TrialConfig
+    from accelsweep.trainables.train_loop import run_training
     result = run_training(TrialConfig(model="vit-micro", windows=2))
 
 Measurement follows the seeds' hand-run loops, minus their mistakes: the first step
@@ -18,11 +18,11 @@ import math
 import time
 from typing import Callable, Optional
 
-from trainables.config import TrialConfig
-from trainables.cost import usd_per_1m_samples
-from trainables.measure import WindowStats, time_window
-from trainables.models import MODEL_PRESETS, build_model
-from trainables.platforms import get_platform
+from accelsweep.trainables.config import TrialConfig
+from accelsweep.trainables.cost import usd_per_1m_samples
+from accelsweep.trainables.measure import WindowStats, time_window
+from accelsweep.trainables.models import MODEL_PRESETS, build_model
+from accelsweep.trainables.platforms import get_platform
 
 # The result names every trainable, tracker and user script relies on.
 METRIC_NAMES = (
@@ -30,7 +30,7 @@ METRIC_NAMES = (
     "compile_s", "peak_memory_mb", "final_loss", "usd_per_1m_samples", "trial_cost_usd",
     "overhead_s",
 )
-DRIVER_METRICS = ("trial_cost_usd", "overhead_s")  # the sweep driver's, not the loop's (sweeps/callbacks.py)
+DRIVER_METRICS = ("trial_cost_usd", "overhead_s")  # the sweep driver's, not the loop's (sweeps/driver/callbacks.py)
 
 # torch.compile's own timers (torch._dynamo.utils.compilation_time_metrics): the
 # forward graph compile and the backward graph compile, which runs on first backward.
@@ -80,8 +80,8 @@ def _run_training(config: TrialConfig, report: Optional[Callable[[dict], None]],
     import torch
     from torch.utils.data import DataLoader
 
-    from trainables.data import RandomImageDataset
-    from trainables.distributed import World
+    from accelsweep.trainables.data import RandomImageDataset
+    from accelsweep.trainables.distributed import World
 
     started = time.perf_counter()
     platform = get_platform(config.platform)
@@ -136,7 +136,7 @@ def _run_training(config: TrialConfig, report: Optional[Callable[[dict], None]],
     # that is where the capture reads its flag (NanCapture.segment). Else: nothing.
     segment = contextlib.nullcontext
     if config.nan_capture:
-        from trainables.nan_capture import NanCapture
+        from accelsweep.trainables.nan_capture import NanCapture
 
         def report_capture(fields: dict) -> None:
             # The driver logs the capture file with the trial's run when a result names it,

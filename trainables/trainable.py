@@ -13,16 +13,16 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
-from trainables.config import TrialConfig
-from trainables.cost import CostBasis
-from trainables.platforms import get_platform
+from accelsweep.trainables.config import TrialConfig
+from accelsweep.trainables.cost import CostBasis
+from accelsweep.trainables.platforms import get_platform
 
 
 def train_trainable(searched: Mapping[str, Any], base: Mapping[str, Any],
                     cost: Optional[CostBasis] = None) -> None:
     from ray import tune
 
-    from trainables.train_loop import run_training
+    from accelsweep.trainables.train_loop import run_training
 
     config = TrialConfig.from_dict({**base, **searched})
     platform = get_platform(config.platform)
@@ -58,7 +58,7 @@ def run_workers(config: TrialConfig, usd_per_hour: float) -> None:
 def _worker_loop(loop_config: Mapping[str, Any]) -> None:
     import ray.train
 
-    from trainables.train_loop import run_training
+    from accelsweep.trainables.train_loop import run_training
 
     # Every worker reports each window (Ray Train expects all ranks to); rank 0's
     # result, which already sums all workers, is the one Tune receives.

@@ -22,9 +22,9 @@ weighted means of v, unit normal, so |out| stays below about 4):
   0.016 (see the tests).
 """
 
-from kernels.attention.reference import attended_pairs, attention, grid_side, make_inputs
-from kernels.registry import KernelImpl, OpSpec
-from trainables.config import ConfigError, non_negative_float, positive_int
+from accelsweep.kernels.attention.reference import attended_pairs, attention, grid_side, make_inputs
+from accelsweep.kernels.registry import KernelImpl, OpSpec
+from accelsweep.trainables.errors import ConfigError, non_negative_float, positive_int
 
 ALL_OPTIONS = ("causal", "soft_cap", "window", "neighborhood")
 MASKS = ("causal", "window", "neighborhood")  # options that hide keys (a mask) rather than change scores
@@ -50,7 +50,7 @@ def _half_precision_on_cuda(shape, options, tuning, dtype, platform):
 
 
 def _torch(name, function, platforms=("cpu", "cuda"), **fields):
-    return KernelImpl(name, f"kernels.attention.torch_impl:{function}", "torch", platforms, "torch", **fields)
+    return KernelImpl(name, f"accelsweep.kernels.attention.torch_impl:{function}", "torch", platforms, "torch", **fields)
 
 
 SPEC = OpSpec(
@@ -77,12 +77,12 @@ SPEC = OpSpec(
         _torch("sdpa-efficient", "sdpa_efficient", ("cuda",), supports=MASKS),
         _torch("sdpa-cudnn", "sdpa_cudnn", ("cuda",), supports=("causal",), check=_half_precision_on_cuda),
         _torch("flex", "flex"),
-        KernelImpl("flash-attn", "kernels.attention.flash_attn_impl:flash_attn", "torch", ("cuda",),
+        KernelImpl("flash-attn", "accelsweep.kernels.attention.flash_attn_impl:flash_attn", "torch", ("cuda",),
                    "flash-attn >= 2.6 (pip install flash-attn --no-build-isolation; an Ampere or newer GPU)",
                    dtypes=("bfloat16",), supports=("causal", "soft_cap", "window")),
-        KernelImpl("xformers", "kernels.attention.xformers_impl:xformers_attention", "torch", ("cuda",),
+        KernelImpl("xformers", "accelsweep.kernels.attention.xformers_impl:xformers_attention", "torch", ("cuda",),
                    "xformers (pip install xformers, the build matching this torch)", supports=("causal",)),
-        KernelImpl("transformer-engine", "kernels.attention.transformer_engine_impl:transformer_engine_attention",
+        KernelImpl("transformer-engine", "accelsweep.kernels.attention.transformer_engine_impl:transformer_engine_attention",
                    "torch", ("cuda",), "Transformer Engine (pip install --no-build-isolation "
                    "'transformer_engine[pytorch]')", dtypes=("bfloat16",), supports=("causal",)),
     ),

@@ -12,7 +12,7 @@ build and interface that is not registered.
 
 from flash_attn import flash_attn_func
 
-from kernels.attention.torch_impl import refuse_unsupported
+from accelsweep.kernels.attention.torch_impl import refuse_unsupported
 
 
 def flash_attn(q, k, v, causal=False, soft_cap=0.0, window=0, neighborhood=0):

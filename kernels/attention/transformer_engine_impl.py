@@ -17,7 +17,7 @@ os.environ["NVTE_UNFUSED_ATTN"] = "0"
 
 from transformer_engine.pytorch import DotProductAttention  # noqa: E402  (after the backend choice)
 
-from kernels.attention.torch_impl import refuse_unsupported  # noqa: E402
+from accelsweep.kernels.attention.torch_impl import refuse_unsupported  # noqa: E402
 
 
 @functools.lru_cache(maxsize=8)

@@ -6,7 +6,7 @@ API; not run here (no GPU)."""
 
 import xformers.ops as xops
 
-from kernels.attention.torch_impl import refuse_unsupported
+from accelsweep.kernels.attention.torch_impl import refuse_unsupported
 
 
 def xformers_attention(q, k, v, causal=False, soft_cap=0.0, window=0, neighborhood=0):

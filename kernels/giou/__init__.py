@@ -12,9 +12,9 @@ NKI, GpSimd and the PyTorch baseline (torch-naive through torch-xla, seed 004's
 comparison); that path (torch-xla placement, sync, compile counting) is tested on
 torch-xla's CPU client, never on a NeuronCore."""
 
-from kernels.giou.reference import giou, make_inputs
-from kernels.registry import KernelImpl, OpSpec
-from trainables.config import ConfigError
+from accelsweep.kernels.giou.reference import giou, make_inputs
+from accelsweep.kernels.registry import KernelImpl, OpSpec
+from accelsweep.trainables.errors import ConfigError
 
 XLA_DEVICES = ("xla", "neuron", "tpu")  # torch-xla devices (trainables/microbench.py)
 NEURON_PARTITIONS = 128  # SBUF partitions of a NeuronCore (nki.language.tile_size.pmax)
@@ -44,20 +44,20 @@ SPEC = OpSpec(
     items=lambda batch, boxes: batch * boxes,
     implementations=(
         # The seed's PyTorch baseline; on neuron it is what NKI and GpSimd are compared against.
-        KernelImpl("torch-naive", "kernels.giou.torch_impl:giou_naive", "torch", ("cpu", "cuda") + XLA_DEVICES, "torch"),
-        KernelImpl("torch-compile", "kernels.giou.torch_impl:giou_compiled", "torch", ("cpu", "cuda"), "torch"),
-        KernelImpl("jax-jit", "kernels.giou.jax_impl:giou_jit", "jax", ("cpu", "cuda", "tpu"), "jax (pip install jax)"),
-        KernelImpl("pallas", "kernels.giou.pallas_impl:giou_pallas", "jax", ("cpu", "cuda", "tpu"),
+        KernelImpl("torch-naive", "accelsweep.kernels.giou.torch_impl:giou_naive", "torch", ("cpu", "cuda") + XLA_DEVICES, "torch"),
+        KernelImpl("torch-compile", "accelsweep.kernels.giou.torch_impl:giou_compiled", "torch", ("cpu", "cuda"), "torch"),
+        KernelImpl("jax-jit", "accelsweep.kernels.giou.jax_impl:giou_jit", "jax", ("cpu", "cuda", "tpu"), "jax (pip install jax)"),
+        KernelImpl("pallas", "accelsweep.kernels.giou.pallas_impl:giou_pallas", "jax", ("cpu", "cuda", "tpu"),
                    "jax (pip install jax)", interpreted_on=("cpu",)),
         # Not "triton": tests/test_kernels.py uses that name as its example of an unknown impl.
-        KernelImpl("triton-fused", "kernels.giou.triton_impl:giou_triton", "torch", ("cuda",),
+        KernelImpl("triton-fused", "accelsweep.kernels.giou.triton_impl:giou_triton", "torch", ("cuda",),
                    "triton (bundled with CUDA builds of torch; else pip install triton)",
                    tuning={"block_pairs": 1024}, check=_block_pairs_is_a_power_of_two),
-        KernelImpl("nki", "kernels.giou.nki_impl:giou_nki", "torch", ("neuron",),
+        KernelImpl("nki", "accelsweep.kernels.giou.nki_impl:giou_nki", "torch", ("neuron",),
                    f"the nki package from the Neuron pip repository (PyPI's 'nki' is an empty placeholder) "
                    f"and {NEURON_INSTALL}",
                    dtypes=("float32",), check=_pairs_fill_the_partitions),
-        KernelImpl("gpsimd-cpp", "kernels.giou.gpsimd_impl:giou_gpsimd", "torch", ("neuron",),
+        KernelImpl("gpsimd-cpp", "accelsweep.kernels.giou.gpsimd_impl:giou_gpsimd", "torch", ("neuron",),
                    f"{NEURON_INSTALL}, plus the apt/yum packages aws-neuronx-gpsimd-tools and "
                    "aws-neuronx-gpsimd-customop-lib", dtypes=("float32",)),
     ),

@@ -14,9 +14,9 @@ TPU or the trial fails), but no TPU was available to us, and its block rules
 (kernels/matmul/checks.py) come from JAX's Pallas TPU docs and source, not from a TPU.
 """
 
-from kernels.matmul.checks import int32_cannot_overflow, pallas_blocks, torch_int_mm_shape
-from kernels.matmul.reference import make_inputs, matmul
-from kernels.registry import KernelImpl, OpSpec
+from accelsweep.kernels.matmul.checks import int32_cannot_overflow, pallas_blocks, torch_int_mm_shape
+from accelsweep.kernels.matmul.reference import make_inputs, matmul
+from accelsweep.kernels.registry import KernelImpl, OpSpec
 
 JAX = "jax (pip install jax)"
 
@@ -28,12 +28,12 @@ SPEC = OpSpec(
     items=lambda m, k, n: m * n,
     flops=lambda m, k, n: 2 * m * k * n,
     implementations=(
-        KernelImpl("jax-dot", "kernels.matmul.jax_impl:matmul_jax", "jax", ("cpu", "cuda", "tpu"), JAX,
+        KernelImpl("jax-dot", "accelsweep.kernels.matmul.jax_impl:matmul_jax", "jax", ("cpu", "cuda", "tpu"), JAX,
                    check=int32_cannot_overflow),
-        KernelImpl("torch-matmul", "kernels.matmul.torch_impl:matmul_torch", "torch", ("cpu", "cuda"), "torch",
+        KernelImpl("torch-matmul", "accelsweep.kernels.matmul.torch_impl:matmul_torch", "torch", ("cpu", "cuda"), "torch",
                    dtypes=("int8", "float32"), check=torch_int_mm_shape),
         # Block defaults: the seed's and JAX's guide's (128, 128, 128).
-        KernelImpl("pallas", "kernels.matmul.pallas_impl:matmul_pallas", "jax", ("cpu", "tpu"), JAX,
+        KernelImpl("pallas", "accelsweep.kernels.matmul.pallas_impl:matmul_pallas", "jax", ("cpu", "tpu"), JAX,
                    interpreted_on=("cpu",), tuning={"bm": 128, "bk": 128, "bn": 128}, check=pallas_blocks),
     ),
     tolerance={"int8": 0.0, "bfloat16": 0.0, "float32": 0.0},

@@ -6,7 +6,7 @@ them. Each check raises ConfigError naming the knob, what is allowed and the val
 
 from __future__ import annotations
 
-from trainables.config import ConfigError
+from accelsweep.trainables.errors import ConfigError
 
 INT32_MAX = 2**31 - 1
 INT8_LARGEST_PRODUCT = 128 * 128  # (-128) * (-128)

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from kernels.matmul.jax_impl import accumulator_dtype
+from accelsweep.kernels.matmul.jax_impl import accumulator_dtype
 
 
 def _matmul_kernel(a_ref, b_ref, out_ref):

@@ -3,8 +3,8 @@ kernel on TPU), plus torchvision's operator. The Pallas kernel is checked here i
 interpret mode only (exact match with the reference); on an H100 it matches too (Pallas's Triton
 backend); it has never run on a TPU."""
 
-from kernels.nms.reference import kept, make_inputs, nms
-from kernels.registry import KernelImpl, OpSpec
+from accelsweep.kernels.nms.reference import kept, make_inputs, nms
+from accelsweep.kernels.registry import KernelImpl, OpSpec
 
 SPEC = OpSpec(
     name="nms",
@@ -13,12 +13,12 @@ SPEC = OpSpec(
     shape={"boxes": 256},
     items=lambda boxes: boxes,
     implementations=(
-        KernelImpl("numpy", "kernels.nms.reference:nms", "numpy", ("cpu",), "numpy"),
-        KernelImpl("jax-while-loop", "kernels.nms.jax_impl:nms_while_loop", "jax", ("cpu", "cuda", "tpu"),
+        KernelImpl("numpy", "accelsweep.kernels.nms.reference:nms", "numpy", ("cpu",), "numpy"),
+        KernelImpl("jax-while-loop", "accelsweep.kernels.nms.jax_impl:nms_while_loop", "jax", ("cpu", "cuda", "tpu"),
                    "jax (pip install jax)"),
-        KernelImpl("pallas", "kernels.nms.pallas_impl:nms_pallas", "jax", ("cpu", "cuda", "tpu"),
+        KernelImpl("pallas", "accelsweep.kernels.nms.pallas_impl:nms_pallas", "jax", ("cpu", "cuda", "tpu"),
                    "jax (pip install jax)", interpreted_on=("cpu",)),
-        KernelImpl("torchvision", "kernels.nms.torchvision_impl:nms_torchvision", "torch", ("cpu", "cuda"),
+        KernelImpl("torchvision", "accelsweep.kernels.nms.torchvision_impl:nms_torchvision", "torch", ("cpu", "cuda"),
                    "torchvision"),
     ),
     canonical=kept,

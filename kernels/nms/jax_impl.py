@@ -4,7 +4,7 @@ keep mask in input order rather than a list of indices."""
 import jax
 import jax.numpy as jnp
 
-from kernels.nms.reference import IOU_THRESHOLD
+from accelsweep.kernels.nms.reference import IOU_THRESHOLD
 
 
 @jax.jit

@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from kernels.nms.reference import IOU_THRESHOLD
+from accelsweep.kernels.nms.reference import IOU_THRESHOLD
 
 MIN_LANES = 128
 

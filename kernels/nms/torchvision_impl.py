@@ -2,7 +2,7 @@
 
 import torchvision
 
-from kernels.nms.reference import IOU_THRESHOLD
+from accelsweep.kernels.nms.reference import IOU_THRESHOLD
 
 
 def nms_torchvision(boxes, scores):

@@ -8,13 +8,13 @@ not a faster way to train.
 
 from __future__ import annotations
 
-from trainables.config import ConfigError
-from trainables.platforms.base import Detection, Platform
-from trainables.platforms.cpu import CpuPlatform
-from trainables.platforms.cuda import CudaPlatform
-from trainables.platforms.neuron import NeuronPlatform
-from trainables.platforms.tpu import TpuPlatform
-from trainables.platforms.xla import XlaPlatform
+from accelsweep.trainables.errors import ConfigError
+from accelsweep.trainables.platforms.base import Detection, Platform
+from accelsweep.trainables.platforms.cpu import CpuPlatform
+from accelsweep.trainables.platforms.cuda import CudaPlatform
+from accelsweep.trainables.platforms.neuron import NeuronPlatform
+from accelsweep.trainables.platforms.tpu import TpuPlatform
+from accelsweep.trainables.platforms.xla import XlaPlatform
 
 PLATFORMS: dict[str, Platform] = {p.name: p for p in (CpuPlatform(), CudaPlatform(), XlaPlatform(), NeuronPlatform(),
                                                    TpuPlatform())}

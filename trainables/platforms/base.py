@@ -18,12 +18,13 @@ import os
 from dataclasses import dataclass
 from typing import Optional, TYPE_CHECKING, Any, ClassVar, Iterable
 
-from trainables.config import PLATFORM_KNOB_DEFAULTS, ConfigError, one_of
+from accelsweep.trainables.errors import ConfigError, one_of
+from accelsweep.trainables.config import PLATFORM_KNOB_DEFAULTS
 
 if TYPE_CHECKING:
     import torch
 
-    from trainables.config import TrialConfig
+    from accelsweep.trainables.config import TrialConfig
 
 
 @dataclass(frozen=True)

@@ -6,13 +6,13 @@ import os
 import platform as host
 from typing import TYPE_CHECKING
 
-from trainables.config import ConfigError
-from trainables.platforms.base import Detection, Platform
+from accelsweep.trainables.errors import ConfigError
+from accelsweep.trainables.platforms.base import Detection, Platform
 
 if TYPE_CHECKING:
     import torch
 
-    from trainables.config import TrialConfig
+    from accelsweep.trainables.config import TrialConfig
 
 
 def cpu_model_name() -> str:

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from trainables.platforms.base import Detection, Platform
+from accelsweep.trainables.platforms.base import Detection, Platform
 
 if TYPE_CHECKING:
     import torch
 
-    from trainables.config import TrialConfig
+    from accelsweep.trainables.config import TrialConfig
 
 
 class CudaPlatform(Platform):

@@ -11,12 +11,12 @@ import glob
 import importlib.util
 from typing import TYPE_CHECKING, Optional
 
-from trainables.config import ConfigError
-from trainables.platforms.xla import XlaPlatform
-from trainables.platforms.base import Detection
+from accelsweep.trainables.errors import ConfigError
+from accelsweep.trainables.platforms.xla import XlaPlatform
+from accelsweep.trainables.platforms.base import Detection
 
 if TYPE_CHECKING:
-    from trainables.config import TrialConfig
+    from accelsweep.trainables.config import TrialConfig
 
 # Instance family -> neuronx-cc --target.
 _TARGET_BY_FAMILY = {"inf2": "inf2", "trn1": "trn1", "trn1n": "trn1n", "trn2": "trn2"}
@@ -95,7 +95,7 @@ class NeuronPlatform(XlaPlatform):
         return {"CPU": config.cpus_per_worker, "neuron_cores": 1}
 
     def train_backend(self, config: "TrialConfig"):
-        from trainables.platforms.neuron_backend import NeuronXLAConfig
+        from accelsweep.trainables.platforms.neuron_backend import NeuronXLAConfig
 
         return NeuronXLAConfig()
 
@@ -112,7 +112,7 @@ class NeuronPlatform(XlaPlatform):
         return f"neuron: NeuronCore ({device})"
 
     def explain_failure(self, error, config, since):
-        from trainables.platforms import neuron_errors
+        from accelsweep.trainables.platforms import neuron_errors
 
         return neuron_errors.explain(error, neuron_cc_flags(config),
                                      neuron_errors.compile_log_roots(config.compile_cache), since)

@@ -12,12 +12,12 @@ import glob
 import importlib.util
 from typing import TYPE_CHECKING
 
-from trainables.config import ConfigError
-from trainables.platforms.base import Detection
-from trainables.platforms.xla import XlaPlatform
+from accelsweep.trainables.errors import ConfigError
+from accelsweep.trainables.platforms.base import Detection
+from accelsweep.trainables.platforms.xla import XlaPlatform
 
 if TYPE_CHECKING:
-    from trainables.config import TrialConfig
+    from accelsweep.trainables.config import TrialConfig
 
 
 class TpuPlatform(XlaPlatform):

@@ -26,13 +26,13 @@ import sys
 import weakref
 from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
-from trainables.config import ConfigError
-from trainables.platforms.base import Detection, Platform
+from accelsweep.trainables.errors import ConfigError
+from accelsweep.trainables.platforms.base import Detection, Platform
 
 if TYPE_CHECKING:
     import torch
 
-    from trainables.config import TrialConfig
+    from accelsweep.trainables.config import TrialConfig
 
 
 class _ExecutionGroups:

@@ -11,8 +11,8 @@ import math
 from collections import Counter
 from typing import Iterable, Optional, Sequence
 
-from sweeps.callbacks import TrialRecord
-from trainables.microbench import NOISY_CV
+from accelsweep.sweeps.driver.callbacks import TrialRecord
+from accelsweep.trainables.microbench import NOISY_CV
 
 SUMMARY_METRICS = (
     ("throughput_samples_per_s", "throughput (samples/s)", "{:.2f}"),

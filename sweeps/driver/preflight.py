@@ -8,7 +8,7 @@ run. Two mistakes otherwise cost minutes or hang:
 - a trial that needs more CPUs, GPUs or NeuronCores than a local Ray instance has: with
   no autoscaler to add a node, Tune waits for them forever.
 
-    from sweeps.preflight import preflight
+    from accelsweep.sweeps.driver.preflight import preflight
     plan = preflight(sweep)   # plan_sweep(sweep) plus the checks below
 """
 
@@ -18,10 +18,10 @@ import socket
 from typing import TYPE_CHECKING, Mapping, Optional
 from urllib.parse import urlsplit
 
-from trainables.config import ConfigError
+from accelsweep.trainables.errors import ConfigError
 
 if TYPE_CHECKING:
-    from sweeps.api import Plan, Sweep
+    from accelsweep.sweeps.driver.api import Plan, Sweep
 
 ADDRESS_ALLOWED = "a reachable Ray cluster address (host:port, ray://host:port or auto)"
 # A TCP handshake is one round trip; RFC 6298's initial retransmission timeout is 1 s,
@@ -119,7 +119,7 @@ def check_fits_locally(plan: "Plan", local: Optional[Mapping[str, float]] = None
 
 def preflight(sweep: "Sweep") -> "Plan":
     """``plan_sweep`` plus the checks against where the sweep will run."""
-    from sweeps.api import plan_sweep
+    from accelsweep.sweeps.driver.api import plan_sweep
 
     plan = plan_sweep(sweep)
     if sweep.address and sweep.address != "local":

@@ -16,10 +16,10 @@ from typing import Any, Callable, Mapping, Optional
 
 from ray.tune import Callback
 
-from trainables.cost import CostBasis, trial_cost_usd
-from trainables.failures import ERROR, failure_cause, one_line
-from trainables.microbench import NOISY_CV
-from trainables.tracking import SweepTracker
+from accelsweep.trainables.cost import CostBasis, trial_cost_usd
+from accelsweep.trainables.failures import ERROR, failure_cause, one_line
+from accelsweep.trainables.microbench import NOISY_CV
+from accelsweep.trainables.tracking import SweepTracker
 
 FINISHED, STOPPED_EARLY, FAILED, CUT_BY_BUDGET = "finished", "stopped early", "failed", "cut by time budget"
 INTERRUPTED = "interrupted"  # the sweep stopped (Ctrl-C) while it ran: --resume runs it again

@@ -7,11 +7,11 @@ import math
 import os
 from typing import Any, Mapping, Optional, Sequence
 
-from sweeps.api import Objective, Sweep, plan_sweep, run_sweep
-from sweeps.cli import common_parser, main_guard
-from sweeps.preflight import preflight
-from trainables.config import ConfigError
-from trainables.microbench import KERNEL_METRICS, KernelConfig, kernel_trainable
+from accelsweep.sweeps.driver.api import Objective, Sweep, plan_sweep, run_sweep
+from accelsweep.sweeps.driver.cli import common_parser, main_guard
+from accelsweep.sweeps.driver.preflight import preflight
+from accelsweep.trainables.errors import ConfigError
+from accelsweep.trainables.microbench import KERNEL_METRICS, KernelConfig, kernel_trainable
 
 KERNEL_SUMMARY = (
     ("latency_p50_s", "latency p50 (s)", "{:.3e}"),
@@ -29,7 +29,7 @@ def kernel_main(op: str, description: str, shapes: Mapping[str, Sequence[int]],
                 variants: Optional[Mapping[str, Mapping[str, Any]]] = None) -> None:
     """``variants``: named sets of the op's options (the first is the default), one per
     sweep (``--variant``): each is its own table in the seed, with its own contenders."""
-    from kernels.registry import KernelUnavailable, get_op
+    from accelsweep.kernels.registry import KernelUnavailable, get_op
 
     spec = get_op(op)
     variants = variants or {"default": {}}

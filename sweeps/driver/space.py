@@ -18,7 +18,7 @@ import optuna
 from optuna.distributions import (BaseDistribution, CategoricalDistribution, FloatDistribution,
                                   IntDistribution)
 
-from trainables.config import ConfigError
+from accelsweep.trainables.errors import ConfigError
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

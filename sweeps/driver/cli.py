@@ -8,9 +8,9 @@ import os
 import sys
 from typing import Callable, Optional
 
-from trainables.config import ConfigError
-from trainables.cost import CostBasis, resolve_cost_basis
-from trainables.platforms import PLATFORM_NAMES
+from accelsweep.trainables.errors import ConfigError
+from accelsweep.trainables.cost import CostBasis, resolve_cost_basis
+from accelsweep.trainables.platforms import PLATFORM_NAMES
 
 
 def checked(convert: Callable, accept: Callable, allowed: str) -> Callable[[str], object]:

@@ -25,8 +25,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from trainables.config import ConfigError, TrialConfig
-from trainables.platforms import get_platform
+from accelsweep.trainables.errors import ConfigError
+from accelsweep.trainables.config import TrialConfig
+from accelsweep.trainables.platforms import get_platform
 
 TOOL = "neuron_parallel_compile"
 
@@ -42,7 +43,7 @@ class PrecompileResult:
 def first_proposals(plan, count: int) -> list[dict[str, Any]]:
     """The first ``count`` configs (searched knobs) the sweep's searcher will propose,
     baseline first, capped at the ones that cannot depend on results."""
-    from sweeps.api import _searcher, startup_trials
+    from accelsweep.sweeps.driver.api import _searcher, startup_trials
 
     searcher = _searcher(plan)
     knowable = min(count, startup_trials(plan.sweep))
@@ -50,7 +51,7 @@ def first_proposals(plan, count: int) -> list[dict[str, Any]]:
 
 
 def precompile_command(config: TrialConfig) -> list[str]:
-    return [TOOL, sys.executable, "-m", "trainables.precompile", "--config", json.dumps(config.to_dict())]
+    return [TOOL, sys.executable, "-m", "accelsweep.trainables.precompile", "--config", json.dumps(config.to_dict())]
 
 
 def precompile_env(config: TrialConfig) -> dict[str, str]:

@@ -1,8 +1,8 @@
 """The sweep-building API: what every script in sweeps/ calls, and what users call.
 
-    from sweeps.api import Objective, Sweep, run_sweep
-    from trainables.config import TrialConfig
-    from trainables.trainable import train_trainable
+    from accelsweep.sweeps.driver.api import Objective, Sweep, run_sweep
+    from accelsweep.trainables.config import TrialConfig
+    from accelsweep.trainables.trainable import train_trainable
 
     def space(trial):
         trial.suggest_categorical("batch_size", [16, 32, 64])
@@ -32,15 +32,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from sweeps.callbacks import INTERRUPTED, SweepCallback, TrialRecord
-from sweeps.report import best_record, mean_overhead_s, summary
-from sweeps.space import SearchSpace, SpaceSpec
-from trainables.config import ConfigError, one_of, positive_int
-from trainables.cost import NO_BASIS_HINT, CostBasis
-from trainables.environment import environment_tags
-from trainables.failures import run_isolated
-from trainables.platforms import get_platform
-from trainables.tracking import validate_tracking_uri
+from accelsweep.sweeps.driver.callbacks import INTERRUPTED, SweepCallback, TrialRecord
+from accelsweep.sweeps.driver.report import best_record, mean_overhead_s, summary
+from accelsweep.sweeps.driver.space import SearchSpace, SpaceSpec
+from accelsweep.trainables.errors import ConfigError, one_of, positive_int
+from accelsweep.trainables.cost import NO_BASIS_HINT, CostBasis
+from accelsweep.trainables.environment import environment_tags
+from accelsweep.trainables.failures import run_isolated
+from accelsweep.trainables.platforms import get_platform
+from accelsweep.trainables.tracking import validate_tracking_uri
 
 SCHEDULERS = ("asha", "median", "none")
 SAMPLERS = ("tpe", "grid")
@@ -196,7 +196,7 @@ def connect_ray(address: Optional[str]) -> str:
         return "using the Ray instance already initialised"
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if address:
-        from sweeps.preflight import check_ray_address
+        from accelsweep.sweeps.driver.preflight import check_ray_address
 
         check_ray_address(address)  # ray.init retries an unreachable address for minutes
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=True)
@@ -237,7 +237,7 @@ def startup_trials(sweep: Sweep) -> int:
 def _searcher(plan: Plan):
     import optuna
 
-    from sweeps.searchers import FailureAwareOptunaSearch
+    from accelsweep.sweeps.driver.searchers import FailureAwareOptunaSearch
 
     sweep = plan.sweep
     metrics = [o.metric for o in sweep.objectives]
@@ -319,7 +319,7 @@ def _callback_of(tuner) -> SweepCallback:
 def run_sweep(sweep: Sweep) -> SweepResult:
     from ray import tune
 
-    from trainables.tracking import SweepTracker
+    from accelsweep.trainables.tracking import SweepTracker
 
     started = time.monotonic()
     plan = plan_sweep(sweep)

@@ -1,0 +1,17 @@
+"""Packaging: the folders ``sweeps/``, ``trainables/`` and ``kernels/`` install as
+``accelsweep.sweeps``, ``accelsweep.trainables`` and ``accelsweep.kernels``.
+
+pyproject.toml holds the metadata. This file exists only because a prefix cannot be
+added by pyproject's package discovery: every subpackage would have to be listed by hand
+there, and an op folder left off that list would be missing from wheels. Here a new
+``kernels/<op>/`` folder is found like any other.
+"""
+
+from setuptools import find_packages, setup
+
+ROOTS = ("sweeps", "trainables", "kernels")
+
+setup(
+    package_dir={f"accelsweep.{root}": root for root in ROOTS},
+    packages=[f"accelsweep.{root}" + (f".{sub}" if sub else "") for root in ROOTS for sub in ("", *find_packages(root))],
+)

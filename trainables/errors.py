@@ -1,0 +1,39 @@
+"""Bad input, said so it can be fixed without reading the code: ``ConfigError`` and the
+checks that raise it. A leaf: it imports nothing of accelsweep, so every module (configs,
+platforms, kernels, the sweep driver) can use it without an import circle."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A bad value for a named field. The message names the field, what is allowed and
+    the value given, so it can be fixed without reading the code."""
+
+    def __init__(self, field: str, allowed: str, given: Any, hint: str = ""):
+        self.field = field
+        message = f"{field} must be {allowed}; got {given!r}"
+        super().__init__(f"{message}. {hint}" if hint else message)
+
+
+def one_of(field: str, value: Any, allowed: tuple, hint: str = "") -> None:
+    if value not in allowed:
+        listed = ", ".join(str(a) for a in allowed)
+        raise ConfigError(field, f"one of {listed}", value, hint)
+
+
+def positive_int(field: str, value: Any, minimum: int = 1) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(field, f"an integer >= {minimum}", value)
+
+
+def positive_float(field: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ConfigError(field, "a finite number > 0", value)
+
+
+def non_negative_float(field: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise ConfigError(field, "a finite number >= 0", value)
