@@ -26,16 +26,17 @@ on a NeuronCore (see README: "What was verified where").
 
 from __future__ import annotations
 
+import functools
 import os
 
 from accelsweep.sweeps.driver.api import Objective, Sweep, plan_sweep, run_sweep
-from accelsweep.sweeps.driver.cli import at_least_one, common_parser, cost_basis, main_guard
+from accelsweep.sweeps.driver.cli import (at_least_one, common_parser, cost_basis, main_guard, platform_from_args,
+                                          sweep_options)
 from accelsweep.sweeps.driver.precompile import check_precompile, describe_plan, first_proposals, run_precompile
-from accelsweep.sweeps.driver.preflight import preflight
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.cost import PRICE_TABLE
-from accelsweep.trainables.platforms import get_platform, resolve_platform
+from accelsweep.trainables.platforms import get_platform
 from accelsweep.trainables.platforms.neuron import neuron_target_for_instance
 from accelsweep.trainables.train_loop import METRIC_NAMES
 from accelsweep.trainables.trainable import train_trainable
@@ -110,8 +111,9 @@ def base_config(platform: str, smoke: bool, cpus: int, instance_type, seed: int,
         extra["compile_cache"] = compile_cache
     # CPU and the XLA CPU client use every core they are given: one trial owns the node.
     cpus_per_worker = cpus if platform in ("cpu", "xla") else 1
-    return TrialConfig(platform=platform, model=model, batch_size=16, num_workers=0, precision="fp32",
-                       cpus_per_worker=cpus_per_worker, seed=seed, nan_capture=nan_capture, **measurement, **extra)
+    return TrialConfig.make(platform=platform, model=model, batch_size=16, num_workers=0, precision="fp32",
+                            cpus_per_worker=cpus_per_worker, seed=seed, nan_capture=nan_capture, **measurement,
+                            **extra)
 
 
 def main() -> None:
@@ -123,47 +125,35 @@ def main() -> None:
                              "(a directory every node sees, or s3:// for Neuron)")
     parser.add_argument("--nan-capture", action="store_true",
                         help="on a non-finite gradient, save the step (weights, optimizer, batch, RNG) with the "
-                             "trial and end it as nan; replay: python -m accelsweep.trainables.nan_capture FILE")
+                             "trial and end it as nan; replay: python -m accelsweep.trainables.nan_replay FILE")
     parser.add_argument("--precompile", type=int, default=0, metavar="N",
                         help="neuron: before the first trial, compile the first N configs the search will propose "
                              "with neuron_parallel_compile into --compile-cache (at most TPE's start-up count)")
     args = parser.parse_args()
 
-    if args.dry_run:
-        platform = resolve_platform(args.platform)[0] if args.platform == "auto" else get_platform(args.platform)
-        platform_note = f"dry run: {platform.name} as asked; detection says: {platform.detect().reason}"
-    elif args.address and args.platform != "auto":
-        # The driver (e.g. a CPU head node) need not have the accelerator: the cluster's
-        # workers do, and trials wait for the autoscaler to bring them.
-        platform = get_platform(args.platform)
-        platform_note = f"{platform.name} as asked, on the cluster at {args.address} (not detected on this driver)"
-    else:
-        platform, platform_note = resolve_platform(args.platform)
-    if args.address and platform.name == "neuron" and not args.instance_type:
+    platform, platform_note = platform_from_args(args)
+    if args.address and platform == "neuron" and not args.instance_type:
         # On a cluster the driver's own instance (the head) is not where trials run: the
         # compiler target, the price and the node type the autoscaler starts all come from this.
         raise ConfigError("--instance-type", "the Neuron node type to sweep on the cluster (one of "
                           + ", ".join(t for t in PRICE_TABLE if neuron_target_for_instance(t)) + ")", None)
-    check_precompile(platform.name, args.precompile, args.compile_cache)
+    check_precompile(platform, args.precompile, args.compile_cache)
     cpus = args.cpus_per_worker or os.cpu_count() or 1
     basis, cost_note = cost_basis(args)
+    instance_type = args.instance_type or (basis and basis.instance_type)
     sweep = Sweep(
         name="neuron_vit",
         trainable=train_trainable,
-        base=base_config(platform.name, args.smoke, cpus, args.instance_type or (basis and basis.instance_type),
-                         args.seed, args.compile_cache,
+        base=base_config(platform, args.smoke, cpus, instance_type, args.seed, args.compile_cache,
                          pin_instance_type=args.instance_type if args.address else None,
                          nan_capture=args.nan_capture),
-        space=make_space(platform.name, args.smoke, cpus, args.instance_type or (basis and basis.instance_type),
-                         nan_capture=args.nan_capture),
+        space=make_space(platform, args.smoke, cpus, instance_type, nan_capture=args.nan_capture),
         objectives=[Objective("throughput_samples_per_s", "max")],
         metric_names=METRIC_NAMES,
-        num_samples=args.num_samples or (4 if args.smoke else DEFAULT_SAMPLES),
-        time_budget_s=args.time_budget_s or (CPU_TIME_BUDGET_S if platform.name == "cpu" and not args.smoke else None),
-        scheduler=args.scheduler, seed=args.seed, tracking_uri=args.tracking_uri, experiment=args.experiment,
-        storage_path=args.storage_path, address=args.address, cost=basis, cost_note=cost_note,
-        max_concurrent_trials=args.max_concurrent_trials, platform_note=platform_note,
-        resume=args.resume, retries=args.retries,
+        cost=basis, cost_note=cost_note, platform_note=platform_note,
+        before_trials=functools.partial(precompile, count=args.precompile, basis=basis) if args.precompile else None,
+        **sweep_options(args, default_samples=4 if args.smoke else DEFAULT_SAMPLES,
+                        default_time_budget_s=CPU_TIME_BUDGET_S if platform == "cpu" and not args.smoke else None),
     )
     if args.dry_run:
         plan = plan_sweep(sweep)
@@ -171,18 +161,13 @@ def main() -> None:
         if args.precompile:
             print("\n".join(describe_plan(plan.base_dict, first_proposals(plan, args.precompile))))
         return
-    plan = preflight(sweep)  # the address answers, and a local run fits this machine
-    if args.precompile and not args.resume:
-        sweep.parent_metrics.update(precompile(plan, args.precompile, basis))
     run_sweep(sweep)
 
 
 def precompile(plan, count: int, basis) -> dict[str, float]:
-    """Seed 002's ahead-of-time compile, before any trial; its time and cost are
-    reported apart from the trials' (parent run metrics precompile_*)."""
-    from accelsweep.sweeps.driver.api import connect_ray
-
-    print(connect_ray(plan.sweep.address), flush=True)
+    """Seed 002's ahead-of-time compile, before any trial (run_sweep runs it once Ray is
+    connected); its time and cost are reported apart from the trials' (parent run
+    metrics precompile_*)."""
     proposals = first_proposals(plan, count)
     print("\n".join(describe_plan(plan.base_dict, proposals)), flush=True)
     results = run_precompile(plan.base_dict, proposals)
@@ -191,7 +176,7 @@ def precompile(plan, count: int, basis) -> dict[str, float]:
         outcome = "compiled" if result.returncode == 0 else f"FAILED (exit {result.returncode}): {result.output_tail}"
         print(f"  precompile {result.searched}: {result.seconds:.1f} s, {outcome}", flush=True)
         if basis is not None:
-            config = TrialConfig.from_dict({**plan.base_dict, **result.searched})
+            config = plan.config_for(result.searched)
             cost += basis.hourly_rate(get_platform(config.platform).worker_resources(config)) * result.seconds / 3600
     return {"precompile_configs": len(results), "precompile_failures": sum(r.returncode != 0 for r in results),
             "precompile_s": sum(r.seconds for r in results),

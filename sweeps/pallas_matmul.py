@@ -26,11 +26,10 @@ from __future__ import annotations
 
 import itertools
 import os
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from accelsweep.sweeps.driver.api import Objective, Sweep, plan_sweep, run_sweep
-from accelsweep.sweeps.driver.cli import common_parser, main_guard
-from accelsweep.sweeps.driver.preflight import preflight
+from accelsweep.sweeps.driver.cli import common_parser, main_guard, platform_from_args, sweep_options
 from accelsweep.sweeps.driver.kernel_sweep import KERNEL_SUMMARY
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.microbench import KERNEL_METRICS, KernelConfig, kernel_trainable
@@ -79,13 +78,16 @@ def refuse_invalid_blocks(base: KernelConfig, blocks: Mapping[str, Sequence[int]
                               f"Refused before any trial: {error}") from None
 
 
-def build_sweep(args, shape: Mapping[str, int], blocks: Mapping[str, Sequence[int]]) -> Sweep:
+def build_sweep(args, shape: Optional[Mapping[str, int]], blocks: Mapping[str, Sequence[int]]) -> Sweep:
+    """``shape``: None for the platform's (the seed's on a TPU)."""
     from accelsweep.kernels.registry import get_op
 
-    platform = "cpu" if args.platform == "auto" else args.platform
     kernel = get_op("matmul").impl(KERNEL)
-    if platform not in kernel.platforms:
-        raise ConfigError("--platform", f"one the {KERNEL} kernel runs on ({', '.join(kernel.platforms)})", platform)
+    if args.platform != "auto" and args.platform not in kernel.platforms:
+        raise ConfigError("--platform", f"one the {KERNEL} kernel runs on ({', '.join(kernel.platforms)})",
+                          args.platform)
+    platform, why = platform_from_args(args, kernel.platforms, f"implementations of {KERNEL} matmul")
+    shape = shape or (TPU_SHAPE if platform == "tpu" else SHAPE)
     base = KernelConfig.make(op="matmul", impl=LIBRARY, platform=platform, dtype=args.dtype, seed=args.seed,
                              cpus_per_worker=os.cpu_count() or 1, **shape,
                              **(dict(window_min_calls=5, window_min_s=0.1, windows=2) if args.smoke else {}))
@@ -94,16 +96,13 @@ def build_sweep(args, shape: Mapping[str, int], blocks: Mapping[str, Sequence[in
     note = (f"{platform}, {args.dtype}, m x k x n = {shape['m']} x {shape['k']} x {shape['n']}: trial 1 is {LIBRARY}, "
             f"the rest {KERNEL} with TPE-searched blocks"
             + ("; Pallas runs in interpret mode here: each block shape is checked against the reference, and its "
-               "time is the interpreter's, not a speed figure (not ranked)" if interpreted else ""))
+               "time is the interpreter's, not a speed figure (not ranked)" if interpreted else "") + f"; {why}")
     return Sweep(
         name="pallas_matmul", trainable=kernel_trainable, base=base,
         space=library_then_blocks(blocks, {name: base.tuning[name] for name in blocks}),
-        objectives=[Objective("latency_p50_s", "min")], metric_names=KERNEL_METRICS,
-        num_samples=args.num_samples or (SMOKE_SAMPLES if args.smoke else DEFAULT_SAMPLES),
-        time_budget_s=args.time_budget_s, scheduler=args.scheduler, sampler="tpe", seed=args.seed,
-        summary_metrics=SUMMARY, tracking_uri=args.tracking_uri, experiment=args.experiment,
-        storage_path=args.storage_path, address=args.address, max_concurrent_trials=args.max_concurrent_trials,
-        resume=args.resume, retries=args.retries,
+        objectives=[Objective("latency_p50_s", "min")], metric_names=KERNEL_METRICS, sampler="tpe",
+        summary_metrics=SUMMARY,
+        **sweep_options(args, default_samples=SMOKE_SAMPLES if args.smoke else DEFAULT_SAMPLES),
         cost_note="kernel sweeps are not priced (no cost basis applies to a microbenchmark)",
         platform_note=note,
     )
@@ -113,12 +112,10 @@ def main() -> None:
     parser = common_parser(__doc__.split("\n\n")[0], default_samples=DEFAULT_SAMPLES)
     parser.add_argument("--dtype", choices=DTYPES, default="int8", help="input dtype (default: int8, the seed's)")
     args = parser.parse_args()
-    shape = SMOKE_SHAPE if args.smoke else TPU_SHAPE if args.platform == "tpu" else SHAPE
-    sweep = build_sweep(args, shape, SMOKE_BLOCKS if args.smoke else BLOCKS)
+    sweep = build_sweep(args, SMOKE_SHAPE if args.smoke else None, SMOKE_BLOCKS if args.smoke else BLOCKS)
     if args.dry_run:
         print(plan_sweep(sweep).describe())
         return
-    preflight(sweep)  # the address answers, and a local run fits this machine
     result = run_sweep(sweep)
     interpreted = [r for r in result.records if r.result.get("interpreted")]
     if interpreted:

@@ -5,7 +5,6 @@ storage)."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 import socket
@@ -32,7 +31,7 @@ def closed_port() -> int:
 
 CLOSED_PORT = closed_port()
 MICRO = dict(model="vit-micro", batch_size=16)
-CONFIG_FIELDS = ", ".join(f.name for f in dataclasses.fields(TrialConfig))
+CONFIG_FIELDS = ", ".join(TrialConfig.make(**MICRO).to_dict())  # the base's keys: generic fields, then cpu's knobs
 FITS_HINT = ("A local run has this machine only, and Tune would wait forever for the rest: lower {lower}, "
              "or pass --address to run on a cluster.")
 
@@ -52,7 +51,7 @@ def plan(base=None, tracking_uri=None, **sweep):
     from accelsweep.sweeps.driver.api import Sweep, plan_sweep
 
     sweep.setdefault("space", categorical("batch_size", [16, 32]))
-    return plan_sweep(Sweep(name="bad_input", trainable=no_trainable, base=base or TrialConfig(**MICRO),
+    return plan_sweep(Sweep(name="bad_input", trainable=no_trainable, base=base or TrialConfig.make(**MICRO),
                             tracking_uri=tracking_uri or "sqlite:///mlflow.db", **sweep))
 
 
@@ -96,24 +95,24 @@ URI_ALLOWED = "a URI with scheme sqlite, http, https, postgresql, mysql, mssql, 
 ADDRESS_ALLOWED = "a reachable Ray cluster address (host:port, ray://host:port or auto)"
 
 CASES = [
-    ("unknown platform", lambda: TrialConfig(platform="tpu9"),
+    ("unknown platform", lambda: TrialConfig.make(platform="tpu9"),
      "platform must be one of cpu, cuda, xla, neuron, tpu; got 'tpu9'"),
-    ("precision no platform has", lambda: TrialConfig(platform="neuron", precision="fp16"),
+    ("precision no platform has", lambda: TrialConfig.make(platform="neuron", precision="fp16"),
      "precision must be one of fp32, bf16-autocast, bf16; got 'fp16'"),
     ("precision the implementation cannot do", lambda: kernel(op="matmul", impl="torch-matmul", dtype="bfloat16"),
      "dtype must be one of int8, float32; got 'bfloat16'. (dtypes of torch-matmul; op matmul has int8, bfloat16, "
      "float32)"),
-    ("batch size 0", lambda: TrialConfig(batch_size=0), "batch_size must be an integer >= 1; got 0"),
-    ("batch size < 0", lambda: TrialConfig(batch_size=-8), "batch_size must be an integer >= 1; got -8"),
-    ("optlevel 4", lambda: TrialConfig(platform="neuron", neuron_optlevel=4),
+    ("batch size 0", lambda: TrialConfig.make(batch_size=0), "batch_size must be an integer >= 1; got 0"),
+    ("batch size < 0", lambda: TrialConfig.make(batch_size=-8), "batch_size must be an integer >= 1; got -8"),
+    ("optlevel 4", lambda: TrialConfig.make(platform="neuron", neuron_optlevel=4),
      "neuron_optlevel must be one of 1, 2, 3; got 4"),
-    ("neuron compiler flag on cpu", lambda: TrialConfig(neuron_model_type="transformer"),
-     "neuron_model_type must be None on platform 'cpu'; got 'transformer'. neuron_model_type does not apply to cpu "
-     "(its platform knobs: channels_last, threads)."),
-    ("neuron compiler flag on cuda", lambda: TrialConfig(platform="cuda", neuron_optlevel=3),
-     "neuron_optlevel must be None on platform 'cuda'; got 3. neuron_optlevel does not apply to cuda (its platform "
-     "knobs: accelerator_type, channels_last)."),
-    ("torch.compile backend the cpu has not", lambda: TrialConfig(torch_compile="openxla"),
+    ("neuron compiler flag on cpu", lambda: TrialConfig.make(neuron_model_type="transformer"),
+     "neuron_model_type must be None on platform 'cpu' (its knobs: channels_last, threads); got 'transformer'. "
+     "neuron_model_type does not apply to cpu: it is a knob of neuron."),
+    ("neuron compiler flag on cuda", lambda: TrialConfig.make(platform="cuda", neuron_optlevel=3),
+     "neuron_optlevel must be None on platform 'cuda' (its knobs: accelerator_type, channels_last); got 3. "
+     "neuron_optlevel does not apply to cuda: it is a knob of neuron."),
+    ("torch.compile backend the cpu has not", lambda: TrialConfig.make(torch_compile="openxla"),
      "torch_compile must be one of none, inductor; got 'openxla'. Platform 'cpu' supports these torch.compile modes."),
     ("empty define-by-run space", lambda: plan(space=lambda trial: None),
      "search space must be at least one searched knob (suggest_* call or Tune domain); got {}"),
@@ -127,10 +126,9 @@ CASES = [
     ("space proposing batch size 0", lambda: plan(space=categorical("batch_size", [0, 16])),
      "batch_size must be valid for every config the search space can propose; got {'batch_size': 0}. Refused: "
      "batch_size must be an integer >= 1; got 0"),
+    # A cpu base has no neuron knobs: the space's knob is no field of its config.
     ("space proposing a neuron knob on cpu", lambda: plan(space=categorical("neuron_optlevel", [None, 3])),
-     "neuron_optlevel must be valid for every config the search space can propose; got {'neuron_optlevel': 3}. "
-     "Refused: neuron_optlevel must be None on platform 'cpu'; got 3. neuron_optlevel does not apply to cpu (its "
-     "platform knobs: channels_last, threads)."),
+     f"search space knob must be a config field ({CONFIG_FIELDS}); got 'neuron_optlevel'"),
     ("time budget 0", lambda: plan(time_budget_s=0), "time_budget_s must be a number of seconds > 0, or None; got 0"),
     ("time budget < 0", lambda: plan(time_budget_s=-5.0),
      "time_budget_s must be a number of seconds > 0, or None; got -5.0"),
@@ -139,12 +137,12 @@ CASES = [
      "scheduler must be one of asha, median, none; got 'hyperband'"),
     ("unknown sampler", lambda: plan(sampler="cmaes"), "sampler must be one of tpe, grid; got 'cmaes'"),
     ("more CPUs than present (local)",
-     lambda: fits_locally(TrialConfig(**MICRO, workers=2, cpus_per_worker=2), categorical("batch_size", [16]),
+     lambda: fits_locally(TrialConfig.make(**MICRO, workers=2, cpus_per_worker=2), categorical("batch_size", [16]),
                           {"CPU": 2}),
      "cpus_per_worker x workers must be at most 2 (the CPUs of this machine; a local run); got '2 x 2'. "
      + FITS_HINT.format(lower="cpus_per_worker (--cpus-per-worker) or workers")),
     ("more workers than NeuronCores (local)",
-     lambda: fits_locally(TrialConfig(**MICRO, platform="neuron"), categorical("workers", [1, 4]),
+     lambda: fits_locally(TrialConfig.make(**MICRO, platform="neuron"), categorical("workers", [1, 4]),
                           {"CPU": 8, "neuron_cores": 2}),
      "workers must be at most 2 (the NeuronCores of this machine; a local run); got 4. The search space proposes "
      "{'workers': 4}. " + FITS_HINT.format(lower="workers")),
@@ -222,12 +220,35 @@ def test_connect_ray_checks_the_address_before_ray_init(monkeypatch):
         connect_ray(f"127.0.0.1:{CLOSED_PORT}")
 
 
+@pytest.mark.parametrize("case", ["unreachable address", "more CPUs than this machine"])
+def test_run_sweep_checks_where_it_runs_before_anything_starts(case, monkeypatch, tmp_path):
+    """A script or user that calls run_sweep alone gets the same checks: nothing waits
+    forever, no Ray instance starts, no MLflow store is opened."""
+    import ray
+
+    from accelsweep.sweeps.driver.api import Sweep, run_sweep
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda *a, **k: pytest.fail("ray.init called before the checks"))
+    store = tmp_path / "mlflow.db"
+    if case == "unreachable address":
+        sweep, expected = dict(address=f"127.0.0.1:{CLOSED_PORT}"), f"got '127.0.0.1:{CLOSED_PORT}'. Nothing answers"
+    else:
+        sweep = dict(base=TrialConfig.make(**MICRO, workers=local_cpus() + 1))
+        expected = "cpus_per_worker x workers must be at most"
+    sweep.setdefault("base", TrialConfig.make(**MICRO))
+    with pytest.raises(ConfigError, match=re.escape(expected)):
+        run_sweep(Sweep(name="bad_input", trainable=no_trainable, space=categorical("batch_size", [16, 32]),
+                        tracking_uri=f"sqlite:///{store}", storage_path=str(tmp_path / "ray"), **sweep))
+    assert not store.exists() and not (tmp_path / "ray").exists()
+
+
 def test_a_cluster_run_is_not_limited_by_this_machine():
     """The local fit check is for local runs: on a cluster the autoscaler adds nodes."""
-    from accelsweep.sweeps.driver.api import Sweep
-    from accelsweep.sweeps.driver.preflight import check_fits_locally, preflight
+    from accelsweep.sweeps.driver.api import Sweep, preflight
+    from accelsweep.sweeps.driver.preflight import check_fits_locally
 
-    too_big = TrialConfig(**MICRO, workers=local_cpus() + 1)
+    too_big = TrialConfig.make(**MICRO, workers=local_cpus() + 1)
     with pytest.raises(ConfigError, match=r"^cpus_per_worker x workers must be at most"):
         check_fits_locally(plan(base=too_big))
     listener = socket.socket()
@@ -238,6 +259,22 @@ def test_a_cluster_run_is_not_limited_by_this_machine():
         sweep = Sweep(name="bad_input", trainable=no_trainable, base=too_big, address=address,
                       space=categorical("batch_size", [16, 32]))
         assert preflight(sweep).base_dict["workers"] == too_big.workers
+
+
+def test_auto_with_no_platform_present_that_the_study_supports_is_refused():
+    """--platform auto means the same in every study (sweeps/driver/cli.py): the best
+    platform present, among those the study has implementations for."""
+    from types import SimpleNamespace
+
+    from accelsweep.sweeps.driver.cli import platform_from_args
+
+    args = SimpleNamespace(platform="auto", address=None, dry_run=False)
+    assert platform_from_args(args, ("cpu", "tpu"), "implementations of x")[0] == "cpu"  # no TPU here
+    with pytest.raises(ConfigError, match=r"^platform must be a platform present on this machine with "
+                                          r"implementations of x \(auto looks at neuron, tpu, cuda, cpu\); got "
+                                          r"'auto'\. neuron has no implementations of x; no tpu: .*; cuda has no "
+                                          r"implementations of x; cpu has no implementations of x\.$"):
+        platform_from_args(args, ("tpu",), "implementations of x")
 
 
 def cli_cases():

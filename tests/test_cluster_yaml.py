@@ -129,8 +129,8 @@ def test_each_neuron_type_carries_the_marker_trials_ask_for(config):
         instance_type = node_type["node_config"]["InstanceType"]
         if instance_type not in NEURON_WORKER_TYPES:
             continue
-        trial = TrialConfig(platform="neuron", model="vit-b16", instance_type=instance_type,
-                            neuron_target=instance_type.split(".")[0])
+        trial = TrialConfig.make(platform="neuron", model="vit-b16", instance_type=instance_type,
+                                 neuron_target=instance_type.split(".")[0])
         asked = get_platform("neuron").worker_resources(trial)
         markers = [key for key in asked if key.startswith("instance_type:")]
         assert markers and all(node_type["resources"].get(key, 0) >= asked[key] for key in markers), name

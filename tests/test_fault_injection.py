@@ -38,8 +38,8 @@ def faulty_trainable(searched, base, cost=None):
     from accelsweep.trainables.train_loop import run_training
 
     fault = searched["fault"]
-    training = TrialConfig(model="vit-micro", batch_size=8, warmup_steps=1, window_min_steps=2, window_min_s=0.0,
-                           windows=1 if fault != "nan" else 2)
+    training = TrialConfig.make(model="vit-micro", batch_size=8, warmup_steps=1, window_min_steps=2, window_min_s=0.0,
+                                windows=1 if fault != "nan" else 2)
     if fault == "raise":
         raise ValueError("injected: the trial raised")
     if fault == "oom":

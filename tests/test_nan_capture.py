@@ -19,7 +19,9 @@ from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.data import RandomImageDataset
 from accelsweep.trainables.failures import failure_cause
-from accelsweep.trainables.nan_capture import (CAPTURE_FILE, load_capture, measure_overhead, overhead_config, show_replay)
+from accelsweep.trainables.nan_capture import CAPTURE_FILE, load_capture
+from accelsweep.trainables.nan_overhead import measure_overhead, overhead_config
+from accelsweep.trainables.nan_replay import show_replay
 from accelsweep.trainables.train_loop import NonFiniteGradient, run_training
 
 # window_min_s=0: every run takes the same steps, so two runs' losses compare exactly.
@@ -57,7 +59,7 @@ def poisoned_batch(monkeypatch):
 
 
 def replay_command(path):
-    return subprocess.run([sys.executable, "-m", "accelsweep.trainables.nan_capture", str(path)], cwd=REPO,
+    return subprocess.run([sys.executable, "-m", "accelsweep.trainables.nan_replay", str(path)], cwd=REPO,
                           capture_output=True, text=True, timeout=300)
 
 
@@ -101,7 +103,7 @@ def check_round_trip(error, reports, capture_dir, windows_reported=1):
 
 
 def test_round_trip_capture_reload_non_finite_at_the_same_step(poisoned_batch, tmp_path):
-    error, reports = run_until_captured(TrialConfig(**MICRO, nan_capture=True), tmp_path)
+    error, reports = run_until_captured(TrialConfig.make(**MICRO, nan_capture=True), tmp_path)
     check_round_trip(error, reports, tmp_path)
 
 
@@ -110,7 +112,7 @@ def test_without_the_capture_the_poisoned_step_is_only_a_non_finite_loss(poisone
     from accelsweep.trainables.train_loop import NonFiniteLoss
 
     with pytest.raises(NonFiniteLoss) as caught:
-        run_training(TrialConfig(**MICRO), capture_dir=str(tmp_path))
+        run_training(TrialConfig.make(**MICRO), capture_dir=str(tmp_path))
     assert not isinstance(caught.value, NonFiniteGradient)
     assert list(tmp_path.iterdir()) == []
 
@@ -118,7 +120,7 @@ def test_without_the_capture_the_poisoned_step_is_only_a_non_finite_loss(poisone
 def test_replay_of_a_finite_step_says_not_reproduced(poisoned_batch, tmp_path):
     """The replay really recomputes the step: with the infinite pixel cleaned out of the
     captured batch, the same weights give finite gradients, and the command says so."""
-    run_until_captured(TrialConfig(**MICRO, nan_capture=True), tmp_path)
+    run_until_captured(TrialConfig.make(**MICRO, nan_capture=True), tmp_path)
     capture = load_capture(tmp_path / CAPTURE_FILE)
     capture["inputs"] = torch.nan_to_num(capture["inputs"], posinf=0.0)
     cleaned = tmp_path / "cleaned.pt"
@@ -130,7 +132,7 @@ def test_replay_of_a_finite_step_says_not_reproduced(poisoned_batch, tmp_path):
 
 def test_a_finite_run_with_the_capture_on_is_the_same_run(tmp_path):
     off_reports, on_reports = [], []
-    config = TrialConfig(**MICRO)
+    config = TrialConfig.make(**MICRO)
     off = run_training(config, report=off_reports.append, capture_dir=str(tmp_path))
     on = run_training(config.replace(nan_capture=True), report=on_reports.append, capture_dir=str(tmp_path))
     assert [sorted(r) for r in on_reports] == [sorted(r) for r in off_reports]
@@ -146,7 +148,7 @@ def test_a_finite_run_with_the_capture_on_is_the_same_run(tmp_path):
 ])
 def test_bad_nan_capture_values_are_refused(changes, fragments):
     with pytest.raises(ConfigError) as caught:
-        TrialConfig(**changes)
+        TrialConfig.make(**changes)
     assert caught.value.field == "nan_capture"
     for fragment in fragments:
         assert fragment in str(caught.value)
@@ -197,7 +199,7 @@ XLA_REASON = "torch_xla is not installed here: the XLA lane runs in .venv-xla"
 def test_xla_round_trip_replays_the_window_to_the_first_non_finite_step(batches_per_execution, windows_reported,
                                                                       poisoned_batch, tmp_path, monkeypatch):
     monkeypatch.setenv("PJRT_DEVICE", "CPU")
-    config = TrialConfig(**MICRO, platform="xla", batches_per_execution=batches_per_execution, nan_capture=True)
+    config = TrialConfig.make(**MICRO, platform="xla", batches_per_execution=batches_per_execution, nan_capture=True)
     error, reports = run_until_captured(config, tmp_path)
     capture = check_round_trip(error, reports, tmp_path, windows_reported)
     assert capture["device"].startswith("xla: CPU") and isinstance(capture["rng_state"]["xla"], int)
@@ -208,7 +210,7 @@ def test_xla_round_trip_replays_the_window_to_the_first_non_finite_step(batches_
 def test_xla_capture_adds_no_graph_compiles_to_the_windows(tmp_path, monkeypatch):
     """The per-window copy and the flag compile during warm-up, like the step's graphs."""
     monkeypatch.setenv("PJRT_DEVICE", "CPU")
-    config = TrialConfig(**MICRO, platform="xla", batches_per_execution=3)
+    config = TrialConfig.make(**MICRO, platform="xla", batches_per_execution=3)
     off = run_training(config, capture_dir=str(tmp_path))
     on = run_training(config.replace(nan_capture=True), capture_dir=str(tmp_path))
     assert sorted(on) == sorted(off)

@@ -71,6 +71,6 @@ def test_run_training_raises_the_compilers_words(tmp_path, monkeypatch):
 
     monkeypatch.setattr(train_loop, "_run_training", compile_fails)
     with pytest.raises(NeuronCompileError, match=r"NCC_EVRF009\] Estimated peak HBM usage") as raised:
-        train_loop.run_training(TrialConfig(platform="neuron", model="vit-b16", neuron_optlevel=3))
+        train_loop.run_training(TrialConfig.make(platform="neuron", model="vit-b16", neuron_optlevel=3))
     assert "--optlevel=3" in str(raised.value)
     assert isinstance(raised.value.__cause__, RuntimeError)  # the original stays attached

@@ -19,8 +19,8 @@ from accelsweep.trainables.config import TrialConfig
 def test_the_command_runs_the_trials_own_config_under_neuron_parallel_compile():
     from accelsweep.sweeps.driver.precompile import precompile_command, precompile_env
 
-    config = TrialConfig(platform="neuron", model="vit-b16", batch_size=32, neuron_optlevel=3,
-                         neuron_target="trn1", compile_cache="s3://bucket/cache")
+    config = TrialConfig.make(platform="neuron", model="vit-b16", batch_size=32, neuron_optlevel=3,
+                              neuron_target="trn1", compile_cache="s3://bucket/cache")
     command = precompile_command(config)
     assert command[:4] == ["neuron_parallel_compile", sys.executable, "-m", "accelsweep.trainables.precompile"]
     assert TrialConfig.from_dict(json.loads(command[-1])) == config
@@ -53,8 +53,8 @@ def test_the_precompiled_configs_are_the_ones_the_sweep_proposes_first(ray_sessi
         trial.suggest_categorical("precision", ["fp32", "bf16-autocast", "bf16"])
 
     sweep = Sweep(name="proposals", trainable=train_trainable,
-                  base=TrialConfig(model="vit-micro", batch_size=8, warmup_steps=1, window_min_steps=1,
-                                   window_min_s=0.0, windows=1),
+                  base=TrialConfig.make(model="vit-micro", batch_size=8, warmup_steps=1, window_min_steps=1,
+                                        window_min_s=0.0, windows=1),
                   space=space, objectives=[Objective()], num_samples=12, scheduler="none",
                   max_concurrent_trials=1, tracking_uri=tracking_uri, seed=3)
     predicted = first_proposals(plan_sweep(sweep), 12)
@@ -76,7 +76,8 @@ import ray, sys
 ray.init(num_cpus=2, resources={"neuron_cores": 2}, include_dashboard=False)
 from accelsweep.sweeps.driver.precompile import run_precompile
 from accelsweep.trainables.config import TrialConfig
-base = TrialConfig(platform="neuron", model="vit-b16", neuron_target="trn1", compile_cache="/shared/cache").to_dict()
+base = TrialConfig.make(platform="neuron", model="vit-b16", neuron_target="trn1",
+                        compile_cache="/shared/cache").to_dict()
 for r in run_precompile(base, [{"batch_size": 8}, {"batch_size": 16, "neuron_optlevel": 3}]):
     print("RESULT", r.searched, r.returncode, round(r.seconds, 3), r.output_tail.strip())
 """

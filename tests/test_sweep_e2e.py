@@ -79,8 +79,8 @@ def test_failed_trials_are_recorded_and_the_sweep_goes_on(ray_session, tracking_
     lines = []
     result = run_sweep(Sweep(
         name="failing", trainable=failing_for_batch_8,
-        base=TrialConfig(model="vit-micro", cpus_per_worker=2, batch_size=16, warmup_steps=1,
-                         window_min_steps=2, window_min_s=0.05, windows=1),
+        base=TrialConfig.make(model="vit-micro", cpus_per_worker=2, batch_size=16, warmup_steps=1,
+                              window_min_steps=2, window_min_s=0.05, windows=1),
         space=lambda trial: {"batch_size": trial.suggest_categorical("batch_size", [8, 16])},
         num_samples=3, scheduler="none", tracking_uri=tracking_uri, cost=basis, cost_note=note,
         print_line=lines.append,

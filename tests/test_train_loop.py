@@ -15,7 +15,7 @@ MICRO = dict(model="vit-micro", cpus_per_worker=2, batch_size=16, warmup_steps=2
 
 def test_metrics_are_sane_and_reported_once_per_window():
     reports = []
-    result = run_training(TrialConfig(**MICRO), report=reports.append, usd_per_hour=0.357)
+    result = run_training(TrialConfig.make(**MICRO), report=reports.append, usd_per_hour=0.357)
     assert len(reports) == 2 and reports[-1] is result
     assert [r["windows_done"] for r in reports] == [1, 2]
     assert result["throughput_samples_per_s"] > 0
@@ -32,12 +32,12 @@ def test_metrics_are_sane_and_reported_once_per_window():
 
 
 def test_no_price_basis_means_nan_cost():
-    result = run_training(TrialConfig(**{**MICRO, "windows": 1}))
+    result = run_training(TrialConfig.make(**{**MICRO, "windows": 1}))
     assert math.isnan(result["usd_per_1m_samples"])
 
 
 def test_loss_falls_over_a_few_hundred_steps():
-    config = TrialConfig(**{**MICRO, "windows": 1, "window_min_steps": 300, "window_min_s": 0.0})
+    config = TrialConfig.make(**{**MICRO, "windows": 1, "window_min_steps": 300, "window_min_s": 0.0})
     result = run_training(config)
     assert result["measured_steps"] >= 300
     assert result["final_loss"] < 0.5 * result["initial_loss"]
@@ -63,8 +63,8 @@ def test_warmup_steps_are_not_timed(monkeypatch, warmup_steps, slow_shows):
     batch, delay = 4, 0.05
     monkeypatch.setattr(data, "RandomImageDataset",
                         lambda *a, **k: SlowStartDataset(*a, slow_items=4 * batch, delay_s=delay, **k))
-    config = TrialConfig(**{**MICRO, "batch_size": batch, "warmup_steps": warmup_steps, "windows": 1,
-                            "window_min_steps": 10, "window_min_s": 0.0})
+    config = TrialConfig.make(**{**MICRO, "batch_size": batch, "warmup_steps": warmup_steps, "windows": 1,
+                                 "window_min_steps": 10, "window_min_s": 0.0})
     result = run_training(config)
     slow_step_s = batch * delay
     assert (result["step_time_p90_s"] >= slow_step_s) is slow_shows
@@ -72,13 +72,13 @@ def test_warmup_steps_are_not_timed(monkeypatch, warmup_steps, slow_shows):
 
 
 def test_bf16_and_linear_patch_embedding_train():
-    result = run_training(TrialConfig(**{**MICRO, "precision": "bf16", "patch_embed": "linear", "windows": 1}))
+    result = run_training(TrialConfig.make(**{**MICRO, "precision": "bf16", "patch_embed": "linear", "windows": 1}))
     assert result["throughput_samples_per_s"] > 0 and math.isfinite(result["final_loss"])
 
 
 def test_non_finite_loss_fails_the_trial():
     with pytest.raises(NonFiniteLoss, match="loss is nan"):
-        run_training(TrialConfig(**{**MICRO, "learning_rate": 1e30, "windows": 2}))
+        run_training(TrialConfig.make(**{**MICRO, "learning_rate": 1e30, "windows": 2}))
 
 
 def test_linear_patch_embedding_matches_the_conv_one():
@@ -98,16 +98,16 @@ def test_linear_patch_embedding_matches_the_conv_one():
 
 def test_resnet50_channels_last_takes_a_measured_step():
     """The CPU post's model and its +56% knob, one tiny window (224x224 is heavy)."""
-    config = TrialConfig(model="resnet50", cpus_per_worker=2, batch_size=2, channels_last=True,
-                         precision="bf16-autocast", warmup_steps=1, window_min_steps=1, window_min_s=0.0,
-                         windows=1)
+    config = TrialConfig.make(model="resnet50", cpus_per_worker=2, batch_size=2, channels_last=True,
+                              precision="bf16-autocast", warmup_steps=1, window_min_steps=1, window_min_s=0.0,
+                              windows=1)
     result = run_training(config)
     assert result["throughput_samples_per_s"] > 0 and math.isfinite(result["final_loss"])
 
 
 @pytest.mark.slow
 def test_torch_compile_time_is_recorded_apart_from_steady_state():
-    result = run_training(TrialConfig(**{**MICRO, "torch_compile": "inductor", "windows": 1}))
+    result = run_training(TrialConfig.make(**{**MICRO, "torch_compile": "inductor", "windows": 1}))
     assert result["compile_s"] > 0
     # The compile lands in the first step, never in the measured window.
     assert result["first_step_s"] >= result["compile_s"] > 10 * result["step_time_p90_s"]

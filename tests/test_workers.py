@@ -10,12 +10,12 @@ from accelsweep.trainables.platforms import get_platform
 
 def test_resources_count_every_worker_once():
     cpu = get_platform("cpu")
-    config = TrialConfig(workers=2, cpus_per_worker=1)
+    config = TrialConfig.make(workers=2, cpus_per_worker=1)
     assert cpu.worker_resources(config) == {"CPU": 1}
     assert cpu.resources(config) == {"CPU": 2}  # the cost share and the concurrency basis
     assert cpu.trial_actor_resources(config)["CPU"] == 0  # the workers hold the CPUs, not the driver
     neuron = get_platform("neuron")
-    assert neuron.resources(TrialConfig(platform="neuron", workers=2)) == {"CPU": 2, "neuron_cores": 2}
+    assert neuron.resources(TrialConfig.make(platform="neuron", workers=2)) == {"CPU": 2, "neuron_cores": 2}
 
 
 @pytest.mark.slow
@@ -23,8 +23,8 @@ def test_two_worker_cpu_trial_reports_global_throughput(ray_session, tracking_ur
     lines = []
     result = run_sweep(Sweep(
         name="two_workers", trainable=__import__("accelsweep.trainables.trainable", fromlist=["x"]).train_trainable,
-        base=TrialConfig(model="vit-micro", workers=2, cpus_per_worker=1, batch_size=8, warmup_steps=2,
-                         window_min_steps=3, window_min_s=0.3, windows=2),
+        base=TrialConfig.make(model="vit-micro", workers=2, cpus_per_worker=1, batch_size=8, warmup_steps=2,
+                              window_min_steps=3, window_min_s=0.3, windows=2),
         space=lambda trial: {"batch_size": trial.suggest_categorical("batch_size", [8])},
         num_samples=1, scheduler="none", tracking_uri=tracking_uri, print_line=lines.append,
     ))
@@ -66,7 +66,7 @@ class FakeWorkerGroup:
 
 def test_neuron_backend_sets_one_root_comm_endpoint_on_every_worker():
     """ray#65070: without NEURON_RT_ROOT_COMM_ID a multi-instance Neuron run cannot start."""
-    config = get_platform("neuron").train_backend(TrialConfig(platform="neuron", workers=2))
+    config = get_platform("neuron").train_backend(TrialConfig.make(platform="neuron", workers=2))
     group = FakeWorkerGroup(2)
     config.backend_cls().on_start(group, config)
     endpoints = {env["NEURON_RT_ROOT_COMM_ID"] for env in group.envs}
@@ -81,4 +81,4 @@ def test_generic_xla_refuses_several_workers():
     from accelsweep.trainables.errors import ConfigError
 
     with _pytest.raises(ConfigError, match="workers must be 1 on platform 'xla'; got 2"):
-        TrialConfig(platform="xla", workers=2)
+        TrialConfig.make(platform="xla", workers=2)

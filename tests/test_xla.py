@@ -24,7 +24,7 @@ MICRO = dict(platform="xla", model="vit-micro", cpus_per_worker=2, batch_size=8,
 
 @pytest.mark.parametrize("precision, batches_per_execution", [("fp32", 1), ("bf16-autocast", 1), ("bf16", 4)])
 def test_steady_state_compiles_nothing(precision, batches_per_execution):
-    result = run_training(TrialConfig(**MICRO, precision=precision, batches_per_execution=batches_per_execution))
+    result = run_training(TrialConfig.make(**MICRO, precision=precision, batches_per_execution=batches_per_execution))
     assert result["throughput_samples_per_s"] > 0 and math.isfinite(result["final_loss"])
     assert result["compile_s"] > 0 and result["xla_compiles_total"] >= 1  # warm-up compiled the graphs
     assert result["xla_compiles"] == 0  # and the measured windows reused them
@@ -46,7 +46,7 @@ def test_a_graph_that_changes_every_step_shows_up_as_recompiles(monkeypatch):
             return super().forward(logits[:keep], targets[:keep])
 
     monkeypatch.setattr(torch.nn, "CrossEntropyLoss", DriftingLoss)
-    result = run_training(TrialConfig(**{**MICRO, "windows": 1}))
+    result = run_training(TrialConfig.make(**{**MICRO, "windows": 1}))
     assert result["xla_compiles"] >= 4  # one per measured step
 
 

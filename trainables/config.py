@@ -3,6 +3,14 @@
 A knob travels one road: search space -> ``TrialConfig`` (validated here, in the
 driver, before any trial starts) -> the platform applies it -> the loop measures ->
 one result dict. Nothing downstream re-derives a knob; it reads it from this config.
+
+``TrialConfig`` holds the generic knobs and the platform's own (``knobs``, a frozen
+dataclass the platform declares: ``CpuKnobs``, ``XlaKnobs``, ``NeuronKnobs``, ...). As a
+flat dict (Tune configs, search spaces, MLflow params) both sit side by side under
+their own names; ``TrialConfig.from_dict`` is the one place a flat dict becomes a
+config, and ``TrialConfig.make(**flat)`` the same for keyword arguments:
+
+    TrialConfig.make(platform="cpu", model="vit-micro", threads=2)
 """
 
 from __future__ import annotations
@@ -10,36 +18,17 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 from accelsweep.trainables.errors import ConfigError, non_negative_float, one_of, positive_float, positive_int
+from accelsweep.trainables.precision import PRECISION_NAMES
 
-PRECISIONS = ("fp32", "bf16-autocast", "bf16")
+if TYPE_CHECKING:
+    from accelsweep.trainables.platforms.base import PlatformKnobs
+
 COMPILE_MODES = ("none", "inductor", "openxla")
 PATCH_EMBEDS = ("conv", "linear")
 INSTANCE_TYPE_PATTERN = re.compile(r"[a-z][a-z0-9-]*\.[a-z0-9-]+")
-
-# Neuron compiler (neuronx-cc) choices, as documented for NEURON_CC_FLAGS.
-NEURON_MODEL_TYPES = ("generic", "transformer", "unet-inference")
-NEURON_OPTLEVELS = (1, 2, 3)
-NEURON_AUTO_CAST = ("none", "matmult", "all")
-NEURON_AUTO_CAST_TYPES = ("bf16", "fp16", "tf32", "fp8_e4m3")
-NEURON_TARGETS = ("inf2", "trn1", "trn1n", "trn2")
-
-# Knobs only some platforms have, with the value that means "not used". A platform
-# lists the ones it honours; any other one set away from this value is refused.
-PLATFORM_KNOB_DEFAULTS: dict[str, Any] = {
-    "threads": None,
-    "channels_last": False,
-    "accelerator_type": None,
-    "batches_per_execution": 1,
-    "compile_cache": None,
-    "neuron_model_type": None,
-    "neuron_optlevel": None,
-    "neuron_auto_cast": None,
-    "neuron_auto_cast_type": None,
-    "neuron_target": None,
-}
 
 
 class DictConfig:
@@ -59,16 +48,16 @@ class DictConfig:
 
 
 @dataclass(frozen=True)
-class TrialConfig(DictConfig):
+class TrialConfig:
     """One training trial. Batch size and CPUs are per worker; the model preset fixes the
-    architecture."""
+    architecture; ``knobs`` are the platform's own (its ``Knobs`` dataclass)."""
 
     platform: str = "cpu"
     model: str = "vit-tiny"
     patch_embed: str = "conv"  # "linear": seed 001's conv-free patch embedding
     batch_size: int = 32
     num_workers: int = 0  # DataLoader worker processes
-    precision: str = "fp32"
+    precision: str = "fp32"  # trainables/precision.py says what each one means
     torch_compile: str = "none"
     workers: int = 1  # data-parallel workers (processes); > 1 runs a Ray Train TorchTrainer
     cpus_per_worker: int = 1  # CPUs each worker holds (Ray resource and cost share)
@@ -76,17 +65,6 @@ class TrialConfig(DictConfig):
     # cluster.yaml gives each worker type): with several node types in one cluster, the
     # autoscaler starts the one the sweep is priced and compiled for. None: any node.
     instance_type: Optional[str] = None
-    # Platform-specific knobs (see PLATFORM_KNOB_DEFAULTS).
-    threads: Optional[int] = None  # CPU intra-op threads; None: cpus_per_worker
-    channels_last: bool = False
-    accelerator_type: Optional[str] = None  # Ray accelerator type, e.g. "H100" or "A10G"
-    batches_per_execution: int = 1  # torch-xla MpDeviceLoader
-    compile_cache: Optional[str] = None  # persistent compile cache: a directory or s3:// URL
-    neuron_model_type: Optional[str] = None  # None: leave the compiler's default
-    neuron_optlevel: Optional[int] = None
-    neuron_auto_cast: Optional[str] = None
-    neuron_auto_cast_type: Optional[str] = None
-    neuron_target: Optional[str] = None  # None: from the instance type
     # Measurement: warm-up steps are never timed; each window runs at least
     # window_min_steps steps and window_min_s seconds (short windows are noisy).
     warmup_steps: int = 3
@@ -96,13 +74,21 @@ class TrialConfig(DictConfig):
     learning_rate: float = 1e-3
     seed: int = 0
     # On a non-finite gradient, save the step's model and optimizer state, batch and RNG
-    # state, and end the trial as nan (trainables/nan_capture.py replays the capture).
+    # state, and end the trial as nan (trainables/nan_replay.py replays the capture).
     nan_capture: bool = False
+    # The platform's own knobs; None: the defaults of the platform's Knobs.
+    knobs: Optional["PlatformKnobs"] = None
 
     def __post_init__(self) -> None:
         from accelsweep.trainables.models import MODEL_PRESETS
         from accelsweep.trainables.platforms import get_platform
 
+        platform = get_platform(self.platform)
+        if self.knobs is None:
+            object.__setattr__(self, "knobs", platform.Knobs())
+        elif type(self.knobs) is not platform.Knobs:
+            raise ConfigError("knobs", f"a {platform.Knobs.__name__} (the knobs of platform {self.platform!r})",
+                              self.knobs)
         one_of("model", self.model, tuple(MODEL_PRESETS))
         one_of("patch_embed", self.patch_embed, PATCH_EMBEDS)
         if self.patch_embed == "linear" and not MODEL_PRESETS[self.model].is_vit:
@@ -110,26 +96,13 @@ class TrialConfig(DictConfig):
                               f"model {self.model!r} has no patch embedding.")
         positive_int("batch_size", self.batch_size)
         positive_int("num_workers", self.num_workers, minimum=0)
-        one_of("precision", self.precision, PRECISIONS)
+        one_of("precision", self.precision, PRECISION_NAMES)
         one_of("torch_compile", self.torch_compile, COMPILE_MODES)
         positive_int("workers", self.workers)
         positive_int("cpus_per_worker", self.cpus_per_worker)
         if self.instance_type is not None and not (isinstance(self.instance_type, str)
                                                    and INSTANCE_TYPE_PATTERN.fullmatch(self.instance_type)):
             raise ConfigError("instance_type", "an EC2 instance type such as trn1.2xlarge, or None", self.instance_type)
-        if self.threads is not None:
-            positive_int("threads", self.threads)
-        positive_int("batches_per_execution", self.batches_per_execution)
-        if self.neuron_model_type is not None:
-            one_of("neuron_model_type", self.neuron_model_type, NEURON_MODEL_TYPES)
-        if self.neuron_optlevel is not None:
-            one_of("neuron_optlevel", self.neuron_optlevel, NEURON_OPTLEVELS)
-        if self.neuron_auto_cast is not None:
-            one_of("neuron_auto_cast", self.neuron_auto_cast, NEURON_AUTO_CAST)
-        if self.neuron_auto_cast_type is not None:
-            one_of("neuron_auto_cast_type", self.neuron_auto_cast_type, NEURON_AUTO_CAST_TYPES)
-        if self.neuron_target is not None:
-            one_of("neuron_target", self.neuron_target, NEURON_TARGETS)
         positive_int("warmup_steps", self.warmup_steps)
         positive_int("window_min_steps", self.window_min_steps)
         non_negative_float("window_min_s", self.window_min_s)
@@ -143,12 +116,51 @@ class TrialConfig(DictConfig):
                               "A capture replays one process's step, but with several workers each gradient is "
                               "the all-reduce of every worker's batch. Run the failing config with workers=1 "
                               "to capture it.")
-        # The platform checks what only it knows: its precisions, compile modes and knobs.
-        get_platform(self.platform).validate(self)
+        # The platform checks what only it knows: its precisions, compile modes, and its
+        # knobs against the generic fields (its Knobs checked each value on its own).
+        platform.validate(self)
+
+    @classmethod
+    def generic_fields(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls) if f.name != "knobs")
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> "TrialConfig":
+        """The config of a flat dict: generic fields and the knobs of its platform side by
+        side. An unknown key, or a knob of another platform, is refused by name."""
+        from accelsweep.trainables.platforms import PLATFORMS, get_platform
+
+        platform = get_platform(values.get("platform", cls.platform))
+        generic, own = cls.generic_fields(), platform.Knobs.names()
+        for key in values:
+            if key in generic or key in own:
+                continue
+            owners = [p for p in PLATFORMS.values() if key in p.Knobs.names()]
+            if not owners:
+                raise ConfigError("config key", f"one of {', '.join(sorted(generic + own))}", key)
+            # Another platform's knob at its default means "not used" and is dropped (a
+            # dict written for several platforms, or by an older version); set, it is refused.
+            default = _default_of(owners[0].Knobs, key)
+            if values[key] != default:
+                has = ", ".join(sorted(own)) or "none"
+                raise ConfigError(key, f"{default!r} on platform {platform.name!r} (its knobs: {has})", values[key],
+                                  f"{key} does not apply to {platform.name}: it is a knob of "
+                                  f"{', '.join(p.name for p in owners)}.")
+        knobs = platform.Knobs(**{key: values[key] for key in own if key in values})
+        return cls(**{key: values[key] for key in generic if key in values}, knobs=knobs)
+
+    @classmethod
+    def make(cls, **values: Any) -> "TrialConfig":
+        """``from_dict`` with keyword arguments: ``TrialConfig.make(platform="cpu", threads=2)``."""
+        return cls.from_dict(values)
+
+    def to_dict(self) -> dict[str, Any]:
+        """One flat dict: the generic fields, then the platform's knobs."""
+        return {**{name: getattr(self, name) for name in self.generic_fields()}, **dataclasses.asdict(self.knobs)}
 
     def replace(self, **changes: Any) -> "TrialConfig":
         return self.from_dict({**self.to_dict(), **changes})
 
-    @property
-    def effective_threads(self) -> int:
-        return self.threads if self.threads is not None else self.cpus_per_worker
+
+def _default_of(knobs: type, name: str) -> Any:
+    return next(f.default for f in dataclasses.fields(knobs) if f.name == name)

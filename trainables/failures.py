@@ -6,8 +6,24 @@ message and one of these causes, and the sweep goes on.
 
 from __future__ import annotations
 
+from typing import Optional
+
 OOM, NAN, COMPILE, KILLED, CONFIG, ERROR = "oom", "nan", "compile", "killed", "config", "error"
 CAUSES = (OOM, NAN, COMPILE, KILLED, CONFIG, ERROR)
+
+
+class NonFiniteLoss(RuntimeError):
+    """The loss became NaN or infinite: the trial is a failure, not a data point."""
+
+
+class NonFiniteGradient(NonFiniteLoss):
+    """A gradient became NaN or infinite with ``nan_capture`` on. ``capture_path`` is the
+    saved capture of the step that produced it (None when it could not be pinned to one
+    step); ``step`` that step's index, 0 being the trial's first step."""
+
+    def __init__(self, message: str, capture_path: Optional[str] = None, step: Optional[int] = None):
+        super().__init__(message)
+        self.capture_path, self.step = capture_path, step
 
 _BY_CLASS = {
     # torch (CUDA and XPU share the class), Python, Ray's memory monitor

@@ -1,8 +1,11 @@
 """NaN capture: catch the first non-finite gradient of a trial with what it takes to
 replay that one step, then replay it here.
 
-    python -m accelsweep.trainables.nan_capture path/to/nan_capture.pt    # replay: exit 0 if the step is non-finite again
-    python -m accelsweep.trainables.nan_capture --measure-overhead         # throughput with the capture off and on (CPU)
+    python -m accelsweep.trainables.nan_replay path/to/nan_capture.pt   # replay: exit 0 if the step is non-finite again
+    python -m accelsweep.trainables.nan_overhead                        # throughput with the capture off and on (CPU)
+
+This module is the in-loop hook (``NanCapture``) and the capture format; the replay
+command is ``nan_replay``, the overhead benchmark ``nan_overhead``.
 
 Seed 003's scheme ("Debugging the dreaded NaN", a Lightning callback there), in the
 training loop (config knob ``nan_capture``): before each step keep a reference to the
@@ -32,24 +35,19 @@ run here (and the XLA one on torch-xla's CPU client); CUDA and Neuron have not.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import json
 import os
-import statistics
 import sys
-import tempfile
 import warnings
 from typing import Any, Callable, Iterable, Optional
 
 import torch
 
 from accelsweep.trainables.config import TrialConfig
-from accelsweep.trainables.train_loop import NonFiniteGradient
+from accelsweep.trainables.failures import NonFiniteGradient
 
 CAPTURE_FILE = "nan_capture.pt"
 CAPTURE_FORMAT = "accelsweep-nan-capture-1"
-SHOWN_PARAMETERS = 10  # parameters listed by the replay; the rest are counted
 
 
 # ---- RNG state ---------------------------------------------------------------------
@@ -252,10 +250,8 @@ class NanCapture:
         raise NonFiniteGradient(
             f"non-finite gradient at step {self.step_index}: {first['parameter']} = {first['value']} "
             f"({len(found)} of {len(self.parameters)} parameters non-finite); captured in {path}; "
-            f"replay: python -m accelsweep.trainables.nan_capture {path}", capture_path=path, step=self.step_index)
+            f"replay: python -m accelsweep.trainables.nan_replay {path}", capture_path=path, step=self.step_index)
 
-
-# ---- the replay --------------------------------------------------------------------
 
 def load_capture(path: str) -> dict[str, Any]:
     capture = torch.load(path, map_location="cpu", weights_only=True)
@@ -263,133 +259,3 @@ def load_capture(path: str) -> dict[str, Any]:
         raise ValueError(f"{path} is not a NaN capture of this version ({CAPTURE_FORMAT}); "
                          f"its format is {capture.get('format')!r}")
     return capture
-
-
-def replay(capture: dict[str, Any], device: str = "cpu") -> tuple[float, list[dict[str, Any]]]:
-    """Run the captured step's forward and backward again (eager, with the loop's model,
-    loss and autocast for ``device``) and return its loss and non-finite gradients."""
-    from accelsweep.trainables.models import build_model
-    from accelsweep.trainables.platforms import get_platform
-
-    config = TrialConfig.from_dict(capture["config"])
-    target = torch.device(device)
-    model = build_model(config.model, config.patch_embed)
-    if config.precision == "bf16":
-        model = model.to(torch.bfloat16)
-    memory_format = torch.channels_last if config.channels_last else torch.contiguous_format
-    model = model.to(device=target, memory_format=memory_format)
-    model.load_state_dict(capture["model_state"])
-    model.train()
-    # The replay computes gradients only; the optimizer state is loaded so that a debugger
-    # stepping on from here continues the trial's optimizer, not a fresh one.
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate)
-    optimizer.load_state_dict(capture["optimizer_state"])
-    set_rng_state(capture["rng_state"], target)
-    inputs, targets = capture["inputs"].to(target), capture["targets"].to(target)
-    optimizer.zero_grad(set_to_none=True)
-    with get_platform(target.type).autocast(config):
-        loss = torch.nn.CrossEntropyLoss()(model(inputs), targets)
-    loss.backward()
-    return float(loss.detach().float()), non_finite_gradients(model.named_parameters())
-
-
-def _describe(found: dict[str, Any]) -> str:
-    index = ", ".join(str(i) for i in found["index"])
-    return (f"{found['parameter']} = {found['value']} at index ({index}) "
-            f"({found['non_finite']} of {found['elements']} elements non-finite)")
-
-
-def show_replay(path: str, device: str = "cpu", out=sys.stdout) -> bool:
-    """Print the capture and its replay; True when the replay is non-finite again."""
-    capture = load_capture(path)
-    config, step, captured = capture["config"], capture["step"], capture["non_finite_gradients"]
-    print(f"capture: {os.path.abspath(path)}", file=out)
-    print(f"trial: {config['model']} on {config['platform']} ({capture['device']}, torch {capture['torch_version']}), "
-          f"precision {config['precision']}, torch_compile {config['torch_compile']}, seed {config['seed']}", file=out)
-    print(f"captured at step {step} (0 = the trial's first step): loss {capture['loss']}, "
-          f"{len(captured)} parameters with non-finite gradients; first {_describe(captured[0])}", file=out)
-    inputs = capture["inputs"]
-    bad_inputs = (~torch.isfinite(inputs.float())).nonzero()
-    where = f", first at index ({', '.join(str(int(i)) for i in bad_inputs[0])})" if len(bad_inputs) else ""
-    print(f"batch: inputs {tuple(inputs.shape)} {inputs.dtype}, non-finite elements: {len(bad_inputs)}{where}",
-          file=out)
-    loss, found = replay(capture, device)
-    print(f"replayed step {step} on {device} (eager): loss {loss}", file=out)
-    if not found:
-        print(f"not reproduced: every gradient of step {step} is finite on {device}", file=out)
-        return False
-    for item in found[:SHOWN_PARAMETERS]:
-        print(f"  step {step}: {_describe(item)}", file=out)
-    if len(found) > SHOWN_PARAMETERS:
-        print(f"  ... and {len(found) - SHOWN_PARAMETERS} more parameters", file=out)
-    same = [item["parameter"] for item in found] == [item["parameter"] for item in captured]
-    print(f"reproduced: {len(found)} non-finite gradients at step {step} "
-          f"({'the same parameters as' if same else 'not the same parameters as'} captured)", file=out)
-    return True
-
-
-# ---- the overhead measurement ------------------------------------------------------
-
-def overhead_config(model: str = "vit-tiny", windows: int = 3, window_min_s: float = 2.0) -> TrialConfig:
-    """The CPU sweep's baseline (sweeps/neuron_vit.py): batch 16, fp32, every core."""
-    cpus = os.cpu_count() or 1
-    return TrialConfig(platform="cpu", model=model, batch_size=16, cpus_per_worker=cpus, threads=cpus,
-                       warmup_steps=3, window_min_steps=5, window_min_s=window_min_s, windows=windows)
-
-
-def measure_overhead(config: TrialConfig, rounds: int, out=sys.stdout) -> dict[str, Any]:
-    """Throughput with the capture off and on, the same config, alternating the order
-    each round so that drift in the machine's speed falls on both alike."""
-    from accelsweep.trainables.train_loop import run_training
-
-    throughputs: dict[bool, list[float]] = {False: [], True: []}
-    print(f"NaN capture overhead: {config.model}, batch {config.batch_size}, {config.precision}, "
-          f"{config.platform} ({config.effective_threads} threads), {config.windows} windows of >= "
-          f"{config.window_min_steps} steps and >= {config.window_min_s} s per run, {rounds} rounds", file=out)
-    with tempfile.TemporaryDirectory() as capture_dir:
-        for round_number in range(rounds):
-            order = (False, True) if round_number % 2 == 0 else (True, False)
-            for capture_on in order:
-                result = run_training(config.replace(nan_capture=capture_on), capture_dir=capture_dir)
-                throughputs[capture_on].append(result["throughput_samples_per_s"])
-            off, on = throughputs[False][-1], throughputs[True][-1]
-            print(f"round {round_number + 1}: off {off:.2f}, on {on:.2f} samples/s (on/off {on / off:.3f})", file=out)
-    # Paired ratios: each pair ran back to back, so a slow spell of the machine (other
-    # work on it) falls on both runs of a pair; the median ignores a pair it split.
-    ratios = [on / off for off, on in zip(throughputs[False], throughputs[True])]
-    summary = {"model": config.model, "rounds": rounds,
-               "off_samples_per_s": statistics.median(throughputs[False]),
-               "on_samples_per_s": statistics.median(throughputs[True]),
-               "relative_cost": 1 - statistics.median(ratios),
-               "on_off_ratio_min": min(ratios), "on_off_ratio_max": max(ratios)}
-    print(f"capture off: {summary['off_samples_per_s']:.2f} samples/s (median of {rounds} runs)", file=out)
-    print(f"capture on:  {summary['on_samples_per_s']:.2f} samples/s (median of {rounds} runs)", file=out)
-    print(f"relative cost: {summary['relative_cost']:.1%} (1 - the median of the per-round on/off ratios, which "
-          f"range from {min(ratios):.3f} to {max(ratios):.3f}; the seed measured 1.5% on an L40S GPU)", file=out)
-    print(json.dumps(summary), file=out)
-    return summary
-
-
-def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m accelsweep.trainables.nan_capture", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("capture", nargs="?", help=f"a {CAPTURE_FILE} to replay")
-    parser.add_argument("--device", default="cpu", help="where to replay the step (default: cpu)")
-    parser.add_argument("--measure-overhead", action="store_true",
-                        help="time training with the capture off and on, alternating, and print both")
-    parser.add_argument("--model", default="vit-tiny", help="--measure-overhead: the model (default: vit-tiny)")
-    parser.add_argument("--rounds", type=int, default=4, help="--measure-overhead: off/on pairs (default: 4)")
-    parser.add_argument("--windows", type=int, default=3, help="--measure-overhead: windows per run (default: 3)")
-    parser.add_argument("--window-min-s", type=float, default=2.0,
-                        help="--measure-overhead: seconds per window at least (default: 2.0)")
-    args = parser.parse_args(argv)
-    if args.measure_overhead == (args.capture is not None):
-        parser.error("give either a capture file to replay or --measure-overhead")
-    if args.measure_overhead:
-        measure_overhead(overhead_config(args.model, args.windows, args.window_min_s), args.rounds)
-        return 0
-    return 0 if show_replay(args.capture, args.device) else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

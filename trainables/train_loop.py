@@ -20,9 +20,11 @@ from typing import Callable, Optional
 
 from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.cost import usd_per_1m_samples
+from accelsweep.trainables.failures import NonFiniteGradient, NonFiniteLoss  # noqa: F401 (part of the loop's API)
 from accelsweep.trainables.measure import WindowStats, time_window
 from accelsweep.trainables.models import MODEL_PRESETS, build_model
 from accelsweep.trainables.platforms import get_platform
+from accelsweep.trainables.precision import get_precision
 
 # The result names every trainable, tracker and user script relies on.
 METRIC_NAMES = (
@@ -35,20 +37,6 @@ DRIVER_METRICS = ("trial_cost_usd", "overhead_s")  # the sweep driver's, not the
 # torch.compile's own timers (torch._dynamo.utils.compilation_time_metrics): the
 # forward graph compile and the backward graph compile, which runs on first backward.
 _DYNAMO_COMPILE_TIMERS = ("_compile.compile_inner", "backward._backward_impl")
-
-
-class NonFiniteLoss(RuntimeError):
-    """The loss became NaN or infinite: the trial is a failure, not a data point."""
-
-
-class NonFiniteGradient(NonFiniteLoss):
-    """A gradient became NaN or infinite with ``nan_capture`` on. ``capture_path`` is the
-    saved capture of the step that produced it (None when it could not be pinned to one
-    step); ``step`` that step's index, 0 being the trial's first step."""
-
-    def __init__(self, message: str, capture_path: Optional[str] = None, step: Optional[int] = None):
-        super().__init__(message)
-        self.capture_path, self.step = capture_path, step
 
 
 def _dynamo_compile_seconds() -> float:
@@ -92,11 +80,11 @@ def _run_training(config: TrialConfig, report: Optional[Callable[[dict], None]],
     torch.manual_seed(config.seed)
     if config.torch_compile != "none":
         torch._dynamo.reset()  # a reused trial process must not reuse the last trial's graphs
-    memory_format = torch.channels_last if config.channels_last else torch.contiguous_format
+    precision = get_precision(config.precision)
+    memory_format = platform.memory_format(config)
     model = build_model(config.model, config.patch_embed).to(device=device, memory_format=memory_format)
-    input_dtype = torch.bfloat16 if config.precision == "bf16" else torch.float32
-    if config.precision == "bf16":
-        model = model.to(torch.bfloat16)
+    model = model.to(precision.parameter_dtype)
+    input_dtype = precision.input_dtype
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate)
     loss_function = torch.nn.CrossEntropyLoss()
@@ -163,7 +151,7 @@ def _run_training(config: TrialConfig, report: Optional[Callable[[dict], None]],
         sync()
     first_step_s = time.perf_counter() - loop_start
     initial_loss = float(last_loss[0])
-    group = config.batches_per_execution  # steps per XLA execution (1 elsewhere)
+    group = platform.steps_per_execution(config)  # steps per XLA execution (1 elsewhere)
     warmup_rest = config.warmup_steps - 1
     if group > 1:  # whole groups, at least one, so the k-step graph compiles in warm-up
         warmup_rest = -(-max(warmup_rest, group) // group) * group

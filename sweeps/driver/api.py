@@ -33,12 +33,14 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from accelsweep.sweeps.driver.callbacks import INTERRUPTED, SweepCallback, TrialRecord
+from accelsweep.sweeps.driver.preflight import check_fits_locally, check_ray_address
 from accelsweep.sweeps.driver.report import best_record, mean_overhead_s, summary
 from accelsweep.sweeps.driver.space import SearchSpace, SpaceSpec
 from accelsweep.trainables.errors import ConfigError, one_of, positive_int
 from accelsweep.trainables.cost import NO_BASIS_HINT, CostBasis
 from accelsweep.trainables.environment import environment_tags
 from accelsweep.trainables.failures import run_isolated
+from accelsweep.trainables import ray_adapter
 from accelsweep.trainables.platforms import get_platform
 from accelsweep.trainables.tracking import validate_tracking_uri
 
@@ -90,6 +92,9 @@ class Sweep:
     retries: int = 1
     # Figures measured before the trials (e.g. a precompile phase), logged on the parent run.
     parent_metrics: dict = field(default_factory=dict)
+    # Work between the checks and the first trial, with Ray connected (seed 002's
+    # precompile): (plan) -> figures added to parent_metrics. Not run again on resume.
+    before_trials: Optional[Callable[["Plan"], Mapping[str, float]]] = None
 
 
 @dataclass
@@ -113,15 +118,20 @@ class Plan:
     baseline_point: dict[str, Any]
     base_dict: dict[str, Any]
 
+    def config_for(self, searched: Mapping[str, Any]) -> Any:
+        """The trial's config: the base with the searched knobs over it. The one place
+        the driver rebuilds a config from a dict (validated by the config's from_dict)."""
+        return type(self.sweep.base).from_dict({**self.base_dict, **searched})
+
     def complete_config(self, searched: Mapping[str, Any]) -> dict[str, Any]:
-        return type(self.sweep.base).from_dict({**self.base_dict, **searched}).to_dict()
+        return self.config_for(searched).to_dict()
 
     def resources_of(self, searched: Mapping[str, Any]) -> dict[str, float]:
-        config = type(self.sweep.base).from_dict({**self.base_dict, **searched})
+        config = self.config_for(searched)
         return dict(get_platform(config.platform).resources(config))
 
     def trial_env(self, searched: Mapping[str, Any]) -> dict[str, str]:
-        config = type(self.sweep.base).from_dict({**self.base_dict, **searched})
+        config = self.config_for(searched)
         own_env = getattr(config, "trial_env", None)  # a kernel config knows its own (trainables/microbench.py)
         return own_env() if own_env else get_platform(config.platform).trial_env(config)
 
@@ -171,11 +181,10 @@ def plan_sweep(sweep: Sweep) -> Plan:
 
     base_dict = sweep.base.to_dict()
     space = SearchSpace(sweep.space)
-    baseline_point = space.point_for(base_dict)
-    config_type = type(sweep.base)
+    plan = Plan(sweep=sweep, space=space, baseline_point=space.point_for(base_dict), base_dict=base_dict)
     for point in space.sample(64, seed=sweep.seed):
         try:
-            config_type.from_dict({**base_dict, **point})
+            plan.config_for(point)
         except ConfigError as error:
             raise ConfigError(error.field, "valid for every config the search space can propose",
                               point, f"Refused: {error}") from None
@@ -186,7 +195,22 @@ def plan_sweep(sweep: Sweep) -> Plan:
             if not isinstance(distribution, CategoricalDistribution):
                 raise ConfigError(f"search space knob {name}", "categorical for sampler 'grid'",
                                   type(distribution).__name__)
-    return Plan(sweep=sweep, space=space, baseline_point=baseline_point, base_dict=base_dict)
+    return plan
+
+
+def preflight(sweep: Sweep) -> Plan:
+    """``plan_sweep`` plus the checks against where the sweep will run (sweeps/driver/
+    preflight.py); ``run_sweep`` runs it before anything else. A cluster's address must
+    answer; a local run's trials must fit this machine. A Ray instance the caller has
+    started already is theirs to size (it may be a cluster): only the address is checked."""
+    import ray
+
+    plan = plan_sweep(sweep)
+    if sweep.address and sweep.address != "local":
+        check_ray_address(sweep.address)
+    elif not ray.is_initialized():
+        check_fits_locally(plan)
+    return plan
 
 
 def connect_ray(address: Optional[str]) -> str:
@@ -196,8 +220,6 @@ def connect_ray(address: Optional[str]) -> str:
         return "using the Ray instance already initialised"
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if address:
-        from accelsweep.sweeps.driver.preflight import check_ray_address
-
         check_ray_address(address)  # ray.init retries an unreachable address for minutes
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=True)
         return f"connected to Ray at {address}"
@@ -269,11 +291,12 @@ def _scheduler(sweep: Sweep):
                               grace_period=1, min_samples_required=3)
 
 
-def _trial_resources(config_type: type, base: Mapping[str, Any], fallback: Mapping[str, float],
+def _trial_resources(config_for: Callable[[Mapping[str, Any]], Any], fallback: Mapping[str, float],
                      searched: Mapping[str, Any]) -> dict[str, float]:
-    """What Tune reserves for one trial's process. Module-level so Tune can pickle it."""
+    """What Tune reserves for one trial's process (``config_for``: Plan.config_for).
+    Module-level so Tune can pickle it."""
     try:
-        config = config_type.from_dict({**base, **searched})
+        config = config_for(searched)
     except ConfigError:
         return dict(fallback)  # the trial itself then fails with the config error, on record
     return dict(get_platform(config.platform).trial_actor_resources(config))
@@ -307,29 +330,69 @@ def unfinished_sweep_dir(storage: str, name: str) -> str:
 
 
 def _callback_of(tuner) -> SweepCallback:
-    """The SweepCallback Tuner.restore unpickled with the run config (Ray keeps the
-    original RunConfig on restore and has no public getter for it)."""
-    callbacks = tuner._local_tuner.get_run_config().callbacks or []
-    found = [c for c in callbacks if isinstance(c, SweepCallback)]
+    """The SweepCallback Tuner.restore unpickled with the run config."""
+    found = [c for c in ray_adapter.restored_callbacks(tuner) if isinstance(c, SweepCallback)]
     if len(found) != 1:
         raise RuntimeError(f"the restored sweep has {len(found)} SweepCallbacks, expected 1 (Ray's Tuner changed?)")
     return found[0]
 
 
-def run_sweep(sweep: Sweep) -> SweepResult:
-    from ray import tune
+@dataclass
+class _Run:
+    """A sweep's Tune experiment, started or resumed, and what is needed to finish it."""
 
+    tuner: Any
+    callback: SweepCallback
+    experiment_dir: str
+    parent_run_id: str
+
+
+def run_sweep(sweep: Sweep) -> SweepResult:
+    """Check the sweep against where it runs (``preflight``), connect to Ray, start or
+    resume it, run every trial and summarise. Nothing starts when a check fails."""
     from accelsweep.trainables.tracking import SweepTracker
 
     started = time.monotonic()
-    plan = plan_sweep(sweep)
+    plan = preflight(sweep)
+    _quiet_tune()
+    say = sweep.print_line or (lambda line: print(line, flush=True))
+    tracker = SweepTracker(sweep.tracking_uri, sweep.experiment or sweep.name)
+    concurrency = _connect_and_announce(plan, say)
+    if sweep.before_trials is not None and not sweep.resume:
+        sweep.parent_metrics.update(sweep.before_trials(plan))
+    trainable = _tune_trainable(plan)
+    storage = os.path.abspath(os.path.expanduser(sweep.storage_path or "~/ray_results"))
+    if sweep.resume:
+        run = _resume(plan, trainable, storage, tracker, say)
+    else:
+        run = _start(plan, trainable, storage, tracker, concurrency)
+    status = "FAILED"
+    try:
+        run.tuner.fit()
+        interrupted = any(r.status == INTERRUPTED for r in run.callback.records.values())
+        status = "KILLED" if interrupted else "FINISHED"
+    finally:
+        result = _finish(plan, run, tracker, status, time.monotonic() - started)
+    say(result.summary)
+    if status == "KILLED":
+        say(f"interrupted: run the same command with --resume to continue {run.experiment_dir}")
+    return result
+
+
+def _quiet_tune() -> None:
     # Every result goes to MLflow through SweepCallback; Tune's own CSV/JSON/TensorBoard
     # loggers would only add per-result file writes to each trial's overhead.
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
     # ...which also means Tune's result grid finds no result files: it need not say so.
     logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
-    say = sweep.print_line or (lambda line: print(line, flush=True))
-    tracker = SweepTracker(sweep.tracking_uri, sweep.experiment or sweep.name)
+    # Tune saves the experiment (trials, searcher, our callback's state) this often: what
+    # a killed driver can lose, and what --resume picks up from.
+    os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "5")
+
+
+def _connect_and_announce(plan: Plan, say: Callable[[str], None]) -> int:
+    """Connect to Ray and say what will run; returns how many trials run at once."""
+    sweep = plan.sweep
     say(connect_ray(sweep.address))
     baseline_resources = plan.resources_of(plan.baseline_point)
     concurrency, why = concurrency_for(baseline_resources, sweep)
@@ -338,88 +401,102 @@ def run_sweep(sweep: Sweep) -> SweepResult:
     if sweep.platform_note:
         say(f"platform: {sweep.platform_note}")
     say(sweep.cost_note)
+    return concurrency
 
-    env_tags = environment_tags()
+
+def _tune_trainable(plan: Plan):
+    """The sweep's trainable as Tune runs it: isolated (its failures become results),
+    with the base config and cost basis bound, and each trial's own resources."""
+    from ray import tune
+
+    sweep = plan.sweep
     objective_metrics = [o.metric for o in sweep.objectives]
     isolated = functools.partial(run_isolated, trainable=sweep.trainable, objective_metrics=objective_metrics)
-    baseline_actor = _trial_resources(type(sweep.base), plan.base_dict, {}, plan.baseline_point)
-    resources = functools.partial(_trial_resources, type(sweep.base), plan.base_dict, baseline_actor)
-    trainable = tune.with_resources(tune.with_parameters(isolated, base=plan.base_dict, cost=sweep.cost), resources)
-    storage = os.path.abspath(os.path.expanduser(sweep.storage_path or "~/ray_results"))
-    # Tune saves the experiment (trials, searcher, our callback's state) this often: what
-    # a killed driver can lose, and what --resume picks up from.
-    os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "5")
+    baseline_actor = _trial_resources(plan.config_for, {}, plan.baseline_point)
+    resources = functools.partial(_trial_resources, plan.config_for, baseline_actor)
+    return tune.with_resources(tune.with_parameters(isolated, base=plan.base_dict, cost=sweep.cost), resources)
 
-    if sweep.resume:
-        experiment_dir = unfinished_sweep_dir(storage, sweep.name)
-        tuner = tune.Tuner.restore(experiment_dir, trainable, resume_unfinished=True, resume_errored=False)
-        callback = _callback_of(tuner)
-        callback._tracker, callback.print_line = tracker, sweep.print_line
-        parent_run_id = tracker.parent_run_id = callback.parent_run_id
-        tracker.reopen(parent_run_id, tags={"status": "running", "resumed": datetime.datetime.now().isoformat()})
-        # Tune hands the callback its saved records when fit() starts (set_state), and
-        # those are dropped from the orphans then.
-        callback.orphans = {run_id: tags.get("searched", "") for run_id, tags in tracker.trial_runs().items()}
-        say(f"resuming {experiment_dir} (MLflow parent run {parent_run_id})")
-    else:
-        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-        sweep_tags = {**env_tags, "sweep": sweep.name, "platform": sweep.base.platform, "kind": "sweep",
-                      "instance_type": (sweep.cost.instance_type if sweep.cost else None) or "unknown",
-                      "cost_basis": sweep.cost_note, "status": "running"}
-        parent_params = {f"base.{k}": v for k, v in plan.base_dict.items()}
-        parent_params.update({"num_samples": sweep.num_samples, "time_budget_s": sweep.time_budget_s,
-                              "scheduler": sweep.scheduler, "seed": sweep.seed, "max_concurrent_trials": concurrency,
-                              "objectives": ", ".join(f"{o.mode} {o.metric}" for o in sweep.objectives),
-                              "search_space": "; ".join(plan.space.describe())})
-        parent_run_id = tracker.start_sweep(f"{sweep.name}-{stamp}", parent_params, sweep_tags)
-        trial_tags = {**env_tags, "sweep": sweep.name, "platform": sweep.base.platform,
-                      "instance_type": sweep_tags["instance_type"]}
-        callback = SweepCallback(tracker, plan.complete_config, plan.resources_of, plan.baseline_point,
-                                 sweep.cost, trial_tags, sweep.num_samples, print_line=sweep.print_line,
-                                 time_budget_s=sweep.time_budget_s)
-        experiment_dir = os.path.join(storage, f"{sweep.name}-{stamp}")
-        _write_sweep_marker(experiment_dir, parent_run_id, "running")
-        tuner = tune.Tuner(
-            trainable,
-            tune_config=tune.TuneConfig(search_alg=_searcher(plan), scheduler=_scheduler(sweep),
-                                        num_samples=sweep.num_samples, time_budget_s=sweep.time_budget_s,
-                                        max_concurrent_trials=concurrency,
-                                        reuse_actors=get_platform(sweep.base.platform).reuses_processes),
-            run_config=tune.RunConfig(name=os.path.basename(experiment_dir), storage_path=storage,
-                                      callbacks=[callback], verbose=0,
-                                      failure_config=tune.FailureConfig(max_failures=sweep.retries)),
-        )
-    status = "FAILED"
-    try:
-        tuner.fit()
-        interrupted = any(r.status == INTERRUPTED for r in callback.records.values())
-        status = "KILLED" if interrupted else "FINISHED"
-    finally:
-        for run_id in tracker.trial_runs(only_running=True):
-            # A run left RUNNING by a driver that died, whose trial Tune did not run again.
-            tracker.finish(run_id, "FAILED", tags={"status": "failed", "error_class": "Lost", "error_cause": "killed",
-                                                   "error": "its sweep's driver stopped while it ran"})
-        _write_sweep_marker(experiment_dir, parent_run_id, status.lower())
-        records = sorted(callback.records.values(), key=lambda r: r.number)
-        records = [r for r in records if r.run_id is not None]
-        objective = sweep.objectives[0]
-        best = best_record(records, objective.metric, objective.mode)
-        baseline = next((r for r in records if r.is_baseline), None)
-        text = summary(f"{sweep.name} on {sweep.base.platform}", records, objective.metric, objective.mode,
-                       list(plan.space.distributions), sweep.cost_note, tracker.ui_command(),
-                       time.monotonic() - started, metrics=sweep.summary_metrics)
-        parent_metrics = {**sweep.parent_metrics, "trials": len(records), "failed_trials": sum(r.status == "failed" for r in records),
-                          "mean_overhead_s": mean_overhead_s(records)}
-        if best is not None:
-            parent_metrics[f"best_{objective.metric}"] = best.metric(objective.metric)
-            if baseline is not None and baseline.has_measurement:
-                parent_metrics[f"baseline_{objective.metric}"] = baseline.metric(objective.metric)
-        tracker.finish(parent_run_id, status, metrics=parent_metrics,
-                       tags={"status": "interrupted" if status == "KILLED" else status.lower(),
-                             "best_trial": str(best.number) if best else "none"})
-    say(text)
-    if status == "KILLED":
-        say(f"interrupted: run the same command with --resume to continue {experiment_dir}")
-    return SweepResult(records=records, best=best, baseline=baseline, parent_run_id=parent_run_id,
-                       experiment_id=tracker.experiment_id, summary=text,
-                       mean_overhead_s=mean_overhead_s(records))
+
+def _resume(plan: Plan, trainable, storage: str, tracker, say: Callable[[str], None]) -> _Run:
+    """Tune's saved experiment and our callback in it, back on their MLflow parent run."""
+    from ray import tune
+
+    sweep = plan.sweep
+    experiment_dir = unfinished_sweep_dir(storage, sweep.name)
+    tuner = tune.Tuner.restore(experiment_dir, trainable, resume_unfinished=True, resume_errored=False)
+    callback = _callback_of(tuner)
+    callback._tracker, callback.print_line = tracker, sweep.print_line
+    parent_run_id = tracker.parent_run_id = callback.parent_run_id
+    tracker.reopen(parent_run_id, tags={"status": "running", "resumed": datetime.datetime.now().isoformat()})
+    # Tune hands the callback its saved records when fit() starts (set_state), and
+    # those are dropped from the orphans then.
+    callback.orphans = {run_id: tags.get("searched", "") for run_id, tags in tracker.trial_runs().items()}
+    say(f"resuming {experiment_dir} (MLflow parent run {parent_run_id})")
+    return _Run(tuner, callback, experiment_dir, parent_run_id)
+
+
+def _start(plan: Plan, trainable, storage: str, tracker, concurrency: int) -> _Run:
+    """A new MLflow parent run and a new Tune experiment for the sweep."""
+    from ray import tune
+
+    sweep = plan.sweep
+    env_tags = environment_tags()
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    sweep_tags = {**env_tags, "sweep": sweep.name, "platform": sweep.base.platform, "kind": "sweep",
+                  "instance_type": (sweep.cost.instance_type if sweep.cost else None) or "unknown",
+                  "cost_basis": sweep.cost_note, "status": "running"}
+    parent_params = {f"base.{k}": v for k, v in plan.base_dict.items()}
+    parent_params.update({"num_samples": sweep.num_samples, "time_budget_s": sweep.time_budget_s,
+                          "scheduler": sweep.scheduler, "seed": sweep.seed, "max_concurrent_trials": concurrency,
+                          "objectives": ", ".join(f"{o.mode} {o.metric}" for o in sweep.objectives),
+                          "search_space": "; ".join(plan.space.describe())})
+    parent_run_id = tracker.start_sweep(f"{sweep.name}-{stamp}", parent_params, sweep_tags)
+    trial_tags = {**env_tags, "sweep": sweep.name, "platform": sweep.base.platform,
+                  "instance_type": sweep_tags["instance_type"]}
+    callback = SweepCallback(tracker, plan.complete_config, plan.resources_of, plan.baseline_point,
+                             sweep.cost, trial_tags, sweep.num_samples, print_line=sweep.print_line,
+                             time_budget_s=sweep.time_budget_s)
+    experiment_dir = os.path.join(storage, f"{sweep.name}-{stamp}")
+    _write_sweep_marker(experiment_dir, parent_run_id, "running")
+    tuner = tune.Tuner(
+        trainable,
+        tune_config=tune.TuneConfig(search_alg=_searcher(plan), scheduler=_scheduler(sweep),
+                                    num_samples=sweep.num_samples, time_budget_s=sweep.time_budget_s,
+                                    max_concurrent_trials=concurrency,
+                                    reuse_actors=get_platform(sweep.base.platform).reuses_processes),
+        run_config=tune.RunConfig(name=os.path.basename(experiment_dir), storage_path=storage,
+                                  callbacks=[callback], verbose=0,
+                                  failure_config=tune.FailureConfig(max_failures=sweep.retries)),
+    )
+    return _Run(tuner, callback, experiment_dir, parent_run_id)
+
+
+def _finish(plan: Plan, run: _Run, tracker, status: str, elapsed_s: float) -> SweepResult:
+    """Close what the driver left running, mark the sweep ended, and summarise it on
+    its parent run (also after a failed or interrupted fit)."""
+    sweep = plan.sweep
+    for run_id in tracker.trial_runs(only_running=True):
+        # A run left RUNNING by a driver that died, whose trial Tune did not run again.
+        tracker.finish(run_id, "FAILED", tags={"status": "failed", "error_class": "Lost", "error_cause": "killed",
+                                               "error": "its sweep's driver stopped while it ran"})
+    _write_sweep_marker(run.experiment_dir, run.parent_run_id, status.lower())
+    records = sorted(run.callback.records.values(), key=lambda r: r.number)
+    records = [r for r in records if r.run_id is not None]
+    objective = sweep.objectives[0]
+    best = best_record(records, objective.metric, objective.mode)
+    baseline = next((r for r in records if r.is_baseline), None)
+    text = summary(f"{sweep.name} on {sweep.base.platform}", records, objective.metric, objective.mode,
+                   list(plan.space.distributions), sweep.cost_note, tracker.ui_command(),
+                   elapsed_s, metrics=sweep.summary_metrics)
+    parent_metrics = {**sweep.parent_metrics, "trials": len(records),
+                      "failed_trials": sum(r.status == "failed" for r in records),
+                      "mean_overhead_s": mean_overhead_s(records)}
+    if best is not None:
+        parent_metrics[f"best_{objective.metric}"] = best.metric(objective.metric)
+        if baseline is not None and baseline.has_measurement:
+            parent_metrics[f"baseline_{objective.metric}"] = baseline.metric(objective.metric)
+    tracker.finish(run.parent_run_id, status, metrics=parent_metrics,
+                   tags={"status": "interrupted" if status == "KILLED" else status.lower(),
+                         "best_trial": str(best.number) if best else "none"})
+    return SweepResult(records=records, best=best, baseline=baseline, parent_run_id=run.parent_run_id,
+                       experiment_id=tracker.experiment_id, summary=text, mean_overhead_s=mean_overhead_s(records))

@@ -1,4 +1,16 @@
-"""Command-line flags every sweep script shares, and the run-or-dry-run ending."""
+"""Command-line flags every sweep script shares, what they mean for the Sweep, and the
+error ending.
+
+    parser = common_parser(__doc__.split("\n\n")[0], default_samples=24)
+    args = parser.parse_args()
+    platform, note = platform_from_args(args)
+    sweep = Sweep(name=..., base=..., space=..., platform_note=note,
+                  **sweep_options(args, default_samples=24))
+    if args.dry_run:
+        print(plan_sweep(sweep).describe())
+    else:
+        run_sweep(sweep)  # checks where it runs (preflight) before anything starts
+"""
 
 from __future__ import annotations
 
@@ -6,11 +18,11 @@ import argparse
 import math
 import os
 import sys
-from typing import Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.cost import CostBasis, resolve_cost_basis
-from accelsweep.trainables.platforms import PLATFORM_NAMES
+from accelsweep.trainables.platforms import AUTO_ORDER, PLATFORM_NAMES, get_platform, resolve_platform
 
 
 def checked(convert: Callable, accept: Callable, allowed: str) -> Callable[[str], object]:
@@ -67,6 +79,63 @@ def common_parser(description: str, default_samples: int) -> argparse.ArgumentPa
     parser.add_argument("--dry-run", action="store_true",
                         help="print the search space, resources and environment per trial, then exit")
     return parser
+
+
+def sweep_options(args: argparse.Namespace, *, default_samples: int, default_time_budget_s: Optional[float] = None,
+                  **fixed: Any) -> dict[str, Any]:
+    """The Sweep options the common flags set (common_parser), for ``Sweep(**...)``.
+    ``fixed``: options the study decides whatever the flags say (a grid's scheduler)."""
+    options = dict(num_samples=args.num_samples or default_samples,
+                   time_budget_s=args.time_budget_s or default_time_budget_s,
+                   tracking_uri=args.tracking_uri, experiment=args.experiment, storage_path=args.storage_path,
+                   address=args.address, seed=args.seed, scheduler=args.scheduler,
+                   max_concurrent_trials=args.max_concurrent_trials, resume=args.resume, retries=args.retries)
+    return {**options, **fixed}
+
+
+def platform_from_args(args: argparse.Namespace, supported: Optional[Sequence[str]] = None,
+                       what: str = "") -> tuple[str, str]:
+    """The platform the flags ask for, and a sentence saying why (the Sweep's platform_note).
+    The same in every study:
+
+    - ``auto``: the best platform present (trainables/platforms AUTO_ORDER: neuron, tpu,
+      cuda, cpu), among ``supported`` when given (a kernel study: the platforms with an
+      implementation of its op; ``what`` names it in the sentence);
+    - a named platform with --dry-run: as asked (a plan needs no hardware);
+    - a named platform with --address: as asked, for the cluster's workers (the driver,
+      e.g. a CPU head node, need not have the accelerator: the autoscaler brings them);
+    - else a named platform must be present here.
+    """
+    name, address = args.platform, args.address
+    dry_run = getattr(args, "dry_run", False)
+    if name == "auto":
+        platform, why = _best_present(supported, what)
+        return platform, f"dry run: {why}" if dry_run else why
+    if dry_run:
+        return name, f"dry run: {name} as asked; detection says: {get_platform(name).detect().reason}"
+    if address:
+        get_platform(name)  # a known name
+        return name, f"{name} as asked, on the cluster at {address} (not detected on this driver)"
+    platform, why = resolve_platform(name)
+    return platform.name, why
+
+
+def _best_present(supported: Optional[Sequence[str]], what: str) -> tuple[str, str]:
+    if supported is None:
+        platform, why = resolve_platform("auto")
+        return platform.name, why
+    skipped = []
+    for candidate in AUTO_ORDER:
+        if candidate not in supported:
+            skipped.append(f"{candidate} has no {what}")
+            continue
+        detection = get_platform(candidate).detect()
+        if detection.available:
+            return candidate, f"picked {candidate}, the first platform present with {what}: {detection.reason}" + (
+                f" ({'; '.join(skipped)})" if skipped else "")
+        skipped.append(f"no {candidate}: {detection.reason}")
+    raise ConfigError("platform", f"a platform present on this machine with {what} (auto looks at "
+                                  f"{', '.join(AUTO_ORDER)})", "auto", "; ".join(skipped) + ".")
 
 
 def cost_basis(args: argparse.Namespace) -> tuple[Optional[CostBasis], str]:

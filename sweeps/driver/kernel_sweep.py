@@ -8,9 +8,9 @@ import os
 from typing import Any, Mapping, Optional, Sequence
 
 from accelsweep.sweeps.driver.api import Objective, Sweep, plan_sweep, run_sweep
-from accelsweep.sweeps.driver.cli import common_parser, main_guard
-from accelsweep.sweeps.driver.preflight import preflight
+from accelsweep.sweeps.driver.cli import common_parser, main_guard, platform_from_args, sweep_options
 from accelsweep.trainables.errors import ConfigError
+from accelsweep.trainables.platforms import PLATFORM_NAMES
 from accelsweep.trainables.microbench import KERNEL_METRICS, KernelConfig, kernel_trainable
 
 KERNEL_SUMMARY = (
@@ -42,21 +42,25 @@ def kernel_main(op: str, description: str, shapes: Mapping[str, Sequence[int]],
                                 f"{name}: {', '.join(f'{k}={v}' for k, v in options.items()) or 'no options'}"
                                 for name, options in variants.items()))
     args = parser.parse_args()
-    platform = "cpu" if args.platform == "auto" else args.platform
     options = dict(variants[getattr(args, "variant", next(iter(variants)))])
     grid_shapes = smoke_shapes if args.smoke else shapes
     first_shape = {name: choices[0] for name, choices in grid_shapes.items()}
-    impls = []
-    for implementation in spec.impls_for(platform):
+    contenders = {platform: accepted_impls(op, platform, args.dtype, first_shape, options)
+                  for platform in PLATFORM_NAMES}
+    # auto: the best platform present that has contenders (a GPU has Triton's, a CPU only
+    # the reference stacks); the note says which were passed over and why.
+    platform, why = platform_from_args(args, [p for p, (impls, _) in contenders.items() if impls],
+                                       f"implementations of {op}")
+    impls, skipped = contenders[platform]
+    for implementation in list(impls):
         try:
-            # Options and dtype this implementation lacks: said, and left out of the grid.
-            KernelConfig.make(op=op, impl=implementation.name, platform=platform, dtype=args.dtype,
-                              **first_shape, **options)
             if not args.dry_run:
-                implementation.load()
-            impls.append(implementation.name)
-        except (ConfigError, KernelUnavailable) as missing:
-            print(f"skipping {implementation.name}: {missing}")
+                spec.impl(implementation).load()
+        except KernelUnavailable as missing:
+            impls.remove(implementation)
+            skipped.append(f"skipping {implementation}: {missing}")
+    for line in skipped:
+        print(line)
     if not impls:
         raise ConfigError("platform", f"a platform with an implementation of {op} for dtype {args.dtype} and "
                                       f"options {options or '(none)'}", platform)
@@ -71,20 +75,35 @@ def kernel_main(op: str, description: str, shapes: Mapping[str, Sequence[int]],
                              **(dict(window_min_calls=5, window_min_s=0.1, windows=2) if args.smoke else {}))
     sweep = Sweep(
         name=f"{op}_kernels", trainable=kernel_trainable, base=base, space=space,
-        objectives=[Objective("latency_p50_s", "min")], metric_names=KERNEL_METRICS,
-        num_samples=args.num_samples or math.prod(len(c) for c in grid.values()),
-        time_budget_s=args.time_budget_s, scheduler="none", sampler="grid", seed=args.seed,
-        summary_metrics=KERNEL_SUMMARY + ((TFLOPS_ROW,) if spec.flops else ()), tracking_uri=args.tracking_uri, experiment=args.experiment,
-        storage_path=args.storage_path, address=args.address, max_concurrent_trials=args.max_concurrent_trials,
-        resume=args.resume, retries=args.retries,
+        objectives=[Objective("latency_p50_s", "min")], metric_names=KERNEL_METRICS, sampler="grid",
+        summary_metrics=KERNEL_SUMMARY + ((TFLOPS_ROW,) if spec.flops else ()),
         cost_note="kernel sweeps are not priced (no cost basis applies to a microbenchmark)",
-        platform_note=f"{platform}, {args.dtype}, options {options or '(none)'}: implementations {', '.join(impls)}",
+        platform_note=f"{platform}, {args.dtype}, options {options or '(none)'}: implementations {', '.join(impls)}; "
+                      f"{why}",
+        # A grid runs every point once: no early stopping between them.
+        **sweep_options(args, default_samples=math.prod(len(c) for c in grid.values()), scheduler="none"),
     )
     if args.dry_run:
         print(plan_sweep(sweep).describe())
-        return
-    preflight(sweep)  # the address answers, and a local run fits this machine
-    run_sweep(sweep)
+    else:
+        run_sweep(sweep)
+
+
+def accepted_impls(op: str, platform: str, dtype: str, shape: Mapping[str, int],
+                   options: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    """The implementations of ``op`` registered for ``platform`` that take this dtype and
+    these options (checked without importing their stacks), and a line for each one left
+    out, with the reason."""
+    from accelsweep.kernels.registry import get_op
+
+    accepted, skipped = [], []
+    for implementation in get_op(op).impls_for(platform):
+        try:
+            KernelConfig.make(op=op, impl=implementation.name, platform=platform, dtype=dtype, **shape, **options)
+            accepted.append(implementation.name)
+        except ConfigError as missing:
+            skipped.append(f"skipping {implementation.name}: {missing}")
+    return accepted, skipped
 
 
 def run(op: str, description: str, shapes, smoke_shapes, variants=None) -> None:

@@ -111,5 +111,5 @@ def describe_plan(base: Mapping[str, Any], proposals: Sequence[Mapping[str, Any]
             lines.append(f"    {skip_reason(config)}")
             continue
         lines.append(f"    NEURON_CC_FLAGS={precompile_env(config).get('NEURON_CC_FLAGS', '')!r} "
-                     f"cache={config.compile_cache}")
+                     f"cache={config.knobs.compile_cache}")
     return lines

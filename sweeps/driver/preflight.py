@@ -8,8 +8,8 @@ run. Two mistakes otherwise cost minutes or hang:
 - a trial that needs more CPUs, GPUs or NeuronCores than a local Ray instance has: with
   no autoscaler to add a node, Tune waits for them forever.
 
-    from accelsweep.sweeps.driver.preflight import preflight
-    plan = preflight(sweep)   # plan_sweep(sweep) plus the checks below
+``accelsweep.sweeps.driver.api.preflight`` runs them (``run_sweep`` runs that first):
+the checks take the plan; this module imports nothing of the driver.
 """
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ import socket
 from typing import TYPE_CHECKING, Mapping, Optional
 from urllib.parse import urlsplit
 
+from accelsweep.trainables import ray_adapter
 from accelsweep.trainables.errors import ConfigError
 
 if TYPE_CHECKING:
-    from accelsweep.sweeps.driver.api import Plan, Sweep
+    from accelsweep.sweeps.driver.api import Plan
 
 ADDRESS_ALLOWED = "a reachable Ray cluster address (host:port, ray://host:port or auto)"
 # A TCP handshake is one round trip; RFC 6298's initial retransmission timeout is 1 s,
@@ -50,11 +51,9 @@ def check_ray_address(address: Optional[str], timeout_s: float = CONNECT_TIMEOUT
         return
     given = address
     if address == "auto":
-        from ray._private.services import canonicalize_bootstrap_address_or_die
-
         try:
             # $RAY_ADDRESS, else the cluster the last `ray start` on this machine recorded.
-            address = canonicalize_bootstrap_address_or_die("auto")
+            address = ray_adapter.resolve_auto_address()
         except ConnectionError as error:
             raise ConfigError("address", ADDRESS_ALLOWED, given,
                               f"{error} Start one (`ray start --head`, `ray up cluster.yaml`), or leave --address "
@@ -76,13 +75,9 @@ def check_ray_address(address: Optional[str], timeout_s: float = CONNECT_TIMEOUT
 def local_resources() -> dict[str, float]:
     """What a local Ray instance started here will have, by Ray's own detection (so the
     check agrees with ray.init: CPU counts respect container CPU limits)."""
-    from ray._private.accelerators import get_accelerator_manager_for_resource
-    from ray._private.utils import get_num_cpus
-
-    found = {"CPU": float(get_num_cpus())}
+    found = {"CPU": float(ray_adapter.local_cpus())}
     for resource in ("GPU", "neuron_cores", "TPU"):
-        manager = get_accelerator_manager_for_resource(resource)
-        found[resource] = float(manager.get_current_node_num_accelerators() if manager else 0)
+        found[resource] = float(ray_adapter.local_accelerators(resource))
     return found
 
 
@@ -92,7 +87,7 @@ def check_fits_locally(plan: "Plan", local: Optional[Mapping[str, float]] = None
     local = local_resources() if local is None else local
     points = [plan.baseline_point] + plan.space.sample(LOCAL_FIT_SAMPLES, seed=plan.sweep.seed)
     for point in points:
-        config = type(plan.sweep.base).from_dict({**plan.base_dict, **point})
+        config = plan.config_for(point)
         needs = plan.resources_of(point)
         for resource in LOCAL_DEVICE_RESOURCES:
             needed, present = needs.get(resource, 0), local.get(resource, 0)
@@ -116,14 +111,3 @@ def check_fits_locally(plan: "Plan", local: Optional[Mapping[str, float]] = None
                 hint = f"The search space proposes {point}. {hint}"
             raise ConfigError(field, f"at most {present:g} (the {unit} of this machine; a local run)", given, hint)
 
-
-def preflight(sweep: "Sweep") -> "Plan":
-    """``plan_sweep`` plus the checks against where the sweep will run."""
-    from accelsweep.sweeps.driver.api import plan_sweep
-
-    plan = plan_sweep(sweep)
-    if sweep.address and sweep.address != "local":
-        check_ray_address(sweep.address)
-    else:
-        check_fits_locally(plan)
-    return plan

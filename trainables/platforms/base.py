@@ -1,7 +1,8 @@
 """What every platform says about itself.
 
 A platform answers two kinds of question. In the driver, with no accelerator needed:
-is it here (``detect``), is a config valid on it (``validate``), which Ray resources a
+is it here (``detect``), which knobs of its own it has (``Knobs``, a frozen dataclass
+that checks its values), is a config valid on it (``validate``), which Ray resources a
 trial asks for (``resources``) and which environment a trial gets (``trial_env``). In
 the trial, on the hardware: which device to use, how to move batches there, how to
 step the optimizer, how to sync, and how much memory the trial peaked at.
@@ -13,13 +14,13 @@ trial, so the driver can validate and dry-run any platform on any machine.
 from __future__ import annotations
 
 import abc
-import contextlib
+import dataclasses
 import os
 from dataclasses import dataclass
 from typing import Optional, TYPE_CHECKING, Any, ClassVar, Iterable
 
 from accelsweep.trainables.errors import ConfigError, one_of
-from accelsweep.trainables.config import PLATFORM_KNOB_DEFAULTS
+from accelsweep.trainables.precision import get_precision
 
 if TYPE_CHECKING:
     import torch
@@ -31,6 +32,37 @@ if TYPE_CHECKING:
 class Detection:
     available: bool
     reason: str
+
+
+@dataclass(frozen=True)
+class PlatformKnobs:
+    """The knobs a platform owns, beside the generic ones of ``TrialConfig``. Each
+    platform declares a frozen subclass: one field per knob (its name is the flat name
+    users and search spaces write, its type and default), a comment saying what it does,
+    and a ``__post_init__`` that checks its values with the validators of
+    ``trainables/errors.py``. Where it is applied is the platform's business (its
+    ``trial_env``, ``memory_format``, ``steps_per_execution``, ...). This base has none."""
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+
+def optional_str(field: str, value: Any, what: str) -> None:
+    if value is not None and not isinstance(value, str):
+        raise ConfigError(field, f"{what}, or None", value)
+
+
+def boolean(field: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise ConfigError(field, "True or False", value)
+
+
+def channels_last_format(channels_last: bool) -> "torch.memory_format":
+    """The memory format of a model's 4-D weights and its inputs for the ``channels_last`` knob."""
+    import torch
+
+    return torch.channels_last if channels_last else torch.contiguous_format
 
 
 INSTANCE_RESOURCE_SLIVER = 0.0001  # Ray's resource precision: up to 10,000 workers per node
@@ -46,7 +78,10 @@ class Platform(abc.ABC):
     description: ClassVar[str]
     precisions: ClassVar[tuple[str, ...]]
     compile_modes: ClassVar[tuple[str, ...]] = ("none",)
-    knobs: ClassVar[frozenset[str]] = frozenset()  # platform-specific knobs honoured
+    # The platform's own knobs (a PlatformKnobs subclass): TrialConfig.knobs holds one.
+    Knobs: ClassVar[type[PlatformKnobs]] = PlatformKnobs
+    # torch.autocast's device_type for this platform's device (precision "bf16-autocast").
+    autocast_device_type: ClassVar[str]
     # The Ray resource a trial's cost share is counted in ("CPU", "GPU", "neuron_cores").
     cost_unit: ClassVar[str] = "CPU"
     # True where the host clock after a step is the step's real end (synchronous
@@ -67,12 +102,8 @@ class Platform(abc.ABC):
                f"Platform {self.name!r} supports these precisions.")
         one_of("torch_compile", config.torch_compile, self.compile_modes,
                f"Platform {self.name!r} supports these torch.compile modes.")
-        for knob, unused in PLATFORM_KNOB_DEFAULTS.items():
-            value = getattr(config, knob)
-            if knob not in self.knobs and value != unused:
-                has = ", ".join(sorted(self.knobs)) or "none"
-                raise ConfigError(knob, f"{unused!r} on platform {self.name!r}", value,
-                                  f"{knob} does not apply to {self.name} (its platform knobs: {has}).")
+        # Each knob checked its own value (self.Knobs.__post_init__); what is left here and
+        # in the subclasses are the checks that need the generic fields too.
 
     def worker_resources(self, config: "TrialConfig") -> dict[str, float]:
         """What one worker process of a trial asks Ray for: its devices, and a sliver of
@@ -109,6 +140,11 @@ class Platform(abc.ABC):
     def trial_env(self, config: "TrialConfig") -> dict[str, str]:
         return {}
 
+    def steps_per_execution(self, config: "TrialConfig") -> int:
+        """How many training steps the device runs as one unit (one compiled graph on
+        XLA): the loop warms up and times whole units. 1 on eager platforms."""
+        return 1
+
     # ---- trial side --------------------------------------------------------------
     def prepare(self, config: "TrialConfig") -> "torch.device":
         """Apply the config to this process and return the device to train on."""
@@ -126,8 +162,13 @@ class Platform(abc.ABC):
     def optimizer_step(self, optimizer: Any) -> None:
         optimizer.step()
 
+    def memory_format(self, config: "TrialConfig") -> "torch.memory_format":
+        """The memory format of the model's weights and of every batch."""
+        return channels_last_format(False)
+
     def autocast(self, config: "TrialConfig"):
-        return contextlib.nullcontext()
+        """The context the forward pass runs in: torch.autocast where the precision asks for it."""
+        return get_precision(config.precision).autocast_context(self.autocast_device_type)
 
     def distribute(self, model: Any, device: "torch.device") -> Any:
         """Wrap the model for data-parallel training (called only with several workers)."""

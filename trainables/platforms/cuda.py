@@ -3,9 +3,11 @@ trial's GPU is always cuda:0 inside it."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Optional
 
-from accelsweep.trainables.platforms.base import Detection, Platform
+from accelsweep.trainables.platforms.base import (Detection, Platform, PlatformKnobs, boolean, channels_last_format,
+                                                  optional_str)
 
 if TYPE_CHECKING:
     import torch
@@ -13,12 +15,26 @@ if TYPE_CHECKING:
     from accelsweep.trainables.config import TrialConfig
 
 
+@dataclass(frozen=True)
+class CudaKnobs(PlatformKnobs):
+    # Model weights and inputs in channels_last (NHWC): what cuDNN's tensor-core
+    # convolutions want.
+    channels_last: bool = False
+    # The GPU model trials must run on, as Ray names it ("H100", "A10G"); None: any GPU.
+    accelerator_type: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        boolean("channels_last", self.channels_last)
+        optional_str("accelerator_type", self.accelerator_type, "a Ray accelerator type such as 'H100'")
+
+
 class CudaPlatform(Platform):
     name = "cuda"
     description = "NVIDIA GPU, eager or torch.compile (inductor)"
     precisions = ("fp32", "bf16-autocast", "bf16")
     compile_modes = ("none", "inductor")
-    knobs = frozenset({"channels_last", "accelerator_type"})
+    Knobs = CudaKnobs
+    autocast_device_type = "cuda"
     cost_unit = "GPU"
 
     def detect(self) -> Detection:
@@ -33,9 +49,9 @@ class CudaPlatform(Platform):
 
     def device_resources(self, config: "TrialConfig") -> dict[str, float]:
         resources = {"CPU": config.cpus_per_worker, "GPU": 1}
-        if config.accelerator_type:
+        if config.knobs.accelerator_type:
             # Ray's custom resource for a GPU model; a tiny amount only pins the node type.
-            resources[f"accelerator_type:{config.accelerator_type}"] = 0.001
+            resources[f"accelerator_type:{config.knobs.accelerator_type}"] = 0.001
         return resources
 
     def train_backend(self, config: "TrialConfig"):
@@ -53,14 +69,8 @@ class CudaPlatform(Platform):
 
         return torch.device("cuda", 0)
 
-    def autocast(self, config: "TrialConfig"):
-        import contextlib
-
-        import torch
-
-        if config.precision == "bf16-autocast":
-            return torch.autocast("cuda", dtype=torch.bfloat16)
-        return contextlib.nullcontext()
+    def memory_format(self, config: "TrialConfig") -> "torch.memory_format":
+        return channels_last_format(config.knobs.channels_last)
 
     def sync(self, device: "torch.device") -> None:
         import torch

@@ -9,17 +9,47 @@ from __future__ import annotations
 
 import glob
 import importlib.util
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
-from accelsweep.trainables.errors import ConfigError
-from accelsweep.trainables.platforms.xla import XlaPlatform
+from accelsweep.trainables.errors import ConfigError, one_of
 from accelsweep.trainables.platforms.base import Detection
+from accelsweep.trainables.platforms.xla import XlaKnobs, XlaPlatform
+from accelsweep.trainables.precision import get_precision
 
 if TYPE_CHECKING:
     from accelsweep.trainables.config import TrialConfig
 
+# Neuron compiler (neuronx-cc) choices, as documented for NEURON_CC_FLAGS.
+NEURON_MODEL_TYPES = ("generic", "transformer", "unet-inference")
+NEURON_OPTLEVELS = (1, 2, 3)
+NEURON_AUTO_CAST = ("none", "matmult", "all")
+NEURON_AUTO_CAST_TYPES = ("bf16", "fp16", "tf32", "fp8_e4m3")
+NEURON_TARGETS = ("inf2", "trn1", "trn1n", "trn2")
+
 # Instance family -> neuronx-cc --target.
 _TARGET_BY_FAMILY = {"inf2": "inf2", "trn1": "trn1", "trn1n": "trn1n", "trn2": "trn2"}
+
+
+@dataclass(frozen=True)
+class NeuronKnobs(XlaKnobs):
+    """The XLA knobs plus neuronx-cc's, each one flag of NEURON_CC_FLAGS
+    (``neuron_cc_flags``). None leaves the compiler's own default."""
+
+    neuron_model_type: Optional[str] = None  # --model-type
+    neuron_optlevel: Optional[int] = None  # --optlevel
+    neuron_auto_cast: Optional[str] = None  # --auto-cast: what the compiler casts down (precision fp32 only)
+    neuron_auto_cast_type: Optional[str] = None  # --auto-cast-type: to which type
+    neuron_target: Optional[str] = None  # --target; None: from the instance type
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for field, allowed in (("neuron_model_type", NEURON_MODEL_TYPES), ("neuron_optlevel", NEURON_OPTLEVELS),
+                               ("neuron_auto_cast", NEURON_AUTO_CAST),
+                               ("neuron_auto_cast_type", NEURON_AUTO_CAST_TYPES), ("neuron_target", NEURON_TARGETS)):
+            value = getattr(self, field)
+            if value is not None:
+                one_of(field, value, allowed)
 
 
 def neuron_target_for_instance(instance_type: Optional[str]) -> Optional[str]:
@@ -30,21 +60,22 @@ def neuron_target_for_instance(instance_type: Optional[str]) -> Optional[str]:
 
 
 def neuron_cc_flags(config: "TrialConfig") -> str:
+    knobs: NeuronKnobs = config.knobs
     flags = []
-    if config.neuron_target:
-        flags.append(f"--target={config.neuron_target}")
-    if config.neuron_model_type:
-        flags.append(f"--model-type={config.neuron_model_type}")
-    if config.neuron_optlevel:
-        flags.append(f"--optlevel={config.neuron_optlevel}")
-    auto_cast = config.neuron_auto_cast
-    if config.precision == "bf16-autocast":
+    if knobs.neuron_target:
+        flags.append(f"--target={knobs.neuron_target}")
+    if knobs.neuron_model_type:
+        flags.append(f"--model-type={knobs.neuron_model_type}")
+    if knobs.neuron_optlevel:
+        flags.append(f"--optlevel={knobs.neuron_optlevel}")
+    auto_cast = knobs.neuron_auto_cast
+    if get_precision(config.precision).autocasts:
         # torch.autocast decides the casts; the compiler must not cast again.
         auto_cast = "none"
     if auto_cast:
         flags.append(f"--auto-cast={auto_cast}")
-    if config.neuron_auto_cast_type:
-        flags.append(f"--auto-cast-type={config.neuron_auto_cast_type}")
+    if knobs.neuron_auto_cast_type:
+        flags.append(f"--auto-cast-type={knobs.neuron_auto_cast_type}")
     return " ".join(flags)
 
 
@@ -56,8 +87,7 @@ class NeuronPlatform(XlaPlatform):
     # bf16: weights in bf16 with stochastic rounding; replaces the deprecated XLA_USE_BF16.
     precisions = ("fp32", "bf16-autocast", "bf16")
     compile_modes = ("none",)  # torch.compile(openxla) is not supported by torch-neuronx
-    knobs = frozenset({"batches_per_execution", "compile_cache", "neuron_model_type", "neuron_optlevel",
-                       "neuron_auto_cast", "neuron_auto_cast_type", "neuron_target"})
+    Knobs = NeuronKnobs
     cost_unit = "neuron_cores"
     # The Neuron runtime reads NEURON_RT_* once, when it starts in a process, and holds
     # its NeuronCores until the process ends: every trial gets a fresh process.
@@ -73,22 +103,24 @@ class NeuronPlatform(XlaPlatform):
 
     def validate(self, config: "TrialConfig") -> None:
         super().validate(config)
-        if config.precision == "bf16-autocast" and config.neuron_auto_cast not in (None, "none"):
-            raise ConfigError("neuron_auto_cast", "'none' (or unset) with precision 'bf16-autocast'",
-                              config.neuron_auto_cast,
+        knobs: NeuronKnobs = config.knobs
+        precision = get_precision(config.precision)
+        if precision.autocasts and knobs.neuron_auto_cast not in (None, "none"):
+            raise ConfigError("neuron_auto_cast", f"'none' (or unset) with precision {precision.name!r}",
+                              knobs.neuron_auto_cast,
                               "torch.autocast already casts; use precision 'fp32' to let the compiler cast.")
-        if config.neuron_auto_cast_type and config.neuron_auto_cast in (None, "none"):
+        if knobs.neuron_auto_cast_type and knobs.neuron_auto_cast in (None, "none"):
             raise ConfigError("neuron_auto_cast", "'matmult' or 'all' when neuron_auto_cast_type is set",
-                              config.neuron_auto_cast,
-                              f"--auto-cast-type={config.neuron_auto_cast_type} has no effect without auto-cast.")
+                              knobs.neuron_auto_cast,
+                              f"--auto-cast-type={knobs.neuron_auto_cast_type} has no effect without auto-cast.")
         if config.instance_type:
             target = neuron_target_for_instance(config.instance_type)
             if target is None:
                 raise ConfigError("instance_type", f"a Neuron instance type ({', '.join(_TARGET_BY_FAMILY)} families)",
                                   config.instance_type)
-            if config.neuron_target and config.neuron_target != target:
+            if knobs.neuron_target and knobs.neuron_target != target:
                 raise ConfigError("neuron_target", f"{target!r} (or unset) on {config.instance_type}",
-                                  config.neuron_target, "The compiled graphs would not run on the trials' nodes.")
+                                  knobs.neuron_target, "The compiled graphs would not run on the trials' nodes.")
 
     def device_resources(self, config: "TrialConfig") -> dict[str, float]:
         # Ray sets NEURON_RT_VISIBLE_CORES for each worker from this request.
@@ -101,11 +133,14 @@ class NeuronPlatform(XlaPlatform):
 
     def trial_env(self, config: "TrialConfig") -> dict[str, str]:
         env = {"NEURON_CC_FLAGS": neuron_cc_flags(config)}
-        env["NEURON_RT_STOCHASTIC_ROUNDING_EN"] = "1" if config.precision == "bf16" else "0"
-        if config.compile_cache:
+        # Weights held in bf16 lose small updates to round-to-nearest; the runtime's
+        # stochastic rounding keeps them on average (what XLA_USE_BF16 used to switch on).
+        bf16_weights = get_precision(config.precision).parameters == "bfloat16"
+        env["NEURON_RT_STOCHASTIC_ROUNDING_EN"] = "1" if bf16_weights else "0"
+        if config.knobs.compile_cache:
             # One cache (a directory every node sees, or s3://) for all trials and sweeps:
             # a graph compiled once is never compiled again.
-            env["NEURON_COMPILE_CACHE_URL"] = config.compile_cache
+            env["NEURON_COMPILE_CACHE_URL"] = config.knobs.compile_cache
         return env
 
     def describe_device(self, device) -> str:
@@ -115,4 +150,4 @@ class NeuronPlatform(XlaPlatform):
         from accelsweep.trainables.platforms import neuron_errors
 
         return neuron_errors.explain(error, neuron_cc_flags(config),
-                                     neuron_errors.compile_log_roots(config.compile_cache), since)
+                                     neuron_errors.compile_log_roots(config.knobs.compile_cache), since)

@@ -24,10 +24,11 @@ import importlib.util
 import os
 import sys
 import weakref
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional
 
-from accelsweep.trainables.errors import ConfigError
-from accelsweep.trainables.platforms.base import Detection, Platform
+from accelsweep.trainables.errors import ConfigError, positive_int
+from accelsweep.trainables.platforms.base import Detection, Platform, PlatformKnobs, optional_str
 
 if TYPE_CHECKING:
     import torch
@@ -61,12 +62,31 @@ class _ExecutionGroups:
         self._traced = 0
 
 
+@dataclass(frozen=True)
+class XlaKnobs(PlatformKnobs):
+    """The knobs of every XLA platform (xla, tpu; neuron adds its compiler's)."""
+
+    # Training steps traced into one graph and run as one execution (see the module
+    # docstring); the loop warms up and times whole groups.
+    batches_per_execution: int = 1
+    # Persistent compile cache shared by all trials and sweeps: a directory every node
+    # sees (or s3:// on Neuron). None: the runtime's default (per node).
+    compile_cache: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        positive_int("batches_per_execution", self.batches_per_execution)
+        optional_str("compile_cache", self.compile_cache, "a directory or s3:// URL")
+
+
 class XlaPlatform(Platform):
     name = "xla"
     description = "PyTorch/XLA device (PJRT_DEVICE, CPU by default)"
     precisions = ("fp32", "bf16-autocast", "bf16")
     compile_modes = ("none", "openxla")
-    knobs = frozenset({"batches_per_execution", "compile_cache"})
+    Knobs = XlaKnobs
+    # torch.autocast("xla") works on every PJRT device, the CPU included;
+    # torch_xla.amp.autocast would ignore it on anything but TPU and Neuron.
+    autocast_device_type = "xla"
     cost_unit = "CPU"
 
     def __init__(self) -> None:
@@ -96,12 +116,15 @@ class XlaPlatform(Platform):
 
     def trial_env(self, config: "TrialConfig") -> dict[str, str]:
         env = {"PJRT_DEVICE": self.pjrt_device()}
-        if config.compile_cache:
+        if config.knobs.compile_cache:
             # torch-xla's persistent cache, read when the first graph compiles. The CPU
             # client writes it but cannot load executables back (torch-xla 2.9:
             # "Deserializing serialized executable not supported"); TPU and GPU can.
-            env["XLA_PERSISTENT_CACHE_PATH"] = config.compile_cache
+            env["XLA_PERSISTENT_CACHE_PATH"] = config.knobs.compile_cache
         return env
+
+    def steps_per_execution(self, config: "TrialConfig") -> int:
+        return config.knobs.batches_per_execution
 
     def device(self, config: "TrialConfig") -> "torch.device":
         import torch_xla
@@ -114,7 +137,7 @@ class XlaPlatform(Platform):
         # MpDeviceLoader uploads in the background; told never to cut the graph itself
         # (it would cut every k batches counted from its own start, not from our syncs).
         uploaded = parallel_loader.MpDeviceLoader(loader, device, batches_per_execution=sys.maxsize)
-        groups = _ExecutionGroups(uploaded, config.batches_per_execution)
+        groups = _ExecutionGroups(uploaded, self.steps_per_execution(config))
         self._groups.add(groups)
         return groups
 
@@ -125,17 +148,6 @@ class XlaPlatform(Platform):
         import torch_xla.core.xla_model as xm
 
         xm.optimizer_step(optimizer)
-
-    def autocast(self, config: "TrialConfig"):
-        import contextlib
-
-        import torch
-
-        if config.precision == "bf16-autocast":
-            # torch.autocast("xla") works on every PJRT device, the CPU included;
-            # torch_xla.amp.autocast would ignore it on anything but TPU and Neuron.
-            return torch.autocast("xla", dtype=torch.bfloat16)
-        return contextlib.nullcontext()
 
     def sync(self, device: "torch.device") -> None:
         import torch_xla
