@@ -159,7 +159,7 @@ def main() -> None:
         plan = plan_sweep(sweep)
         print(plan.describe())
         if args.precompile:
-            print("\n".join(describe_plan(plan.base_dict, first_proposals(plan, args.precompile))))
+            print("\n".join(describe_plan(plan.config_for, first_proposals(plan, args.precompile))))
         return
     run_sweep(sweep)
 
@@ -169,8 +169,8 @@ def precompile(plan, count: int, basis) -> dict[str, float]:
     connected); its time and cost are reported apart from the trials' (parent run
     metrics precompile_*)."""
     proposals = first_proposals(plan, count)
-    print("\n".join(describe_plan(plan.base_dict, proposals)), flush=True)
-    results = run_precompile(plan.base_dict, proposals)
+    print("\n".join(describe_plan(plan.config_for, proposals)), flush=True)
+    results = run_precompile(plan.config_for, proposals)
     cost = 0.0
     for result in results:
         outcome = "compiled" if result.returncode == 0 else f"FAILED (exit {result.returncode}): {result.output_tail}"

@@ -126,9 +126,10 @@ CASES = [
     ("space proposing batch size 0", lambda: plan(space=categorical("batch_size", [0, 16])),
      "batch_size must be valid for every config the search space can propose; got {'batch_size': 0}. Refused: "
      "batch_size must be an integer >= 1; got 0"),
-    # A cpu base has no neuron knobs: the space's knob is no field of its config.
     ("space proposing a neuron knob on cpu", lambda: plan(space=categorical("neuron_optlevel", [None, 3])),
-     f"search space knob must be a config field ({CONFIG_FIELDS}); got 'neuron_optlevel'"),
+     "neuron_optlevel must be valid for every config the search space can propose; got {'neuron_optlevel': 3}. "
+     "Refused: neuron_optlevel must be None on platform 'cpu' (its knobs: channels_last, threads); got 3. "
+     "neuron_optlevel does not apply to cpu: it is a knob of neuron."),
     ("time budget 0", lambda: plan(time_budget_s=0), "time_budget_s must be a number of seconds > 0, or None; got 0"),
     ("time budget < 0", lambda: plan(time_budget_s=-5.0),
      "time_budget_s must be a number of seconds > 0, or None; got -5.0"),

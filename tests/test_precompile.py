@@ -78,7 +78,8 @@ from accelsweep.sweeps.driver.precompile import run_precompile
 from accelsweep.trainables.config import TrialConfig
 base = TrialConfig.make(platform="neuron", model="vit-b16", neuron_target="trn1",
                         compile_cache="/shared/cache").to_dict()
-for r in run_precompile(base, [{"batch_size": 8}, {"batch_size": 16, "neuron_optlevel": 3}]):
+config_for = lambda searched: TrialConfig.from_dict({**base, **searched})
+for r in run_precompile(config_for, [{"batch_size": 8}, {"batch_size": 16, "neuron_optlevel": 3}]):
     print("RESULT", r.searched, r.returncode, round(r.seconds, 3), r.output_tail.strip())
 """
 

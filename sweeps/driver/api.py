@@ -181,13 +181,18 @@ def plan_sweep(sweep: Sweep) -> Plan:
 
     base_dict = sweep.base.to_dict()
     space = SearchSpace(sweep.space)
-    plan = Plan(sweep=sweep, space=space, baseline_point=space.point_for(base_dict), base_dict=base_dict)
+    plan = Plan(sweep=sweep, space=space, baseline_point={}, base_dict=base_dict)
+    # Proposals first: a knob the platform refuses is named with the platform's reason,
+    # before the baseline's value of it is looked up.
     for point in space.sample(64, seed=sweep.seed):
         try:
             plan.config_for(point)
         except ConfigError as error:
+            if error.field == "config key":
+                break  # a name no config has: point_for says so below, naming the fields
             raise ConfigError(error.field, "valid for every config the search space can propose",
                               point, f"Refused: {error}") from None
+    plan.baseline_point = space.point_for(base_dict)
     if sweep.sampler == "grid":
         from optuna.distributions import CategoricalDistribution
 

@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.config import TrialConfig
@@ -85,14 +85,16 @@ def skip_reason(config: TrialConfig) -> str:
     return ""
 
 
-def run_precompile(base: Mapping[str, Any], proposals: Sequence[Mapping[str, Any]]) -> list[PrecompileResult]:
-    """One Ray task per config, all at once: the cluster runs as many as fit."""
+def run_precompile(config_for: Callable[[Mapping[str, Any]], TrialConfig],
+                   proposals: Sequence[Mapping[str, Any]]) -> list[PrecompileResult]:
+    """One Ray task per config, all at once: the cluster runs as many as fit.
+    ``config_for``: searched values -> the trial's config (``Plan.config_for``)."""
     import ray
 
     task = ray.remote(_extract_and_compile)
     pending = []
     for searched in proposals:
-        config = TrialConfig.from_dict({**base, **searched})
+        config = config_for(searched)
         if skip_reason(config):
             continue
         resources = dict(get_platform(config.platform).worker_resources(config))
@@ -102,10 +104,11 @@ def run_precompile(base: Mapping[str, Any], proposals: Sequence[Mapping[str, Any
     return [PrecompileResult(searched, *ray.get(ref)) for searched, ref in pending]
 
 
-def describe_plan(base: Mapping[str, Any], proposals: Sequence[Mapping[str, Any]]) -> list[str]:
+def describe_plan(config_for: Callable[[Mapping[str, Any]], TrialConfig],
+                  proposals: Sequence[Mapping[str, Any]]) -> list[str]:
     lines = [f"precompile: {len(proposals)} configs with {TOOL}, before the first trial:"]
     for searched in proposals:
-        config = TrialConfig.from_dict({**base, **searched})
+        config = config_for(searched)
         lines.append(f"  {searched}")
         if skip_reason(config):
             lines.append(f"    {skip_reason(config)}")

@@ -12,8 +12,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from ray.train._internal.utils import get_address_and_port
-from ray.train.torch.xla.config import TorchXLAConfig, _TorchAwsNeuronXLABackend
+from ray.train.torch.xla.config import TorchXLAConfig
+
+from accelsweep.trainables.ray_adapter import free_address_and_port, neuron_xla_backend
 
 ROOT_COMM_ID = "NEURON_RT_ROOT_COMM_ID"
 
@@ -22,12 +23,12 @@ def _set_root_comm_id(endpoint: str) -> None:
     os.environ[ROOT_COMM_ID] = endpoint
 
 
-class NeuronRendezvousBackend(_TorchAwsNeuronXLABackend):
+class NeuronRendezvousBackend(neuron_xla_backend()):
     def on_start(self, worker_group, backend_config) -> None:
         super().on_start(worker_group, backend_config)
         # A port of its own, checked free on rank 0's host now; MASTER_PORT is taken
         # by the torch.distributed store.
-        address, port = worker_group.execute_single(0, get_address_and_port)
+        address, port = worker_group.execute_single(0, free_address_and_port)
         worker_group.execute(_set_root_comm_id, f"{address}:{port}")
 
 
