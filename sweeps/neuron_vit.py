@@ -34,11 +34,11 @@ from accelsweep.sweeps.driver.cli import (at_least_one, common_parser, cost_basi
                                           sweep_options)
 from accelsweep.sweeps.driver.precompile import check_precompile, describe_plan, first_proposals, run_precompile
 from accelsweep.trainables.errors import ConfigError
+from accelsweep.trainables.metrics import TRAINING_METRICS
 from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.cost import PRICE_TABLE
 from accelsweep.trainables.platforms import get_platform
 from accelsweep.trainables.platforms.neuron import neuron_target_for_instance
-from accelsweep.trainables.train_loop import METRIC_NAMES
 from accelsweep.trainables.trainable import train_trainable
 
 DEFAULT_SAMPLES = 24
@@ -149,7 +149,7 @@ def main() -> None:
                          nan_capture=args.nan_capture),
         space=make_space(platform, args.smoke, cpus, instance_type, nan_capture=args.nan_capture),
         objectives=[Objective("throughput_samples_per_s", "max")],
-        metric_names=METRIC_NAMES,
+        metrics=TRAINING_METRICS,
         cost=basis, cost_note=cost_note, platform_note=platform_note,
         before_trials=functools.partial(precompile, count=args.precompile, basis=basis) if args.precompile else None,
         **sweep_options(args, default_samples=4 if args.smoke else DEFAULT_SAMPLES,

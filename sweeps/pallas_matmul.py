@@ -30,9 +30,9 @@ from typing import Any, Mapping, Optional, Sequence
 
 from accelsweep.sweeps.driver.api import Objective, Sweep, plan_sweep, run_sweep
 from accelsweep.sweeps.driver.cli import common_parser, main_guard, platform_from_args, sweep_options
-from accelsweep.sweeps.driver.kernel_sweep import KERNEL_SUMMARY
 from accelsweep.trainables.errors import ConfigError
-from accelsweep.trainables.microbench import KERNEL_METRICS, KernelConfig, kernel_trainable
+from accelsweep.trainables.metrics import KERNEL_METRICS
+from accelsweep.trainables.microbench import KernelConfig, kernel_trainable
 
 LIBRARY, KERNEL = "jax-dot", "pallas"
 DTYPES = ("int8", "bfloat16")
@@ -46,7 +46,7 @@ TPU_SHAPE = {"m": 8192, "k": 8192, "n": 8192}  # the seed's (TPU v5e)
 SMOKE_SHAPE = {"m": 128, "k": 256, "n": 256}
 SMOKE_BLOCKS = {"bm": (32, 64, 128), "bk": (128, 256), "bn": (128, 256)}
 
-SUMMARY = KERNEL_SUMMARY + (("tflops", "TFLOP/s (int8: TOP/s)", "{:.4g}"),)
+METRICS = KERNEL_METRICS.replace("tflops", label="TFLOP/s (int8: TOP/s)")
 
 
 def library_then_blocks(blocks: Mapping[str, Sequence[int]], defaults: Mapping[str, int]):
@@ -100,8 +100,7 @@ def build_sweep(args, shape: Optional[Mapping[str, int]], blocks: Mapping[str, S
     return Sweep(
         name="pallas_matmul", trainable=kernel_trainable, base=base,
         space=library_then_blocks(blocks, {name: base.tuning[name] for name in blocks}),
-        objectives=[Objective("latency_p50_s", "min")], metric_names=KERNEL_METRICS, sampler="tpe",
-        summary_metrics=SUMMARY,
+        objectives=[Objective("latency_p50_s", "min")], metrics=METRICS, sampler="tpe",
         **sweep_options(args, default_samples=SMOKE_SAMPLES if args.smoke else DEFAULT_SAMPLES),
         cost_note="kernel sweeps are not priced (no cost basis applies to a microbenchmark)",
         platform_note=note,

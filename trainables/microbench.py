@@ -32,18 +32,12 @@ from typing import Any, Callable, Mapping, Optional
 from accelsweep.trainables.errors import ConfigError, non_negative_float, one_of, positive_int
 from accelsweep.trainables.config import DictConfig
 from accelsweep.trainables.measure import Window, coefficient_of_variation, host_probe_s, percentile, time_window
+from accelsweep.trainables.platforms import PLATFORM_NAMES, Platform, PlatformUnavailable, get_platform
 
-KERNEL_PLATFORMS = ("cpu", "cuda", "xla", "neuron", "tpu")
-XLA_PLATFORMS = ("xla", "neuron", "tpu")  # torch tensors live on a torch-xla device there
-# The device a framework must report for each platform: anything else would time the
-# kernel somewhere the trial did not ask for (JAX on its CPU backend when asked for a TPU).
-JAX_BACKEND = {"cpu": "cpu", "cuda": "gpu", "tpu": "tpu"}
-XLA_HARDWARE = {"neuron": "NEURON", "tpu": "TPU"}  # "xla": whatever PJRT_DEVICE names
 # Window-to-window cv above which a figure is flagged noisy: rank differences smaller than
 # a few times this are not to be trusted on that machine.
 NOISY_CV = 0.05
-KERNEL_METRICS = ("latency_p50_s", "latency_p10_s", "latency_p90_s", "latency_cv", "max_abs_error",
-                  "items_per_s", "tflops", "compile_s", "host_cv", "host_probe_s")
+# What run_microbench reports: trainables/metrics.py KERNEL_METRICS.
 
 
 class KernelMismatch(RuntimeError):
@@ -105,7 +99,7 @@ class KernelConfig(DictConfig):
 
         spec = get_op(self.op)
         implementation = spec.impl(self.impl)
-        one_of("platform", self.platform, KERNEL_PLATFORMS)
+        one_of("platform", self.platform, PLATFORM_NAMES)
         if self.platform not in implementation.platforms:
             runs_here = ", ".join(i.name for i in spec.impls_for(self.platform)) or "none"
             raise ConfigError("impl", f"an implementation that runs on {self.platform} ({runs_here})", self.impl,
@@ -150,13 +144,9 @@ class KernelConfig(DictConfig):
             raise ConfigError("workers", "1 for a kernel microbenchmark", self.workers)
 
     def trial_env(self) -> dict[str, str]:
-        """Environment a kernel trial needs before its framework starts: torch-xla's PJRT
-        client for torch kernels on XLA devices (the driver's PJRT_DEVICE for ``xla``)."""
-        if self.platform == "xla":
-            return {"PJRT_DEVICE": os.environ.get("PJRT_DEVICE", "CPU")}
-        if self.platform == "tpu":
-            return {"PJRT_DEVICE": "TPU"}
-        return {}
+        """Environment a kernel trial needs before its framework starts: its platform's
+        runtime environment (torch-xla's PJRT client on xla and tpu), no knobs."""
+        return get_platform(self.platform).runtime_env()
 
     def impl_tuning(self) -> dict[str, Any]:
         """The tuning knobs this config's implementation takes."""

@@ -40,6 +40,7 @@ from accelsweep.trainables.errors import ConfigError, one_of, positive_int
 from accelsweep.trainables.cost import NO_BASIS_HINT, CostBasis
 from accelsweep.trainables.environment import environment_tags
 from accelsweep.trainables.failures import run_isolated
+from accelsweep.trainables.metrics import MetricSet
 from accelsweep.trainables import ray_adapter
 from accelsweep.trainables.platforms import get_platform
 from accelsweep.trainables.tracking import validate_tracking_uri
@@ -68,12 +69,14 @@ class Sweep:
     base: Any  # a config dataclass with .platform, .to_dict() and .from_dict(): the baseline
     space: SpaceSpec
     objectives: Sequence[Objective] = (Objective(),)
-    metric_names: Optional[Sequence[str]] = None  # what the trainable reports, to check objectives
+    # What the trainable reports (trainables/metrics.py: TRAINING_METRICS, KERNEL_METRICS):
+    # objectives are checked against it; the summary rows, per-window curves and progress
+    # lines come from it. None: objectives unchecked, shown as the training loop's.
+    metrics: Optional[MetricSet] = None
     num_samples: int = 16
     time_budget_s: Optional[float] = None
     scheduler: str = "asha"
     sampler: str = "tpe"  # "grid": every combination of the (categorical) space once
-    summary_metrics: Optional[Sequence[tuple[str, str, str]]] = None  # (metric, label, format)
     seed: int = 0
     tracking_uri: str = "sqlite:///mlflow.db"
     experiment: Optional[str] = None  # default: the sweep's name
@@ -172,9 +175,9 @@ def plan_sweep(sweep: Sweep) -> Plan:
     one_of("sampler", sweep.sampler, SAMPLERS)
     if not sweep.objectives:
         raise ConfigError("objectives", "at least one Objective", list(sweep.objectives))
-    if sweep.metric_names is not None:
+    if sweep.metrics is not None:
         for objective in sweep.objectives:
-            one_of("objective metric", objective.metric, tuple(sweep.metric_names))
+            sweep.metrics.check_objective(objective.metric, objective.mode)
     if sweep.max_concurrent_trials is not None:
         positive_int("max_concurrent_trials", sweep.max_concurrent_trials)
     validate_tracking_uri(sweep.tracking_uri)
@@ -460,7 +463,7 @@ def _start(plan: Plan, trainable, storage: str, tracker, concurrency: int) -> _R
                   "instance_type": sweep_tags["instance_type"]}
     callback = SweepCallback(tracker, plan.complete_config, plan.resources_of, plan.baseline_point,
                              sweep.cost, trial_tags, sweep.num_samples, print_line=sweep.print_line,
-                             time_budget_s=sweep.time_budget_s)
+                             time_budget_s=sweep.time_budget_s, metrics=sweep.metrics)
     experiment_dir = os.path.join(storage, f"{sweep.name}-{stamp}")
     _write_sweep_marker(experiment_dir, parent_run_id, "running")
     tuner = tune.Tuner(
@@ -492,7 +495,7 @@ def _finish(plan: Plan, run: _Run, tracker, status: str, elapsed_s: float) -> Sw
     baseline = next((r for r in records if r.is_baseline), None)
     text = summary(f"{sweep.name} on {sweep.base.platform}", records, objective.metric, objective.mode,
                    list(plan.space.distributions), sweep.cost_note, tracker.ui_command(),
-                   elapsed_s, metrics=sweep.summary_metrics)
+                   elapsed_s, metrics=sweep.metrics)
     parent_metrics = {**sweep.parent_metrics, "trials": len(records),
                       "failed_trials": sum(r.status == "failed" for r in records),
                       "mean_overhead_s": mean_overhead_s(records)}

@@ -18,6 +18,7 @@ from ray.tune import Callback
 
 from accelsweep.trainables.cost import CostBasis, trial_cost_usd
 from accelsweep.trainables.failures import ERROR, failure_cause, one_line
+from accelsweep.trainables.metrics import TRAINING_METRICS, MetricSet
 from accelsweep.trainables.microbench import NOISY_CV
 from accelsweep.trainables.tracking import SweepTracker
 
@@ -42,6 +43,7 @@ class TrialRecord:
     error_cause: str = ""
     wall_s: float = float("nan")
     retries: int = 0  # restarts after its process or node went away
+    measured_by: str = TRAINING_METRICS.measurement  # its trainable's first headline metric (MetricSet)
 
     def metric(self, name: str) -> float:
         value = self.result.get(name, float("nan"))
@@ -49,7 +51,7 @@ class TrialRecord:
 
     @property
     def has_measurement(self) -> bool:
-        return self.metric("throughput_samples_per_s") > 0 or self.metric("latency_p50_s") > 0
+        return self.metric(self.measured_by) > 0
 
 
 def _error_of(trial) -> tuple[str, str]:
@@ -80,8 +82,10 @@ class SweepCallback(Callback):
     def __init__(self, tracker: SweepTracker, complete_config: Callable[[Mapping], dict],
                  resources_of: Callable[[Mapping], dict], baseline: Mapping[str, Any],
                  cost: Optional[CostBasis], trial_tags: Mapping[str, str], total_trials: int,
-                 print_line: Optional[Callable[[str], None]] = None, time_budget_s: Optional[float] = None):
+                 print_line: Optional[Callable[[str], None]] = None, time_budget_s: Optional[float] = None,
+                 metrics: Optional[MetricSet] = None):
         self._tracker = tracker
+        self.metrics = metrics or TRAINING_METRICS  # the sweep's (Sweep.metrics): curves, progress lines
         self.tracking_uri, self.experiment = tracker.tracking_uri, tracker.experiment
         self.parent_run_id = tracker.parent_run_id
         self.time_budget_s = time_budget_s
@@ -140,7 +144,7 @@ class SweepCallback(Callback):
             config, resources = dict(searched), {}
         record = TrialRecord(
             number=len(self.records) + 1, trial_id=trial.trial_id, searched=searched, config=config,
-            resources=resources, created_at=time.monotonic(),
+            resources=resources, created_at=time.monotonic(), measured_by=self.metrics.measurement,
             is_baseline=not any(r.is_baseline for r in self.records.values()) and searched == self.baseline,
         )
         self.records[trial.trial_id] = record
@@ -181,8 +185,7 @@ class SweepCallback(Callback):
             record.result = {**record.result, **{k: v for k, v in result.items() if k in ("loop_s",)}}
             return
         record.result = dict(result)
-        window_metrics = {k: result[k] for k in ("throughput_samples_per_s", "window_throughput_samples_per_s",
-                                                 "final_loss") if k in result}
+        window_metrics = {name: result[name] for name in self.metrics.curves if name in result}
         self.tracker.log_metrics(record.run_id, window_metrics, step=int(result.get("training_iteration", 0)))
 
     def on_trial_complete(self, iteration, trials, trial, **info):
@@ -257,17 +260,15 @@ class SweepCallback(Callback):
             return f"{head} -> FAILED ({record.error_cause or ERROR}): {record.error_class}: {record.error}"
         if record.status == INTERRUPTED:
             return f"{head} -> interrupted (--resume runs it again)"
-        if "latency_p50_s" in record.result:
-            interpreted = " (interpreted: not ranked)" if record.result.get("interpreted") else ""
-            noisy = ""
-            if record.metric("latency_cv") > NOISY_CV:
-                host_cv = record.metric("host_cv")
-                noisy = (f" (noisy: the machine's own speed moved too, host cv {host_cv:.0%})" if host_cv > NOISY_CV
-                         else " (noisy: its windows disagree)")
-            return (f"{head} -> p50 {record.metric('latency_p50_s') * 1e3:.4f} ms, cv {record.metric('latency_cv'):.1%}, "
-                    f"max error {record.metric('max_abs_error'):.2g}{interpreted}{noisy} [{record.status}]")
-        throughput = record.metric("throughput_samples_per_s")
-        usd = record.metric("usd_per_1m_samples")
-        cost = f", ${usd:.4g}/1M samples" if math.isfinite(usd) else ""
-        return (f"{head} -> {throughput:.1f} samples/s{cost}, p50 step {record.metric('step_time_p50_s'):.4f} s, "
-                f"overhead {record.metric('overhead_s'):.2f} s [{record.status}]")
+        figures = []
+        for name in self.metrics.headline:  # formatted as the trainable declares them
+            metric, value = self.metrics[name], record.metric(name)
+            if math.isfinite(value) or not metric.progress_if_known:
+                figures.append(metric.shown(value))
+        interpreted = " (interpreted: not ranked)" if record.result.get("interpreted") else ""
+        noisy = ""
+        if record.metric("latency_cv") > NOISY_CV:  # a kernel's windows (trainables/microbench.py)
+            host_cv = record.metric("host_cv")
+            noisy = (f" (noisy: the machine's own speed moved too, host cv {host_cv:.0%})" if host_cv > NOISY_CV
+                     else " (noisy: its windows disagree)")
+        return f"{head} -> {', '.join(figures)}{interpreted}{noisy} [{record.status}]"

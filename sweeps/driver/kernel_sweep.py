@@ -11,17 +11,8 @@ from accelsweep.sweeps.driver.api import Objective, Sweep, plan_sweep, run_sweep
 from accelsweep.sweeps.driver.cli import common_parser, main_guard, platform_from_args, sweep_options
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.platforms import PLATFORM_NAMES
-from accelsweep.trainables.microbench import KERNEL_METRICS, KernelConfig, kernel_trainable
-
-KERNEL_SUMMARY = (
-    ("latency_p50_s", "latency p50 (s)", "{:.3e}"),
-    ("latency_p10_s", "latency p10 (s)", "{:.3e}"),
-    ("latency_p90_s", "latency p90 (s)", "{:.3e}"),
-    ("latency_cv", "window-to-window cv", "{:.2%}"),
-    ("items_per_s", "items/s", "{:.4g}"),
-    ("max_abs_error", "max abs error", "{:.2e}"),
-)
-TFLOPS_ROW = ("tflops", "TFLOP/s", "{:.4g}")
+from accelsweep.trainables.metrics import KERNEL_METRICS
+from accelsweep.trainables.microbench import KernelConfig, kernel_trainable
 
 
 def kernel_main(op: str, description: str, shapes: Mapping[str, Sequence[int]],
@@ -75,8 +66,9 @@ def kernel_main(op: str, description: str, shapes: Mapping[str, Sequence[int]],
                              **(dict(window_min_calls=5, window_min_s=0.1, windows=2) if args.smoke else {}))
     sweep = Sweep(
         name=f"{op}_kernels", trainable=kernel_trainable, base=base, space=space,
-        objectives=[Objective("latency_p50_s", "min")], metric_names=KERNEL_METRICS, sampler="grid",
-        summary_metrics=KERNEL_SUMMARY + ((TFLOPS_ROW,) if spec.flops else ()),
+        objectives=[Objective("latency_p50_s", "min")], sampler="grid",
+        # An op without a FLOP count has no TFLOP/s: no row for it.
+        metrics=KERNEL_METRICS if spec.flops else KERNEL_METRICS.replace("tflops", label=None),
         cost_note="kernel sweeps are not priced (no cost basis applies to a microbenchmark)",
         platform_note=f"{platform}, {args.dtype}, options {options or '(none)'}: implementations {', '.join(impls)}; "
                       f"{why}",

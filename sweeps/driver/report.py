@@ -12,19 +12,8 @@ from collections import Counter
 from typing import Iterable, Optional, Sequence
 
 from accelsweep.sweeps.driver.callbacks import TrialRecord
+from accelsweep.trainables.metrics import TRAINING_METRICS, MetricSet
 from accelsweep.trainables.microbench import NOISY_CV
-
-SUMMARY_METRICS = (
-    ("throughput_samples_per_s", "throughput (samples/s)", "{:.2f}"),
-    ("step_time_p50_s", "step time p50 (s)", "{:.4f}"),
-    ("step_time_p90_s", "step time p90 (s)", "{:.4f}"),
-    ("first_step_s", "first step (s)", "{:.3f}"),
-    ("compile_s", "compile (s)", "{:.2f}"),
-    ("peak_memory_mb", "peak memory (MB)", "{:.0f}"),
-    ("final_loss", "final loss", "{:.4f}"),
-    ("usd_per_1m_samples", "$ per 1M samples", "{:.4f}"),
-    ("trial_cost_usd", "trial cost ($)", "{:.5f}"),
-)
 
 
 def _format(template: str, value: float) -> str:
@@ -58,7 +47,9 @@ def table(rows: Sequence[Sequence[str]]) -> str:
 
 
 def summary(title: str, records: Sequence[TrialRecord], metric: str, mode: str, knobs: Sequence[str],
-            cost_note: str, ui_command: str, elapsed_s: float, metrics=None) -> str:
+            cost_note: str, ui_command: str, elapsed_s: float, metrics: Optional[MetricSet] = None) -> str:
+    """``metrics``: the sweep's declaration (Sweep.metrics), a row per summarised metric;
+    None: the training loop's rows."""
     baseline = next((r for r in records if r.is_baseline), None)
     best = best_record(records, metric, mode)
     outcomes = Counter(r.status for r in records)
@@ -89,10 +80,11 @@ def summary(title: str, records: Sequence[TrialRecord], metric: str, mode: str, 
             base_value = str(base.config.get(knob, "")) if base else ""
             best_value = str(best.config.get(knob, ""))
             rows.append([knob, base_value, best_value, "" if base_value == best_value else "changed"])
-        for name, label, template in metrics or SUMMARY_METRICS:
-            base_metric = base.metric(name) if base else float("nan")
-            rows.append([label, _format(template, base_metric), _format(template, best.metric(name)),
-                         _change(base_metric, best.metric(name))])
+        for metric in (metrics or TRAINING_METRICS).summarised:
+            base_metric = base.metric(metric.name) if base else float("nan")
+            best_metric = best.metric(metric.name)
+            rows.append([metric.label, _format(metric.fmt, base_metric), _format(metric.fmt, best_metric),
+                         _change(base_metric, best_metric)])
         lines += ["", table(rows), ""]
         timing = f"; step times from {best.result['step_time_source']}" if "step_time_source" in best.result else ""
         lines.append(f"best device: {best.result.get('device', 'n/a')}{timing}")

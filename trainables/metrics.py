@@ -1,0 +1,158 @@
+"""What each trainable reports, declared once: name, unit, which way is better, and how
+the sweep shows it.
+
+    from accelsweep.trainables.metrics import TRAINING_METRICS
+    Sweep(..., trainable=train_trainable, metrics=TRAINING_METRICS)
+
+The sweep driver reads a trainable's ``MetricSet`` and nothing else: an objective must
+name one of its metrics (and go its better way), the summary table has a row per
+summarised metric, the per-window curves in MLflow are its ``curve`` metrics, and a
+trial's progress line shows its headline figures. Adding a metric is one ``Metric``
+here, plus the line in the trainable's result dict that reports it.
+
+A leaf: it imports nothing of accelsweep but the errors module, so the driver reads the
+declarations without importing torch or a trainable.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Iterator, Optional
+
+from accelsweep.trainables.errors import ConfigError, one_of
+
+BETTER = ("max", "min", None)  # None: context, not a figure to optimise (the machine's own noise)
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str  # flat, with its unit: throughput_samples_per_s, step_time_p50_s
+    unit: str  # "" for a ratio or a loss
+    better: Optional[str] = None  # "max", "min", or None: an objective on it must go this way
+    label: Optional[str] = None  # its row in the summary table; None: not summarised
+    fmt: str = "{:.4g}"  # the summary table's format of its value
+    curve: bool = False  # logged after every window (an MLflow curve), not only at the trial's end
+    # Its part of a trial's progress line (when the set names it a headline): a format of
+    # the value times progress_scale; progress_if_known leaves it out while it is unknown
+    # (NaN: no price basis).
+    progress: Optional[str] = None
+    progress_scale: float = 1.0
+    progress_if_known: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ConfigError("metric name", "a non-empty string", self.name)
+        one_of(f"better for metric {self.name}", self.better, BETTER)
+
+    def shown(self, value: float) -> str:
+        """Its figure on a progress line."""
+        return self.progress.format(value * self.progress_scale)
+
+
+@dataclass(frozen=True)
+class MetricSet:
+    """One trainable's metrics. ``headline``: the progress line's figures, in order; the
+    first says whether a trial measured anything at all (> 0: ``TrialRecord.has_measurement``)."""
+
+    metrics: tuple[Metric, ...]
+    headline: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        names = [m.name for m in self.metrics]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ConfigError("metric names", "unique within a set", repeated)
+        if not self.headline:
+            raise ConfigError("headline", "at least one metric of the set", self.headline)
+        for name in self.headline:
+            one_of("headline metric", name, tuple(names))
+            if self[name].progress is None:
+                raise ConfigError(f"progress of headline metric {name}", "a format for the progress line", None)
+
+    def __iter__(self) -> Iterator[Metric]:
+        return iter(self.metrics)
+
+    def __getitem__(self, name: str) -> Metric:
+        for metric in self.metrics:
+            if metric.name == name:
+                return metric
+        raise ConfigError("metric", "one of " + ", ".join(self.names), name)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(m.name for m in self.metrics)
+
+    @property
+    def measurement(self) -> str:
+        return self.headline[0]
+
+    @property
+    def summarised(self) -> tuple[Metric, ...]:
+        return tuple(m for m in self.metrics if m.label is not None)
+
+    @property
+    def curves(self) -> tuple[str, ...]:
+        return tuple(m.name for m in self.metrics if m.curve)
+
+    def replace(self, name: str, **changes) -> "MetricSet":
+        """This set with one metric changed, e.g. its label, or ``label=None`` to leave it
+        out of the summary (a sweep's variant of its trainable's set)."""
+        changed = dataclasses.replace(self[name], **changes)
+        return dataclasses.replace(self, metrics=tuple(changed if m.name == name else m for m in self.metrics))
+
+    def check_objective(self, metric: str, mode: str) -> None:
+        """An objective must name a declared metric and go its better way."""
+        one_of("objective metric", metric, self.names, "Those are what the sweep's trainable declares (Sweep.metrics).")
+        better = self[metric].better
+        if better is not None and mode != better:
+            raise ConfigError(f"objective mode for {metric}", repr(better), mode,
+                              f"{'Higher' if better == 'max' else 'Lower'} {metric} is better.")
+
+
+# Measured by the sweep driver for every trial (sweeps/driver/callbacks.py), not by the
+# trainable: wall time outside the measured loop, and what the trial's resources cost.
+DRIVER_METRICS = (
+    Metric("trial_cost_usd", "USD", "min", label="trial cost ($)", fmt="{:.5f}"),
+    Metric("overhead_s", "s", "min", progress="overhead {:.2f} s"),
+)
+
+# trainables/train_loop.py: run_training's result, after each window.
+TRAINING_METRICS = MetricSet(
+    metrics=(
+        Metric("throughput_samples_per_s", "samples/s", "max", label="throughput (samples/s)", fmt="{:.2f}",
+               curve=True, progress="{:.1f} samples/s"),
+        Metric("window_throughput_samples_per_s", "samples/s", "max", curve=True),  # the last window's alone
+        Metric("step_time_p50_s", "s", "min", label="step time p50 (s)", fmt="{:.4f}", progress="p50 step {:.4f} s"),
+        Metric("step_time_p90_s", "s", "min", label="step time p90 (s)", fmt="{:.4f}"),
+        Metric("first_step_s", "s", "min", label="first step (s)", fmt="{:.3f}"),
+        Metric("compile_s", "s", "min", label="compile (s)", fmt="{:.2f}"),
+        Metric("peak_memory_mb", "MB", "min", label="peak memory (MB)", fmt="{:.0f}"),
+        Metric("final_loss", "", "min", label="final loss", fmt="{:.4f}", curve=True),
+        Metric("usd_per_1m_samples", "USD", "min", label="$ per 1M samples", fmt="{:.4f}",
+               progress="${:.4g}/1M samples", progress_if_known=True),
+        *DRIVER_METRICS,
+    ),
+    headline=("throughput_samples_per_s", "usd_per_1m_samples", "step_time_p50_s", "overhead_s"),
+)
+
+# trainables/microbench.py: run_microbench's result, after each window. A kernel sweep is
+# not priced, so the driver's figures are not among them.
+KERNEL_METRICS = MetricSet(
+    metrics=(
+        Metric("latency_p50_s", "s", "min", label="latency p50 (s)", fmt="{:.3e}", progress="p50 {:.4f} ms",
+               progress_scale=1e3),
+        Metric("latency_p10_s", "s", "min", label="latency p10 (s)", fmt="{:.3e}"),
+        Metric("latency_p90_s", "s", "min", label="latency p90 (s)", fmt="{:.3e}"),
+        # Window-to-window cv of the window medians (noisy above microbench.NOISY_CV).
+        Metric("latency_cv", "", "min", label="window-to-window cv", fmt="{:.2%}", progress="cv {:.1%}"),
+        Metric("items_per_s", "items/s", "max", label="items/s", fmt="{:.4g}"),
+        Metric("max_abs_error", "", "min", label="max abs error", fmt="{:.2e}", progress="max error {:.2g}"),
+        Metric("tflops", "TFLOP/s", "max", label="TFLOP/s", fmt="{:.4g}"),  # NaN for an op without a FLOP count
+        Metric("compile_s", "s", "min"),
+        # The machine's own speed between windows: says whether a noisy figure is the kernel's.
+        Metric("host_cv", ""),
+        Metric("host_probe_s", "s"),
+    ),
+    headline=("latency_p50_s", "latency_cv", "max_abs_error"),
+)
