@@ -37,7 +37,7 @@ def test_every_cuda_implementation_matches_its_reference_on_the_gpu(op, impl, dt
     assert result["latency_p50_s"] > 0 and result["interpreted"] == 0
     expected_timer = "cuda events" if get_op(op).impl(impl).framework == "torch" else "host clock after block_until_ready"
     assert result["timer"] == expected_timer
-    assert "cuda" in result["device"]  # torch: "cuda (NVIDIA ...)"; JAX: "cuda:0"
+    assert "cuda" in result["device"]  # torch: "cuda: NVIDIA ..." (CudaPlatform.describe_device); JAX: "cuda:0"
 
 
 @pytest.mark.gpu

@@ -3,6 +3,7 @@ checks before it times, and its figures are stable."""
 
 import dataclasses
 import math
+import os
 import subprocess
 import sys
 import time
@@ -137,6 +138,29 @@ def test_a_machine_that_changes_speed_is_named_as_the_cause(monkeypatch, capsys)
     out = capsys.readouterr().out
     assert "host loop cv 20.0%" in out and "largest cv 20.0%" in out
     assert "the machine's own speed moved more than 5% during the measurements" in out
+
+
+def test_the_harness_asks_the_platform_instead_of_testing_its_name():
+    """A torch kernel's device, sync, timer, compile count and environment come from its
+    platform (trainables/platforms/); a JAX kernel checks the platform's backend. The
+    harness itself names no platform."""
+    from accelsweep.trainables.platforms import PLATFORMS, TORCH_XLA_PLATFORMS
+
+    result = run_microbench(KernelConfig.make(op="giou", impl="torch-naive", batch=2, boxes=16, warmup_calls=1,
+                                              window_min_calls=2, window_min_s=0.0, windows=1))
+    assert result["timer"] == PLATFORMS["cpu"].call_timer == "host clock"
+    assert result["device"].startswith("cpu: ") and math.isnan(PLATFORMS["cpu"].compile_count())
+    assert {name: p.jax_backend for name, p in PLATFORMS.items()} == {"cpu": "cpu", "cuda": "gpu", "xla": None,
+                                                                      "neuron": None, "tpu": "tpu"}
+    assert TORCH_XLA_PLATFORMS == ("xla", "neuron", "tpu")
+    assert PLATFORMS["cuda"].call_timer == "cuda events"
+    assert {name: KernelConfig.make(op="giou", impl="torch-naive", platform=name).trial_env()
+            for name in ("cpu", "cuda", "neuron", "tpu")} == {"cpu": {}, "cuda": {}, "neuron": {},
+                                                             "tpu": {"PJRT_DEVICE": "TPU"}}
+    with open(os.path.join(REPO, "trainables", "microbench.py")) as source:
+        harness = source.read()
+    assert not [name for name in ('"cuda"', '"xla"', '"neuron"', '"tpu"', "XLA_PLATFORMS", "JAX_BACKEND")
+                if name in harness]
 
 
 def test_host_probe_times_a_fixed_loop():

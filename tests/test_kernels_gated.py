@@ -19,7 +19,7 @@ from accelsweep.kernels.nms.reference import kept, nms
 from accelsweep.kernels.registry import OPS, KernelUnavailable, get_op
 from tests.conftest import REPO
 from accelsweep.trainables.errors import ConfigError
-from accelsweep.trainables.microbench import KERNEL_PLATFORMS, KernelConfig, run_microbench
+from accelsweep.trainables.microbench import KernelConfig, run_microbench
 
 GIOU_TOLERANCE = get_op("giou").tolerance["float32"]
 # Boxes whose GIoU is known exactly: identical (1), far apart (below -0.5), side by side (0).
@@ -152,15 +152,15 @@ def test_neuron_kernel_trials_hold_a_neuron_core_and_fail_loudly_without_one():
     """NKI, GpSimd and the PyTorch baseline run as trials on platform neuron (seed 004's
     comparison); each trial holds a NeuronCore. Here there is none: the trial fails with
     the reason, nothing is timed on the CPU instead."""
-    from accelsweep.trainables.platforms import get_platform
+    from accelsweep.trainables.platforms import PLATFORM_NAMES, get_platform
 
-    assert "neuron" in KERNEL_PLATFORMS
+    assert "neuron" in PLATFORM_NAMES
     nki = KernelConfig.make(op="giou", impl="nki", platform="neuron", batch=1, boxes=256)
     assert get_platform("neuron").resources(nki) == {"CPU": 1, "neuron_cores": 1}
     assert {"torch-naive", "nki", "gpsimd-cpp"} <= {i.name for i in get_op("giou").impls_for("neuron")}
     baseline = KernelConfig.make(op="giou", impl="torch-naive", platform="neuron", batch=1, boxes=256)
-    with pytest.raises(KernelUnavailable, match="platform neuron need torch-xla|platform neuron needs torch-xla on "
-                                                "NEURON, but its device is"):
+    with pytest.raises(KernelUnavailable, match=r"platform neuron needs torch-xla \(|platform neuron needs torch-xla "
+                                                "on NEURON, but its device is"):
         run_microbench(baseline)
 
 

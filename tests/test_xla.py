@@ -50,6 +50,23 @@ def test_a_graph_that_changes_every_step_shows_up_as_recompiles(monkeypatch):
     assert result["xla_compiles"] >= 4  # one per measured step
 
 
+@pytest.mark.parametrize("platform, hardware", [("neuron", "NEURON"), ("tpu", "TPU")])
+def test_training_on_neuron_or_tpu_refuses_another_device(platform, hardware, monkeypatch):
+    """torch-xla's CPU client is no NeuronCore and no TPU: a trial on platform neuron or
+    tpu that got it fails naming what it found, instead of timing the CPU."""
+    import torch_xla
+
+    from accelsweep.trainables.platforms import PlatformUnavailable, get_platform
+
+    torch_xla.device()  # this process's PJRT client is the CPU one (tpu's trial_env asks for TPU: too late)
+    config = TrialConfig.make(**{**MICRO, "platform": platform, "cpus_per_worker": 1})
+    for name in get_platform(platform).trial_env(config):
+        monkeypatch.setenv(name, os.environ.get(name, ""))  # restored after what prepare() sets
+    with pytest.raises(PlatformUnavailable, match=f"platform {platform} needs torch-xla on {hardware}, but its "
+                                                  r"device is CPU \(PJRT_DEVICE=\w+\): nothing timed"):
+        run_training(config)
+
+
 @pytest.mark.slow
 def test_xla_smoke_sweep_records_compiles(tmp_path):
     uri = f"sqlite:///{tmp_path}/m.db"

@@ -56,3 +56,14 @@ def test_a_kernel_whose_graph_changes_every_call_shows_its_recompiles(monkeypatc
         giou_op.SPEC, implementations=giou_op.SPEC.implementations + (drifting,)))
     result = run_microbench(KernelConfig.make(op="giou", impl="drifting", platform="xla", **QUICK, **SMALL["giou"]))
     assert result["xla_compiles"] >= min(result["calls"], 60)
+
+
+def test_a_torch_kernel_on_neuron_refuses_the_cpu_client():
+    """The kernel path's hardware check (the platform's, shared with training): torch-xla
+    on its CPU client is not a NeuronCore, so nothing is timed."""
+    from accelsweep.kernels.registry import KernelUnavailable
+
+    config = KernelConfig.make(op="giou", impl="torch-naive", platform="neuron", **QUICK, **SMALL["giou"])
+    with pytest.raises(KernelUnavailable, match=r"platform neuron needs torch-xla on NEURON, but its device is CPU "
+                                                r"\(PJRT_DEVICE=CPU\): nothing timed"):
+        run_microbench(config)

@@ -8,13 +8,15 @@ implementation's output is compared with the op's numpy float64 reference, compu
 those same rounded inputs, before anything is timed: a wrong kernel raises
 ``KernelMismatch`` (a failed trial), never a fast one. That first call, where compilers
 compile, is timed apart (``compile_s``). Then warm-up calls (caches) are not timed,
-and each call is timed to its device's completion: JAX's ``block_until_ready``; CUDA
-events around each call on a GPU (read after one synchronize per window, so the host
-never stalls the stream mid-window); on XLA devices
-(torch-xla: its CPU client, NeuronCores, TPUs) the host clock around the call,
-``torch_xla.sync()`` and ``wait_device_ops()`` (the op is traced and launched every call,
-as in a model; its graph compiles once, and ``xla_compiles`` counts any compile during
-the timed windows); on a CPU the host clock, the call having returned done. Calls repeat
+and each call is timed to its device's completion: JAX's ``block_until_ready``; for
+torch, the platform's ``time_calls`` (trainables/platforms/): CUDA events around each
+call on a GPU (read after one synchronize per window, so the host never stalls the
+stream mid-window); on XLA devices (torch-xla: its CPU client, NeuronCores, TPUs) the
+host clock around the call, ``torch_xla.sync()`` and ``wait_device_ops()`` (the op is
+traced and launched every call, as in a model; its graph compiles once, and
+``xla_compiles`` counts any compile during the timed windows); on a CPU the host
+clock, the call having returned done. The platform also gives the device, checked to
+be its hardware (anything else is ``KernelUnavailable``: nothing timed). Calls repeat
 in windows of at least N calls and T seconds. ``latency_cv`` is the window-to-window cv
 of the window medians. After each window a fixed pure-Python loop is timed for 20 ms:
 its cv (``host_cv``) is the machine's own, so a noisy figure says whether the kernel or
@@ -189,9 +191,14 @@ def _rounded(array, dtype: str):
 
 
 class _Framework:
-    """How one framework's inputs are placed, its outputs read back, and its calls timed."""
+    """How one framework's inputs are placed, its outputs read back, and its calls timed.
+    Torch asks the platform: its checked device, its sync, its timer, its compile count.
+    JAX checks that it runs on the platform's backend and times on the host clock after
+    ``block_until_ready``; numpy runs on the host."""
 
-    def __init__(self, framework: str, platform: str, threads: int):
+    def __init__(self, framework: str, platform: Platform, threads: int):
+        from accelsweep.kernels.registry import KernelUnavailable
+
         self.name, self.platform = framework, platform
         if framework == "torch":
             import torch
@@ -200,19 +207,19 @@ class _Framework:
             # A reused trial process must not carry torch.compile state from another shape
             # (it would recompile with dynamic shapes: a different kernel than asked for).
             torch._dynamo.reset()
-            if platform in XLA_PLATFORMS:
-                self.device, self.label = _xla_device(platform)
-            else:
-                self.device = torch.device("cuda" if platform == "cuda" else "cpu")
-                self.label = str(self.device) + (f" ({torch.cuda.get_device_name()})" if platform == "cuda" else "")
+            try:
+                self.device = platform.torch_device()
+            except PlatformUnavailable as missing:
+                raise KernelUnavailable(str(missing)) from None
+            self.label = platform.describe_device(self.device)
         elif framework == "jax":
             import jax
 
-            from accelsweep.kernels.registry import KernelUnavailable
-
             device = jax.devices()[0]
-            if device.platform != JAX_BACKEND.get(platform):
-                raise KernelUnavailable(f"platform {platform} asks for JAX's {JAX_BACKEND.get(platform)} backend, "
+            if platform.jax_backend is None:
+                raise KernelUnavailable(f"platform {platform.name} runs no JAX kernels: nothing timed")
+            if device.platform != platform.jax_backend:
+                raise KernelUnavailable(f"platform {platform.name} asks for JAX's {platform.jax_backend} backend, "
                                         f"but JAX runs on {device.platform} here ({device}): nothing timed")
             self.label = str(device)
         else:
@@ -241,32 +248,18 @@ class _Framework:
             import jax
 
             return jax.block_until_ready(output)
-        if self.name == "torch" and self.platform == "cuda":
-            import torch
-
-            torch.cuda.synchronize()
-        if self.name == "torch" and self.platform in XLA_PLATFORMS:
-            import torch_xla
-            import torch_xla.core.xla_model as xm
-
-            torch_xla.sync()  # cut the traced graph and launch it (compiled once, then cached)
-            xm.wait_device_ops()
+        if self.name == "torch":
+            self.platform.sync(self.device)  # on XLA: cut the traced graph, launch it, wait for it
         return output
 
     def timer(self) -> str:
-        if self.name == "torch" and self.platform == "cuda":
-            return "cuda events"
-        if self.name == "torch" and self.platform in XLA_PLATFORMS:
-            return "host clock around trace, torch_xla.sync and wait_device_ops"
+        if self.name == "torch":
+            return self.platform.call_timer
         return "host clock after block_until_ready" if self.name == "jax" else "host clock"
 
     def compiles(self) -> float:
-        """XLA compiles so far in this process (NaN where the framework has no such count)."""
-        if self.name == "torch" and self.platform in XLA_PLATFORMS:
-            import torch_xla.debug.metrics as metrics
-
-            return float((metrics.metric_data("CompileTime") or (0,))[0])
-        return float("nan")
+        """Graph compiles so far in this process (NaN where nothing counts them)."""
+        return self.platform.compile_count() if self.name == "torch" else float("nan")
 
     def to_numpy(self, output):
         import numpy as np
@@ -280,48 +273,9 @@ class _Framework:
         return np.asarray(output)
 
     def window(self, call: Callable[[], Any], min_calls: int, min_seconds: float) -> Window:
-        if self.name == "torch" and self.platform == "cuda":
-            return _cuda_event_window(call, min_calls, min_seconds)
+        if self.name == "torch":
+            return self.platform.time_calls(call, self.device, min_calls, min_seconds)
         return time_window(lambda: self.wait(call()), lambda: None, min_calls, min_seconds)
-
-
-def _xla_device(platform: str):
-    from accelsweep.kernels.registry import KernelUnavailable
-
-    try:
-        import torch_xla
-        import torch_xla.core.xla_model as xm
-    except ImportError as error:
-        raise KernelUnavailable(f"torch kernels on platform {platform} need torch-xla ({error}; on Neuron it comes "
-                                "with torch-neuronx)") from None
-    device = torch_xla.device()
-    hardware = xm.xla_device_hw(device)
-    wanted = XLA_HARDWARE.get(platform)
-    if wanted and hardware != wanted:
-        raise KernelUnavailable(f"platform {platform} needs torch-xla on {wanted}, but its device is {hardware} "
-                                f"(PJRT_DEVICE={os.environ.get('PJRT_DEVICE', 'unset')}): nothing timed")
-    return device, f"xla: {hardware} ({device})"
-
-
-def _cuda_event_window(call: Callable[[], Any], min_calls: int, min_seconds: float) -> Window:
-    """Each call's GPU time from a pair of CUDA events; one synchronize at the window's end."""
-    import torch
-
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    events = []
-    while len(events) < min_calls or time.perf_counter() - start < min_seconds:
-        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        begin.record()
-        call()
-        end.record()
-        events.append((begin, end))
-        if len(events) % 64 == 0:
-            end.synchronize()  # keep the host at most 64 calls ahead, so the clock above means something
-    torch.cuda.synchronize()
-    seconds = time.perf_counter() - start
-    return Window(steps=len(events), seconds=seconds,
-                  step_seconds=[begin.elapsed_time(end) / 1e3 for begin, end in events])
 
 
 def run_microbench(config: KernelConfig, report: Optional[Callable[[dict], None]] = None) -> dict:
@@ -333,7 +287,7 @@ def run_microbench(config: KernelConfig, report: Optional[Callable[[dict], None]
     implementation = spec.impl(config.impl)
     os.environ.update(config.trial_env())  # before the framework initialises its runtime
     kernel = implementation.load()
-    framework = _Framework(implementation.framework, config.platform, config.cpus_per_worker)
+    framework = _Framework(implementation.framework, get_platform(config.platform), config.cpus_per_worker)
     arrays = [_rounded(a, config.dtype) for a in spec.make_inputs(config.seed, **config.shape)]
     expected = spec.canonical(spec.reference(*[a.astype(np.float64) for a in arrays], **config.options))
     inputs = [framework.place(a) for a in arrays]

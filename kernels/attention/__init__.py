@@ -25,6 +25,7 @@ weighted means of v, unit normal, so |out| stays below about 4):
 from accelsweep.kernels.attention.reference import attended_pairs, attention, grid_side, make_inputs
 from accelsweep.kernels.registry import KernelImpl, OpSpec
 from accelsweep.trainables.errors import ConfigError, non_negative_float, positive_int
+from accelsweep.trainables.platforms import TORCH_XLA_PLATFORMS
 
 ALL_OPTIONS = ("causal", "soft_cap", "window", "neighborhood")
 MASKS = ("causal", "window", "neighborhood")  # options that hide keys (a mask) rather than change scores
@@ -69,7 +70,7 @@ SPEC = OpSpec(
         4.0 * batch * heads * head_dim * attended_pairs(seq, causal, window, neighborhood),
     tolerance={"float32": 1e-4, "bfloat16": 2.0 ** -5},
     implementations=(
-        _torch("naive", "naive", ("cpu", "cuda", "xla", "neuron", "tpu")),
+        _torch("naive", "naive", ("cpu", "cuda") + TORCH_XLA_PLATFORMS),
         _torch("naive-compile", "naive_compiled"),
         _torch("sdpa-math", "sdpa_math", supports=MASKS),
         # On a CPU this is ATen's CPU flash-attention kernel, not FlashAttention-2.

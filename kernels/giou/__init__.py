@@ -15,8 +15,8 @@ torch-xla's CPU client, never on a NeuronCore."""
 from accelsweep.kernels.giou.reference import giou, make_inputs
 from accelsweep.kernels.registry import KernelImpl, OpSpec
 from accelsweep.trainables.errors import ConfigError
+from accelsweep.trainables.platforms import TORCH_XLA_PLATFORMS
 
-XLA_DEVICES = ("xla", "neuron", "tpu")  # torch-xla devices (trainables/microbench.py)
 NEURON_PARTITIONS = 128  # SBUF partitions of a NeuronCore (nki.language.tile_size.pmax)
 
 
@@ -44,7 +44,7 @@ SPEC = OpSpec(
     items=lambda batch, boxes: batch * boxes,
     implementations=(
         # The seed's PyTorch baseline; on neuron it is what NKI and GpSimd are compared against.
-        KernelImpl("torch-naive", "accelsweep.kernels.giou.torch_impl:giou_naive", "torch", ("cpu", "cuda") + XLA_DEVICES, "torch"),
+        KernelImpl("torch-naive", "accelsweep.kernels.giou.torch_impl:giou_naive", "torch", ("cpu", "cuda") + TORCH_XLA_PLATFORMS, "torch"),
         KernelImpl("torch-compile", "accelsweep.kernels.giou.torch_impl:giou_compiled", "torch", ("cpu", "cuda"), "torch"),
         KernelImpl("jax-jit", "accelsweep.kernels.giou.jax_impl:giou_jit", "jax", ("cpu", "cuda", "tpu"), "jax (pip install jax)"),
         KernelImpl("pallas", "accelsweep.kernels.giou.pallas_impl:giou_pallas", "jax", ("cpu", "cuda", "tpu"),

@@ -9,7 +9,7 @@ not a faster way to train.
 from __future__ import annotations
 
 from accelsweep.trainables.errors import ConfigError
-from accelsweep.trainables.platforms.base import Detection, Platform
+from accelsweep.trainables.platforms.base import Detection, Platform, PlatformUnavailable
 from accelsweep.trainables.platforms.cpu import CpuPlatform
 from accelsweep.trainables.platforms.cuda import CudaPlatform
 from accelsweep.trainables.platforms.neuron import NeuronPlatform
@@ -19,6 +19,8 @@ from accelsweep.trainables.platforms.xla import XlaPlatform
 PLATFORMS: dict[str, Platform] = {p.name: p for p in (CpuPlatform(), CudaPlatform(), XlaPlatform(), NeuronPlatform(),
                                                    TpuPlatform())}
 PLATFORM_NAMES = tuple(PLATFORMS)
+# Where torch tensors live on a torch-xla device (kernel registrations run torch ops there).
+TORCH_XLA_PLATFORMS = tuple(name for name, platform in PLATFORMS.items() if platform.torch_on_xla)
 AUTO_ORDER = ("neuron", "tpu", "cuda", "cpu")
 
 
@@ -50,4 +52,5 @@ def resolve_platform(name: str) -> tuple[Platform, str]:
     return platform, f"{name} as asked: {detection.reason}"
 
 
-__all__ = ["Detection", "Platform", "PLATFORMS", "PLATFORM_NAMES", "get_platform", "resolve_platform"]
+__all__ = ["Detection", "Platform", "PlatformUnavailable", "PLATFORMS", "PLATFORM_NAMES", "TORCH_XLA_PLATFORMS",
+           "get_platform", "resolve_platform"]

@@ -4,8 +4,11 @@ A platform answers two kinds of question. In the driver, with no accelerator nee
 is it here (``detect``), which knobs of its own it has (``Knobs``, a frozen dataclass
 that checks its values), is a config valid on it (``validate``), which Ray resources a
 trial asks for (``resources``) and which environment a trial gets (``trial_env``). In
-the trial, on the hardware: which device to use, how to move batches there, how to
-step the optimizer, how to sync, and how much memory the trial peaked at.
+the trial, on the hardware: which device to use (refused with ``PlatformUnavailable``
+when the process got other hardware), how to move batches there, how to step the
+optimizer, how to sync, how to time a kernel call, what the compiler did, and how much
+memory the trial peaked at. The kernel harness (trainables/microbench.py) asks these
+too, so neither path tests platform names.
 
 Platform modules import torch and accelerator stacks only inside methods that run in a
 trial, so the driver can validate and dry-run any platform on any machine.
@@ -17,9 +20,10 @@ import abc
 import dataclasses
 import os
 from dataclasses import dataclass
-from typing import Optional, TYPE_CHECKING, Any, ClassVar, Iterable
+from typing import Optional, TYPE_CHECKING, Any, Callable, ClassVar, Iterable
 
 from accelsweep.trainables.errors import ConfigError, one_of
+from accelsweep.trainables.measure import Window, time_window
 from accelsweep.trainables.precision import get_precision
 
 if TYPE_CHECKING:
@@ -32,6 +36,12 @@ if TYPE_CHECKING:
 class Detection:
     available: bool
     reason: str
+
+
+class PlatformUnavailable(RuntimeError):
+    """In a trial: the platform's device is not what this process got (its stack is
+    missing, or its framework runs on other hardware). Nothing is timed; the message
+    names the platform, what was found and how to fix it."""
 
 
 @dataclass(frozen=True)
@@ -91,6 +101,14 @@ class Platform(abc.ABC):
     # Whether one trial process may run trial after trial. False where a trial's
     # environment is read once per process (a runtime that initialises at first use).
     reuses_processes: ClassVar[bool] = True
+    # Whether torch tensors live on a torch-xla device here (lazy: traced, then compiled).
+    torch_on_xla: ClassVar[bool] = False
+    # The backend JAX must report for a JAX kernel to run here (jax.devices()[0].platform);
+    # None where JAX kernels do not run. Anything else would time the kernel somewhere the
+    # trial did not ask for (JAX on its CPU backend when asked for a TPU).
+    jax_backend: ClassVar[Optional[str]] = None
+    # How ``time_calls`` times one call (a kernel result's ``timer``).
+    call_timer: ClassVar[str] = "host clock"
 
     # ---- driver side -------------------------------------------------------------
     @abc.abstractmethod
@@ -146,14 +164,24 @@ class Platform(abc.ABC):
         return 1
 
     # ---- trial side --------------------------------------------------------------
+    def runtime_env(self) -> dict[str, str]:
+        """The environment any process of this platform needs before its framework starts
+        (a training trial's ``trial_env`` adds its knobs; a kernel trial needs only this)."""
+        return {}
+
     def prepare(self, config: "TrialConfig") -> "torch.device":
         """Apply the config to this process and return the device to train on."""
         os.environ.update(self.trial_env(config))
         return self.device(config)
 
-    @abc.abstractmethod
     def device(self, config: "TrialConfig") -> "torch.device":
         """The device a trial in this process trains on."""
+        return self.torch_device()
+
+    def torch_device(self) -> "torch.device":
+        """The device torch tensors go to in this process, checked to be this platform's
+        hardware: PlatformUnavailable otherwise, so nothing is timed on another device."""
+        raise NotImplementedError(f"platform {self.name!r} names no torch device")
 
     def device_batches(self, loader: Iterable, device: "torch.device", config: "TrialConfig") -> Iterable:
         for inputs, targets in loader:
@@ -196,9 +224,24 @@ class Platform(abc.ABC):
     def describe_device(self, device: "torch.device") -> str:
         return str(device)
 
+    def time_calls(self, call: Callable[[], Any], device: "torch.device", min_calls: int,
+                   min_seconds: float) -> Window:
+        """A window of calls of a torch kernel on ``device``, each timed to its completion:
+        the host clock around the call and a sync (``call_timer`` says so in results)."""
+        def call_and_wait() -> Any:
+            output = call()  # held through the sync: a lazy (XLA) output nobody holds is never computed
+            self.sync(device)
+            return output
+
+        return time_window(call_and_wait, lambda: None, min_calls, min_seconds)
+
     def compile_stats(self) -> dict[str, float]:
         """Compiler counters for this process: graph compilations and their seconds."""
         return {}
+
+    def compile_count(self) -> float:
+        """Graph compilations so far in this process; NaN where the platform counts none."""
+        return float("nan")
 
     def explain_failure(self, error: BaseException, config: "TrialConfig", since: float) -> Optional[Exception]:
         """An exception that says more than ``error`` (raised since time.time() ``since``),

@@ -58,6 +58,7 @@ class CpuPlatform(Platform):
     autocast_device_type = "cpu"
     cost_unit = "CPU"
     host_clock_times_steps = True  # CPU kernels run synchronously on the calling thread
+    jax_backend = "cpu"
 
     def detect(self) -> Detection:
         return Detection(True, f"{os.cpu_count()} logical CPUs ({cpu_model_name()})")
@@ -82,6 +83,11 @@ class CpuPlatform(Platform):
 
         # Set per trial: a reused trial process keeps whatever the last trial chose.
         torch.set_num_threads(self.threads(config))
+        return self.torch_device()
+
+    def torch_device(self) -> "torch.device":
+        import torch
+
         return torch.device("cpu")
 
     def sync(self, device: "torch.device") -> None:

@@ -3,11 +3,14 @@ trial's GPU is always cuda:0 inside it."""
 
 from __future__ import annotations
 
+import os
+import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from accelsweep.trainables.platforms.base import (Detection, Platform, PlatformKnobs, boolean, channels_last_format,
-                                                  optional_str)
+from accelsweep.trainables.measure import Window
+from accelsweep.trainables.platforms.base import (Detection, Platform, PlatformKnobs, PlatformUnavailable, boolean,
+                                                  channels_last_format, optional_str)
 
 if TYPE_CHECKING:
     import torch
@@ -36,6 +39,8 @@ class CudaPlatform(Platform):
     Knobs = CudaKnobs
     autocast_device_type = "cuda"
     cost_unit = "GPU"
+    jax_backend = "gpu"
+    call_timer = "cuda events"
 
     def detect(self) -> Detection:
         try:
@@ -64,9 +69,13 @@ class CudaPlatform(Platform):
 
         return DistributedDataParallel(model, device_ids=[device.index])
 
-    def device(self, config: "TrialConfig") -> "torch.device":
+    def torch_device(self) -> "torch.device":
         import torch
 
+        if not torch.cuda.is_available():
+            raise PlatformUnavailable(f"platform {self.name} needs a CUDA GPU, but torch.cuda.is_available() is False "
+                                      f"(torch {torch.__version__}, CUDA_VISIBLE_DEVICES="
+                                      f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}): nothing timed")
         return torch.device("cuda", 0)
 
     def memory_format(self, config: "TrialConfig") -> "torch.memory_format":
@@ -91,3 +100,25 @@ class CudaPlatform(Platform):
         import torch
 
         return f"cuda: {torch.cuda.get_device_name(device)}"
+
+    def time_calls(self, call: Callable[[], Any], device: "torch.device", min_calls: int,
+                   min_seconds: float) -> Window:
+        """Each call's GPU time from a pair of CUDA events; one synchronize at the window's
+        end, so the host never stalls the stream mid-window."""
+        import torch
+
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        events = []
+        while len(events) < min_calls or time.perf_counter() - start < min_seconds:
+            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            begin.record()
+            call()
+            end.record()
+            events.append((begin, end))
+            if len(events) % 64 == 0:
+                end.synchronize()  # keep the host at most 64 calls ahead, so the clock above means something
+        torch.cuda.synchronize()
+        seconds = time.perf_counter() - start
+        return Window(steps=len(events), seconds=seconds,
+                      step_seconds=[begin.elapsed_time(end) / 1e3 for begin, end in events])

@@ -89,6 +89,7 @@ class NeuronPlatform(XlaPlatform):
     compile_modes = ("none",)  # torch.compile(openxla) is not supported by torch-neuronx
     Knobs = NeuronKnobs
     cost_unit = "neuron_cores"
+    hardware = "NEURON"
     # The Neuron runtime reads NEURON_RT_* once, when it starts in a process, and holds
     # its NeuronCores until the process ends: every trial gets a fresh process.
     reuses_processes = False
@@ -142,6 +143,9 @@ class NeuronPlatform(XlaPlatform):
             # a graph compiled once is never compiled again.
             env["NEURON_COMPILE_CACHE_URL"] = config.knobs.compile_cache
         return env
+
+    def runtime_env(self) -> dict[str, str]:
+        return {}  # torch-neuronx brings its own PJRT device (NEURON); torch_device checks what it got
 
     def describe_device(self, device) -> str:
         return f"neuron: NeuronCore ({device})"

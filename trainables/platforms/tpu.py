@@ -24,6 +24,8 @@ class TpuPlatform(XlaPlatform):
     name = "tpu"
     description = "Cloud TPU through PyTorch/XLA (PJRT_DEVICE=TPU)"
     cost_unit = "TPU"
+    hardware = "TPU"
+    jax_backend = "tpu"
 
     def detect(self) -> Detection:
         # TPU VMs expose their chips as /dev/accel* (v4 and later) or /dev/vfio/* (v5e, v6e).

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional
 
 from accelsweep.trainables.errors import ConfigError, positive_int
-from accelsweep.trainables.platforms.base import Detection, Platform, PlatformKnobs, optional_str
+from accelsweep.trainables.platforms.base import Detection, Platform, PlatformKnobs, PlatformUnavailable, optional_str
 
 if TYPE_CHECKING:
     import torch
@@ -88,6 +88,11 @@ class XlaPlatform(Platform):
     # torch_xla.amp.autocast would ignore it on anything but TPU and Neuron.
     autocast_device_type = "xla"
     cost_unit = "CPU"
+    torch_on_xla = True
+    # The hardware torch-xla must report (xm.xla_device_hw); None: whatever PJRT_DEVICE names.
+    hardware: Optional[str] = None
+    # The op is traced and launched every call, as in a model; its graph compiles once.
+    call_timer = "host clock around trace, torch_xla.sync and wait_device_ops"
 
     def __init__(self) -> None:
         # Batch iterators of this process whose group count a sync must restart.
@@ -126,10 +131,22 @@ class XlaPlatform(Platform):
     def steps_per_execution(self, config: "TrialConfig") -> int:
         return config.knobs.batches_per_execution
 
-    def device(self, config: "TrialConfig") -> "torch.device":
-        import torch_xla
+    def runtime_env(self) -> dict[str, str]:
+        return {"PJRT_DEVICE": self.pjrt_device()}  # torch-xla's PJRT client, read when it starts
 
-        return torch_xla.device()
+    def torch_device(self) -> "torch.device":
+        try:
+            import torch_xla
+            import torch_xla.core.xla_model as xm
+        except ImportError as error:
+            raise PlatformUnavailable(f"platform {self.name} needs torch-xla ({error}; on Neuron it comes with "
+                                      "torch-neuronx)") from None
+        device = torch_xla.device()
+        found = xm.xla_device_hw(device)
+        if self.hardware and found != self.hardware:
+            raise PlatformUnavailable(f"platform {self.name} needs torch-xla on {self.hardware}, but its device is "
+                                      f"{found} (PJRT_DEVICE={os.environ.get('PJRT_DEVICE', 'unset')}): nothing timed")
+        return device
 
     def device_batches(self, loader: Iterable, device: "torch.device", config: "TrialConfig") -> Iterable:
         import torch_xla.distributed.parallel_loader as parallel_loader
@@ -188,3 +205,6 @@ class XlaPlatform(Platform):
         count, total_ns, _samples = metrics.metric_data("CompileTime") or (0, 0, None)
         return {"xla_compiles": float(count), "xla_compile_s": total_ns / 1e9,
                 "xla_cache_hits": float(metrics.counter_value("PersistentCacheHit") or 0)}
+
+    def compile_count(self) -> float:
+        return self.compile_stats()["xla_compiles"]
