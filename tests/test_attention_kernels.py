@@ -141,7 +141,7 @@ def test_gpu_only_libraries_say_what_to_install(impl, hint):
 @pytest.mark.slow
 def test_attention_sweep_lands_one_run_per_implementation_of_the_variant(tmp_path):
     uri = f"sqlite:///{tmp_path}/k.db"
-    done = subprocess.run([sys.executable, "sweeps/attention_kernels.py", "--smoke", "--variant", "soft-cap",
+    done = subprocess.run([sys.executable, "sweeps/attention_kernels.py", "--smoke", "--platform", "cpu", "--variant", "soft-cap",
                            "--tracking-uri", uri, "--experiment", "A", "--storage-path", str(tmp_path / "ray")],
                           cwd=REPO, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

@@ -22,7 +22,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.cost import CostBasis, resolve_cost_basis
-from accelsweep.trainables.platforms import AUTO_ORDER, PLATFORM_NAMES, get_platform, resolve_platform
+from accelsweep.trainables.platforms import PLATFORM_NAMES, get_platform, resolve_platform
 
 
 def checked(convert: Callable, accept: Callable, allowed: str) -> Callable[[str], object]:
@@ -109,8 +109,8 @@ def platform_from_args(args: argparse.Namespace, supported: Optional[Sequence[st
     name, address = args.platform, args.address
     dry_run = getattr(args, "dry_run", False)
     if name == "auto":
-        platform, why = _best_present(supported, what)
-        return platform, f"dry run: {why}" if dry_run else why
+        platform, why = resolve_platform("auto", among=supported, what=what)
+        return platform.name, f"dry run: {why}" if dry_run else why
     if dry_run:
         return name, f"dry run: {name} as asked; detection says: {get_platform(name).detect().reason}"
     if address:
@@ -118,24 +118,6 @@ def platform_from_args(args: argparse.Namespace, supported: Optional[Sequence[st
         return name, f"{name} as asked, on the cluster at {address} (not detected on this driver)"
     platform, why = resolve_platform(name)
     return platform.name, why
-
-
-def _best_present(supported: Optional[Sequence[str]], what: str) -> tuple[str, str]:
-    if supported is None:
-        platform, why = resolve_platform("auto")
-        return platform.name, why
-    skipped = []
-    for candidate in AUTO_ORDER:
-        if candidate not in supported:
-            skipped.append(f"{candidate} has no {what}")
-            continue
-        detection = get_platform(candidate).detect()
-        if detection.available:
-            return candidate, f"picked {candidate}, the first platform present with {what}: {detection.reason}" + (
-                f" ({'; '.join(skipped)})" if skipped else "")
-        skipped.append(f"no {candidate}: {detection.reason}")
-    raise ConfigError("platform", f"a platform present on this machine with {what} (auto looks at "
-                                  f"{', '.join(AUTO_ORDER)})", "auto", "; ".join(skipped) + ".")
 
 
 def cost_basis(args: argparse.Namespace) -> tuple[Optional[CostBasis], str]:

@@ -8,6 +8,8 @@ not a faster way to train.
 
 from __future__ import annotations
 
+from typing import Optional, Sequence
+
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.platforms.base import Detection, Platform, PlatformUnavailable
 from accelsweep.trainables.platforms.cpu import CpuPlatform
@@ -31,25 +33,35 @@ def get_platform(name: str) -> Platform:
         raise ConfigError("platform", f"one of {', '.join(PLATFORM_NAMES)}", name) from None
 
 
-def resolve_platform(name: str) -> tuple[Platform, str]:
+def resolve_platform(name: str, among: Optional[Sequence[str]] = None, what: str = "") -> tuple[Platform, str]:
     """Return the platform for ``name`` (or the best one present for ``auto``) and a
-    sentence saying why. A named platform that is not present is an error."""
+    sentence saying why. A named platform that is not present is an error. ``among``:
+    the platforms ``auto`` may pick (a kernel study's: those with an implementation of
+    its op, which ``what`` names)."""
     if name == "auto":
-        skipped = []
-        for candidate in AUTO_ORDER:
-            detection = PLATFORMS[candidate].detect()
-            if detection.available:
-                why = f"picked {candidate}: {detection.reason}"
-                if skipped:
-                    why += " (" + "; ".join(skipped) + ")"
-                return PLATFORMS[candidate], why
-            skipped.append(f"no {candidate}: {detection.reason}")
+        return _best_present(among, what)
     platform = get_platform(name)
     detection = platform.detect()
     if not detection.available:
         raise ConfigError("platform", f"a platform present on this machine (use --dry-run to plan for {name!r} "
                           "without its hardware)", name, detection.reason)
     return platform, f"{name} as asked: {detection.reason}"
+
+
+def _best_present(among: Optional[Sequence[str]], what: str) -> tuple[Platform, str]:
+    skipped = []
+    for candidate in AUTO_ORDER:
+        if among is not None and candidate not in among:
+            skipped.append(f"{candidate} has no {what}")
+            continue
+        detection = PLATFORMS[candidate].detect()
+        if detection.available:
+            picked = f"picked {candidate}" + (f", the first platform present with {what}" if among is not None else "")
+            why = f"{picked}: {detection.reason}" + (f" ({'; '.join(skipped)})" if skipped else "")
+            return PLATFORMS[candidate], why
+        skipped.append(f"no {candidate}: {detection.reason}")
+    raise ConfigError("platform", f"a platform present on this machine with {what} (auto looks at "
+                                  f"{', '.join(AUTO_ORDER)})", "auto", "; ".join(skipped) + ".")
 
 
 __all__ = ["Detection", "Platform", "PlatformUnavailable", "PLATFORMS", "PLATFORM_NAMES", "TORCH_XLA_PLATFORMS",

@@ -120,7 +120,7 @@ class XlaPlatform(Platform):
                               "XLA backend) or 'cpu' (DDP over gloo).")
 
     def trial_env(self, config: "TrialConfig") -> dict[str, str]:
-        env = {"PJRT_DEVICE": self.pjrt_device()}
+        env = dict(self.runtime_env())
         if config.knobs.compile_cache:
             # torch-xla's persistent cache, read when the first graph compiles. The CPU
             # client writes it but cannot load executables back (torch-xla 2.9:
