@@ -278,6 +278,23 @@ class _Framework:
         return time_window(lambda: self.wait(call()), lambda: None, min_calls, min_seconds)
 
 
+def _checked_error(got, expected, tolerance: float, config: KernelConfig) -> float:
+    """The output's max abs difference from the reference; a wrong shape, a NaN the
+    reference lacks, or a difference over the dtype's tolerance raises KernelMismatch."""
+    import numpy as np
+
+    if np.shape(got) != np.shape(expected):
+        raise KernelMismatch(f"{config.impl} output shape {np.shape(got)} != reference {np.shape(expected)}")
+    difference = np.abs(np.asarray(got, dtype=np.float64) - expected)
+    if np.isnan(difference).any():
+        raise KernelMismatch(f"{config.impl} output has NaN where the reference has none: not timed")
+    max_abs_error = float(difference.max()) if difference.size else 0.0
+    if not max_abs_error <= tolerance:
+        raise KernelMismatch(f"{config.impl} differs from the reference by {max_abs_error:.3g} "
+                             f"(tolerance {tolerance:g} for {config.dtype}): not timed")
+    return max_abs_error
+
+
 def run_microbench(config: KernelConfig, report: Optional[Callable[[dict], None]] = None) -> dict:
     import numpy as np
 
@@ -301,17 +318,8 @@ def run_microbench(config: KernelConfig, report: Optional[Callable[[dict], None]
     first_call_start = time.perf_counter()
     first_output = framework.wait(call())
     compile_s = time.perf_counter() - first_call_start
-    got = spec.canonical(framework.to_numpy(first_output))
-    if np.shape(got) != np.shape(expected):
-        raise KernelMismatch(f"{config.impl} output shape {np.shape(got)} != reference {np.shape(expected)}")
-    difference = np.abs(np.asarray(got, dtype=np.float64) - expected)
-    if np.isnan(difference).any():
-        raise KernelMismatch(f"{config.impl} output has NaN where the reference has none: not timed")
-    max_abs_error = float(difference.max()) if difference.size else 0.0
-    tolerance = spec.tolerance[config.dtype]
-    if not max_abs_error <= tolerance:
-        raise KernelMismatch(f"{config.impl} differs from the reference by {max_abs_error:.3g} "
-                             f"(tolerance {tolerance:g} for {config.dtype}): not timed")
+    max_abs_error = _checked_error(spec.canonical(framework.to_numpy(first_output)), expected,
+                                   spec.tolerance[config.dtype], config)
 
     loop_start = time.perf_counter()
     for _ in range(config.warmup_calls):
