@@ -37,3 +37,13 @@ def positive_float(field: str, value: Any) -> None:
 def non_negative_float(field: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
         raise ConfigError(field, "a finite number >= 0", value)
+
+
+def boolean(field: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise ConfigError(field, "True or False", value)
+
+
+def optional_str(field: str, value: Any, what: str) -> None:
+    if value is not None and not isinstance(value, str):
+        raise ConfigError(field, f"{what}, or None", value)

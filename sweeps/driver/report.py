@@ -80,11 +80,11 @@ def summary(title: str, records: Sequence[TrialRecord], metric: str, mode: str, 
             base_value = str(base.config.get(knob, "")) if base else ""
             best_value = str(best.config.get(knob, ""))
             rows.append([knob, base_value, best_value, "" if base_value == best_value else "changed"])
-        for metric in (metrics or TRAINING_METRICS).summarised:
-            base_metric = base.metric(metric.name) if base else float("nan")
-            best_metric = best.metric(metric.name)
-            rows.append([metric.label, _format(metric.fmt, base_metric), _format(metric.fmt, best_metric),
-                         _change(base_metric, best_metric)])
+        for row in (metrics or TRAINING_METRICS).summarised:
+            base_value = base.metric(row.name) if base else float("nan")
+            best_value = best.metric(row.name)
+            rows.append([row.label, _format(row.fmt, base_value), _format(row.fmt, best_value),
+                         _change(base_value, best_value)])
         lines += ["", table(rows), ""]
         timing = f"; step times from {best.result['step_time_source']}" if "step_time_source" in best.result else ""
         lines.append(f"best device: {best.result.get('device', 'n/a')}{timing}")

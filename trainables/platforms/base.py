@@ -22,7 +22,7 @@ import os
 from dataclasses import dataclass
 from typing import Optional, TYPE_CHECKING, Any, Callable, ClassVar, Iterable
 
-from accelsweep.trainables.errors import ConfigError, one_of
+from accelsweep.trainables.errors import one_of
 from accelsweep.trainables.measure import Window, time_window
 from accelsweep.trainables.precision import get_precision
 
@@ -56,16 +56,6 @@ class PlatformKnobs:
     @classmethod
     def names(cls) -> tuple[str, ...]:
         return tuple(f.name for f in dataclasses.fields(cls))
-
-
-def optional_str(field: str, value: Any, what: str) -> None:
-    if value is not None and not isinstance(value, str):
-        raise ConfigError(field, f"{what}, or None", value)
-
-
-def boolean(field: str, value: Any) -> None:
-    if not isinstance(value, bool):
-        raise ConfigError(field, "True or False", value)
 
 
 def channels_last_format(channels_last: bool) -> "torch.memory_format":
@@ -178,10 +168,10 @@ class Platform(abc.ABC):
         """The device a trial in this process trains on."""
         return self.torch_device()
 
+    @abc.abstractmethod
     def torch_device(self) -> "torch.device":
         """The device torch tensors go to in this process, checked to be this platform's
         hardware: PlatformUnavailable otherwise, so nothing is timed on another device."""
-        raise NotImplementedError(f"platform {self.name!r} names no torch device")
 
     def device_batches(self, loader: Iterable, device: "torch.device", config: "TrialConfig") -> Iterable:
         for inputs, targets in loader:

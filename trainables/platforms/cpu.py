@@ -7,8 +7,8 @@ import platform as host
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
-from accelsweep.trainables.errors import ConfigError, positive_int
-from accelsweep.trainables.platforms.base import Detection, Platform, PlatformKnobs, boolean, channels_last_format
+from accelsweep.trainables.errors import ConfigError, boolean, positive_int
+from accelsweep.trainables.platforms.base import Detection, Platform, PlatformKnobs, channels_last_format
 
 if TYPE_CHECKING:
     import torch

@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from accelsweep.trainables.measure import Window
-from accelsweep.trainables.platforms.base import (Detection, Platform, PlatformKnobs, PlatformUnavailable, boolean,
-                                                  channels_last_format, optional_str)
+from accelsweep.trainables.errors import boolean, optional_str
+from accelsweep.trainables.platforms.base import (Detection, Platform, PlatformKnobs, PlatformUnavailable,
+                                                  channels_last_format)
 
 if TYPE_CHECKING:
     import torch

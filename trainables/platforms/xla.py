@@ -27,8 +27,8 @@ import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional
 
-from accelsweep.trainables.errors import ConfigError, positive_int
-from accelsweep.trainables.platforms.base import Detection, Platform, PlatformKnobs, PlatformUnavailable, optional_str
+from accelsweep.trainables.errors import ConfigError, optional_str, positive_int
+from accelsweep.trainables.platforms.base import Detection, Platform, PlatformKnobs, PlatformUnavailable
 
 if TYPE_CHECKING:
     import torch
