@@ -47,7 +47,7 @@ def faulty_trainable(searched, base, cost=None):
     if fault == "nan":
         training = training.replace(learning_rate=1e30)  # diverges within a window: a real NaN loss
     if fault == "nan-capture":
-        import accelsweep.trainables.data as data
+        import accelsweep.trainables.workloads.random_images as data
         from tests.test_nan_capture import PoisonedDataset
 
         poisoned = functools.partial(PoisonedDataset, poisoned_item=1 * training.batch_size + 2)  # step 1

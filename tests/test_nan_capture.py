@@ -17,7 +17,7 @@ import torch
 from tests.conftest import REPO
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.config import TrialConfig
-from accelsweep.trainables.data import RandomImageDataset
+from accelsweep.trainables.workloads.random_images import RandomImageDataset
 from accelsweep.trainables.failures import failure_cause
 from accelsweep.trainables.nan_capture import CAPTURE_FILE, load_capture
 from accelsweep.trainables.nan_overhead import measure_overhead, overhead_config
@@ -50,7 +50,7 @@ class PoisonedDataset(RandomImageDataset):
 @pytest.fixture
 def poisoned_batch(monkeypatch):
     """Poison step ``POISONED_STEP``'s batch (the third image of it)."""
-    import accelsweep.trainables.data as data
+    import accelsweep.trainables.workloads.random_images as data
 
     def poisoned(*args, **kwargs):
         return PoisonedDataset(*args, poisoned_item=POISONED_STEP * MICRO["batch_size"] + 2, **kwargs)

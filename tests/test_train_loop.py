@@ -6,7 +6,7 @@ import time
 import pytest
 
 from accelsweep.trainables.config import TrialConfig
-from accelsweep.trainables.data import RandomImageDataset
+from accelsweep.trainables.workloads.random_images import RandomImageDataset
 from accelsweep.trainables.metrics import DRIVER_METRICS, TRAINING_METRICS
 from accelsweep.trainables.train_loop import NonFiniteLoss, run_training
 
@@ -59,7 +59,7 @@ class SlowStartDataset(RandomImageDataset):
 
 @pytest.mark.parametrize("warmup_steps, slow_shows", [(4, False), (1, True)])
 def test_warmup_steps_are_not_timed(monkeypatch, warmup_steps, slow_shows):
-    import accelsweep.trainables.data as data
+    import accelsweep.trainables.workloads.random_images as data
 
     batch, delay = 4, 0.05
     monkeypatch.setattr(data, "RandomImageDataset",
@@ -86,7 +86,7 @@ def test_linear_patch_embedding_matches_the_conv_one():
     """Seed 001's LinearEmbed is the stride-p conv written as reshape + matmul."""
     import torch
 
-    from accelsweep.trainables.models import build_model
+    from accelsweep.trainables.workloads.vision_models import build_model
 
     conv, linear = build_model("vit-micro", "conv"), build_model("vit-micro", "linear")
     weight = conv.patch_embed.proj.weight  # (dim, C, p, p)

@@ -4,13 +4,16 @@ A knob travels one road: search space -> ``TrialConfig`` (validated here, in the
 driver, before any trial starts) -> the platform applies it -> the loop measures ->
 one result dict. Nothing downstream re-derives a knob; it reads it from this config.
 
-``TrialConfig`` holds the generic knobs and the platform's own (``knobs``, a frozen
-dataclass the platform declares: ``CpuKnobs``, ``XlaKnobs``, ``NeuronKnobs``, ...). As a
-flat dict (Tune configs, search spaces, MLflow params) both sit side by side under
-their own names; ``TrialConfig.from_dict`` is the one place a flat dict becomes a
-config, and ``TrialConfig.make(**flat)`` the same for keyword arguments:
+``TrialConfig`` holds the generic knobs, the platform's own (``knobs``, a frozen
+dataclass the platform declares: ``CpuKnobs``, ``XlaKnobs``, ``NeuronKnobs``, ...) and
+the workload's own (``workload_knobs``: the ``Knobs`` of the workload it names,
+trainables/workload.py). As a flat dict (Tune configs, search spaces, MLflow params) all
+sit side by side under their own names; ``TrialConfig.from_dict`` is the one place a
+flat dict becomes a config, and ``TrialConfig.make(**flat)`` the same for keyword
+arguments:
 
     TrialConfig.make(platform="cpu", model="vit-micro", threads=2)
+    TrialConfig.make(workload="my_package.lm:TinyLM", seq_len=128)
 """
 
 from __future__ import annotations
@@ -25,9 +28,12 @@ from accelsweep.trainables.precision import PRECISION_NAMES
 
 if TYPE_CHECKING:
     from accelsweep.trainables.platforms.base import PlatformKnobs
+    from accelsweep.trainables.workload import WorkloadKnobs
+
+__all__ = ["DictConfig", "TrialConfig"]
 
 COMPILE_MODES = ("none", "inductor", "openxla")
-PATCH_EMBEDS = ("conv", "linear")
+DEFAULT_WORKLOAD = "image-classification"
 INSTANCE_TYPE_PATTERN = re.compile(r"[a-z][a-z0-9-]*\.[a-z0-9-]+")
 
 
@@ -49,12 +55,12 @@ class DictConfig:
 
 @dataclass(frozen=True)
 class TrialConfig:
-    """One training trial. Batch size and CPUs are per worker; the model preset fixes the
-    architecture; ``knobs`` are the platform's own (its ``Knobs`` dataclass)."""
+    """One training trial. Batch size and CPUs are per worker; ``workload`` names what is
+    trained (its knobs: ``workload_knobs``); ``knobs`` are the platform's own."""
 
     platform: str = "cpu"
-    model: str = "vit-tiny"
-    patch_embed: str = "conv"  # "linear": seed 001's conv-free patch embedding
+    # A built-in workload's name, or a user's as "package.module:Name" (trainables/workload.py).
+    workload: str = DEFAULT_WORKLOAD
     batch_size: int = 32
     num_workers: int = 0  # DataLoader worker processes
     precision: str = "fp32"  # trainables/precision.py says what each one means
@@ -78,10 +84,12 @@ class TrialConfig:
     nan_capture: bool = False
     # The platform's own knobs; None: the defaults of the platform's Knobs.
     knobs: Optional["PlatformKnobs"] = None
+    # The workload's own knobs; None: the defaults of its Knobs.
+    workload_knobs: Optional["WorkloadKnobs"] = None
 
     def __post_init__(self) -> None:
-        from accelsweep.trainables.models import MODEL_PRESETS
         from accelsweep.trainables.platforms import get_platform
+        from accelsweep.trainables.workload import load_workload
 
         platform = get_platform(self.platform)
         if self.knobs is None:
@@ -89,11 +97,13 @@ class TrialConfig:
         elif type(self.knobs) is not platform.Knobs:
             raise ConfigError("knobs", f"a {platform.Knobs.__name__} (the knobs of platform {self.platform!r})",
                               self.knobs)
-        one_of("model", self.model, tuple(MODEL_PRESETS))
-        one_of("patch_embed", self.patch_embed, PATCH_EMBEDS)
-        if self.patch_embed == "linear" and not MODEL_PRESETS[self.model].is_vit:
-            raise ConfigError("patch_embed", "'conv' for a non-ViT model", self.patch_embed,
-                              f"model {self.model!r} has no patch embedding.")
+        workload = load_workload(self.workload)
+        _check_knob_names(workload.Knobs, self.workload)
+        if self.workload_knobs is None:
+            object.__setattr__(self, "workload_knobs", workload.Knobs())
+        elif type(self.workload_knobs) is not workload.Knobs:
+            raise ConfigError("workload_knobs", f"a {workload.Knobs.__name__} (the knobs of workload "
+                                                f"{self.workload!r})", self.workload_knobs)
         positive_int("batch_size", self.batch_size)
         positive_int("num_workers", self.num_workers, minimum=0)
         one_of("precision", self.precision, PRECISION_NAMES)
@@ -117,27 +127,32 @@ class TrialConfig:
                               "the all-reduce of every worker's batch. Run the failing config with workers=1 "
                               "to capture it.")
         # The platform checks what only it knows: its precisions, compile modes, and its
-        # knobs against the generic fields (its Knobs checked each value on its own).
+        # knobs against the generic fields (its Knobs checked each value on its own); the
+        # workload the same for its knobs.
         platform.validate(self)
+        workload.validate(self)
 
     @classmethod
     def generic_fields(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in dataclasses.fields(cls) if f.name != "knobs")
+        return tuple(f.name for f in dataclasses.fields(cls) if f.name not in ("knobs", "workload_knobs"))
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> "TrialConfig":
-        """The config of a flat dict: generic fields and the knobs of its platform side by
-        side. An unknown key, or a knob of another platform, is refused by name."""
+        """The config of a flat dict: generic fields, the knobs of its platform and of its
+        workload side by side. An unknown key, or a knob of another platform, is refused
+        by name."""
         from accelsweep.trainables.platforms import PLATFORMS, get_platform
+        from accelsweep.trainables.workload import load_workload
 
         platform = get_platform(values.get("platform", cls.platform))
-        generic, own = cls.generic_fields(), platform.Knobs.names()
+        workload = load_workload(values.get("workload", cls.workload))
+        generic, own, workload_own = cls.generic_fields(), platform.Knobs.names(), workload.Knobs.names()
         for key in values:
-            if key in generic or key in own:
+            if key in generic or key in own or key in workload_own:
                 continue
             owners = [p for p in PLATFORMS.values() if key in p.Knobs.names()]
             if not owners:
-                raise ConfigError("config key", f"one of {', '.join(sorted(generic + own))}", key)
+                raise ConfigError("config key", f"one of {', '.join(sorted(generic + own + workload_own))}", key)
             # Another platform's knob at its default means "not used" and is dropped (a
             # dict written for several platforms, or by an older version); set, it is refused.
             default = _default_of(owners[0].Knobs, key)
@@ -147,7 +162,9 @@ class TrialConfig:
                                   f"{key} does not apply to {platform.name}: it is a knob of "
                                   f"{', '.join(p.name for p in owners)}.")
         knobs = platform.Knobs(**{key: values[key] for key in own if key in values})
-        return cls(**{key: values[key] for key in generic if key in values}, knobs=knobs)
+        workload_knobs = workload.Knobs(**{key: values[key] for key in workload_own if key in values})
+        return cls(**{key: values[key] for key in generic if key in values}, knobs=knobs,
+                   workload_knobs=workload_knobs)
 
     @classmethod
     def make(cls, **values: Any) -> "TrialConfig":
@@ -155,11 +172,24 @@ class TrialConfig:
         return cls.from_dict(values)
 
     def to_dict(self) -> dict[str, Any]:
-        """One flat dict: the generic fields, then the platform's knobs."""
-        return {**{name: getattr(self, name) for name in self.generic_fields()}, **dataclasses.asdict(self.knobs)}
+        """One flat dict: the generic fields, the platform's knobs, the workload's knobs."""
+        return {**{name: getattr(self, name) for name in self.generic_fields()}, **dataclasses.asdict(self.knobs),
+                **dataclasses.asdict(self.workload_knobs)}
 
     def replace(self, **changes: Any) -> "TrialConfig":
         return self.from_dict({**self.to_dict(), **changes})
+
+
+def _check_knob_names(knobs: type, workload: str) -> None:
+    """A workload's knob must not take a name the flat dict already uses."""
+    from accelsweep.trainables.platforms import PLATFORMS
+
+    taken = set(TrialConfig.generic_fields()) | {"knobs", "workload_knobs"}
+    taken |= {name for platform in PLATFORMS.values() for name in platform.Knobs.names()}
+    clash = sorted(set(knobs.names()) & taken)
+    if clash:
+        raise ConfigError(f"knob names of workload {workload}", "names no generic field or platform knob uses",
+                          clash)
 
 
 def _default_of(knobs: type, name: str) -> Any:

@@ -22,6 +22,8 @@ from typing import Iterator, Optional
 
 from accelsweep.trainables.errors import ConfigError, one_of
 
+__all__ = ["DRIVER_METRICS", "KERNEL_METRICS", "Metric", "MetricSet", "TRAINING_METRICS", "training_metrics"]
+
 BETTER = ("max", "min", None)  # None: context, not a figure to optimise (the machine's own noise)
 
 
@@ -128,6 +130,9 @@ TRAINING_METRICS = MetricSet(
         Metric("first_step_s", "s", "min", label="first step (s)", fmt="{:.3f}"),
         Metric("compile_s", "s", "min", label="compile (s)", fmt="{:.2f}"),
         Metric("peak_memory_mb", "MB", "min", label="peak memory (MB)", fmt="{:.0f}"),
+        # The peak over what the process held before the workload was built (model,
+        # optimizer state, activations, batches): on a CPU, peak RSS is mostly torch and Ray.
+        Metric("workload_memory_mb", "MB", "min", label="workload memory (MB)", fmt="{:.0f}"),
         Metric("final_loss", "", "min", label="final loss", fmt="{:.4f}", curve=True),
         Metric("usd_per_1m_samples", "USD", "min", label="$ per 1M samples", fmt="{:.4f}",
                progress="${:.4g}/1M samples", progress_if_known=True),
@@ -135,6 +140,23 @@ TRAINING_METRICS = MetricSet(
     ),
     headline=("throughput_samples_per_s", "usd_per_1m_samples", "step_time_p50_s", "overhead_s"),
 )
+
+
+
+def training_metrics(unit: str = "samples") -> MetricSet:
+    """What the training loop reports for a workload counting ``unit`` (trainables/
+    workload.py): TRAINING_METRICS, plus throughput and $ per 1M in that unit when it is
+    not samples (tokens/s leads the progress line of a language model)."""
+    if unit == "samples":
+        return TRAINING_METRICS
+    own = (Metric(f"throughput_{unit}_per_s", f"{unit}/s", "max", label=f"throughput ({unit}/s)", fmt="{:.2f}",
+                  curve=True, progress=f"{{:.1f}} {unit}/s"),
+           Metric(f"window_throughput_{unit}_per_s", f"{unit}/s", "max", curve=True),
+           Metric(f"usd_per_1m_{unit}", "USD", "min", label=f"$ per 1M {unit}", fmt="{:.4f}",
+                  progress=f"${{:.4g}}/1M {unit}", progress_if_known=True))
+    return MetricSet(metrics=own + TRAINING_METRICS.metrics,
+                     headline=(own[0].name, own[2].name, "step_time_p50_s", "overhead_s"))
+
 
 # trainables/microbench.py: run_microbench's result, after each window. A kernel sweep is
 # not priced, so the driver's figures are not among them.

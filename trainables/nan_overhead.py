@@ -35,7 +35,7 @@ def measure_overhead(config: TrialConfig, rounds: int, out=sys.stdout) -> dict[s
 
     throughputs: dict[bool, list[float]] = {False: [], True: []}
     threads = get_platform(config.platform).threads(config)  # a CPU measurement
-    print(f"NaN capture overhead: {config.model}, batch {config.batch_size}, {config.precision}, "
+    print(f"NaN capture overhead: {config.workload_knobs.model}, batch {config.batch_size}, {config.precision}, "
           f"{config.platform} ({threads} threads), {config.windows} windows of >= "
           f"{config.window_min_steps} steps and >= {config.window_min_s} s per run, {rounds} rounds", file=out)
     with tempfile.TemporaryDirectory() as capture_dir:
@@ -49,7 +49,7 @@ def measure_overhead(config: TrialConfig, rounds: int, out=sys.stdout) -> dict[s
     # Paired ratios: each pair ran back to back, so a slow spell of the machine (other
     # work on it) falls on both runs of a pair; the median ignores a pair it split.
     ratios = [on / off for off, on in zip(throughputs[False], throughputs[True])]
-    summary = {"model": config.model, "rounds": rounds,
+    summary = {"model": config.workload_knobs.model, "rounds": rounds,
                "off_samples_per_s": statistics.median(throughputs[False]),
                "on_samples_per_s": statistics.median(throughputs[True]),
                "relative_cost": 1 - statistics.median(ratios),

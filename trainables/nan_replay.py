@@ -24,28 +24,29 @@ SHOWN_PARAMETERS = 10  # parameters listed by the replay; the rest are counted
 
 
 def replay(capture: dict[str, Any], device: str = "cpu") -> tuple[float, list[dict[str, Any]]]:
-    """Run the captured step's forward and backward again (eager, with the loop's model,
-    loss and autocast for ``device``) and return its loss and non-finite gradients."""
-    from accelsweep.trainables.models import build_model
+    """Run the captured step's forward and backward again (eager, with the workload's model,
+    loss and the loop's autocast for ``device``) and return its loss and non-finite gradients."""
     from accelsweep.trainables.platforms import get_platform
     from accelsweep.trainables.precision import get_precision
+    from accelsweep.trainables.workload import load_workload
 
     config = TrialConfig.from_dict(capture["config"])
+    workload = load_workload(config.workload)
     target = torch.device(device)
-    model = build_model(config.model, config.patch_embed).to(get_precision(config.precision).parameter_dtype)
+    model = workload.build_model(config).to(get_precision(config.precision).parameter_dtype)
     memory_format = get_platform(config.platform).memory_format(config)  # the trial's layout
     model = model.to(device=target, memory_format=memory_format)
     model.load_state_dict(capture["model_state"])
     model.train()
     # The replay computes gradients only; the optimizer state is loaded so that a debugger
     # stepping on from here continues the trial's optimizer, not a fresh one.
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate)
+    optimizer = workload.optimizer(model.parameters(), config)
     optimizer.load_state_dict(capture["optimizer_state"])
     set_rng_state(capture["rng_state"], target)
     inputs, targets = capture["inputs"].to(target), capture["targets"].to(target)
     optimizer.zero_grad(set_to_none=True)
     with get_platform(target.type).autocast(config):
-        loss = torch.nn.CrossEntropyLoss()(model(inputs), targets)
+        loss = workload.loss(model(inputs), targets)
     loss.backward()
     return float(loss.detach().float()), non_finite_gradients(model.named_parameters())
 

@@ -13,19 +13,22 @@ a report, so a Tune scheduler can stop a hopeless trial after its first window.
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import importlib
 import math
 import time
 from typing import Callable, Optional
 
 from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.cost import usd_per_1m_samples
+from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.failures import NonFiniteGradient, NonFiniteLoss  # noqa: F401 (part of the loop's API)
 from accelsweep.trainables.measure import WindowStats, time_window
 from accelsweep.trainables.metrics import DRIVER_METRICS, TRAINING_METRICS
-from accelsweep.trainables.models import MODEL_PRESETS, build_model
 from accelsweep.trainables.platforms import get_platform
 from accelsweep.trainables.precision import get_precision
+from accelsweep.trainables.workload import load_workload
 
 # torch.compile's own timers (torch._dynamo.utils.compilation_time_metrics): the
 # forward graph compile and the backward graph compile, which runs on first backward.
@@ -62,9 +65,16 @@ def _run_training(config: TrialConfig, report: Optional[Callable[[dict], None]],
 
     started = time.perf_counter()
     platform = get_platform(config.platform)
+    workload = load_workload(config.workload)
     device = platform.prepare(config)
     world = World.current()
-    trial = _Trial(config, platform, device, world)
+    for module in workload.imports:  # their code is not the workload's memory
+        importlib.import_module(module)
+    # The workload's memory: the peak from here (model, optimizer state, activations,
+    # batches) over what the process held before it.
+    platform.reset_peak_memory(device)
+    memory_before_mb = platform.memory_in_use_mb(device)
+    trial = _Trial(config, platform, workload, device, world)
     result: dict = {}  # the cumulative result of the windows done so far
     if config.nan_capture:
         def report_capture(fields: dict) -> None:
@@ -79,7 +89,6 @@ def _run_training(config: TrialConfig, report: Optional[Callable[[dict], None]],
 
         trial.capture_nans(report_capture, capture_dir)
 
-    platform.reset_peak_memory(device)
     compiles = _CompileClock(platform, config)
     setup_s = time.perf_counter() - started
 
@@ -87,10 +96,12 @@ def _run_training(config: TrialConfig, report: Optional[Callable[[dict], None]],
     first_step_s, warmup_step_s = trial.warm_up()
     compiles.warmed_up()
     min_steps, min_seconds = trial.window_bounds(warmup_step_s)
-    global_samples = global_seconds = 0.0
+    global_samples = global_units = global_seconds = 0.0
+    unit = workload.unit
     stats = WindowStats(samples_per_step=config.batch_size,
                         host_clock_times_steps=platform.host_clock_times_steps)
     for index in range(1, config.windows + 1):
+        units_before = trial.units_done
         with trial.segment():  # its own work on entry and exit stays outside the window's timer
             window = time_window(trial.step, trial.sync, min_steps, min_seconds, step_multiple=trial.group)
         stats.add(window)
@@ -98,10 +109,13 @@ def _run_training(config: TrialConfig, report: Optional[Callable[[dict], None]],
         if not math.isfinite(final_loss):
             raise NonFiniteLoss(f"loss is {final_loss} after window {index} ({stats.steps} measured steps)")
         # Global throughput: every worker's samples over the slowest worker's window.
-        samples, workers_reporting = world.reduce([window.steps * config.batch_size, 1], "sum", device)
+        samples, units, workers_reporting = world.reduce(
+            [window.steps * config.batch_size, trial.units_done - units_before, 1], "sum", device)
         global_samples += samples
+        global_units += units
         global_seconds += world.reduce([window.seconds], "max", device)[0]
         throughput = global_samples / global_seconds
+        peak_memory_mb = platform.peak_memory_mb(device)
         result = {
             "throughput_samples_per_s": throughput,
             "window_throughput_samples_per_s": samples / window.seconds,
@@ -109,7 +123,8 @@ def _run_training(config: TrialConfig, report: Optional[Callable[[dict], None]],
             "step_time_p90_s": stats.step_time(90),
             "first_step_s": first_step_s,
             "compile_s": compiles.seconds(),
-            "peak_memory_mb": platform.peak_memory_mb(device),
+            "peak_memory_mb": peak_memory_mb,
+            "workload_memory_mb": peak_memory_mb - memory_before_mb,
             "initial_loss": trial.initial_loss,
             "final_loss": final_loss,
             "usd_per_1m_samples": usd_per_1m_samples(usd_per_hour, throughput),
@@ -123,8 +138,14 @@ def _run_training(config: TrialConfig, report: Optional[Callable[[dict], None]],
             "step_time_source": stats.step_time_source,
             "workers": world.size,
             "workers_reporting": workers_reporting,
+            "unit": unit,
             **compiles.xla_counts(),
         }
+        if unit != "samples":  # the workload's own unit beside samples: tokens/s, $ per 1M tokens
+            unit_throughput = global_units / global_seconds
+            result[f"throughput_{unit}_per_s"] = unit_throughput
+            result[f"window_throughput_{unit}_per_s"] = units / window.seconds
+            result[f"usd_per_1m_{unit}"] = usd_per_1m_samples(usd_per_hour, unit_throughput)
         if report is not None:
             report(result)
     return result
@@ -134,32 +155,34 @@ class _Trial:
     """One config's model, optimizer, data and step, built in this process, and its
     warm-up: everything the measured windows run."""
 
-    def __init__(self, config: TrialConfig, platform, device, world):
+    def __init__(self, config: TrialConfig, platform, workload, device, world):
         import torch
         from torch.utils.data import DataLoader
 
-        from accelsweep.trainables.data import RandomImageDataset
-
         self.config, self.platform, self.device, self.world = config, platform, device, world
-        preset = MODEL_PRESETS[config.model]
         torch.manual_seed(config.seed)
         if config.torch_compile != "none":
             torch._dynamo.reset()  # a reused trial process must not reuse the last trial's graphs
         precision = get_precision(config.precision)
         self.memory_format = platform.memory_format(config)
         self.input_dtype = precision.input_dtype
-        model = build_model(config.model, config.patch_embed).to(device=device, memory_format=self.memory_format)
+        model = workload.build_model(config).to(device=device, memory_format=self.memory_format)
         self.model = model.to(precision.parameter_dtype)
         self.model.train()
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.learning_rate)
-        self.loss_function = torch.nn.CrossEntropyLoss()
+        self.optimizer = workload.optimizer(self.model.parameters(), config)
+        self.loss_function = workload.loss
         trained = platform.distribute(self.model, device) if world.size > 1 else self.model
         self.forward = platform.compile(trained, config)
-        dataset = RandomImageDataset(preset.image_size, preset.num_classes, seed=config.seed,
-                                     rank=world.rank, world_size=world.size)
+        dataset = workload.dataset(config, rank=world.rank, world_size=world.size)
         loader = DataLoader(dataset, batch_size=config.batch_size, num_workers=config.num_workers,
                             drop_last=True, persistent_workers=False)
-        self.batches = iter(platform.device_batches(loader, device, config))
+        # Units (tokens, ...) are counted on the host as batches leave the loader, in step
+        # order; each step takes its batch's count. A FIFO keeps them paired even when
+        # the platform's loader runs ahead (torch-xla's MpDeviceLoader prefetches).
+        self.unit_counts: collections.deque = collections.deque()
+        self.units_done = 0
+        counted = _counted(loader, workload.units, self.unit_counts)
+        self.batches = iter(platform.device_batches(counted, device, config))
         self.group = platform.steps_per_execution(config)  # steps per XLA execution (1 elsewhere)
         self.last_loss: list = []  # device tensor of the latest step's loss; read only after a sync
         self.initial_loss = float("nan")
@@ -176,7 +199,10 @@ class _Trial:
         self.segment = self.nan_capture.segment
 
     def train_step(self, inputs, targets) -> None:
-        inputs = inputs.to(dtype=self.input_dtype, memory_format=self.memory_format)
+        if inputs.is_floating_point():  # token ids and other integer inputs keep their type
+            inputs = inputs.to(dtype=self.input_dtype)
+        if inputs.dim() == 4:  # images: the platform's layout (channels_last on a CPU, ...)
+            inputs = inputs.to(memory_format=self.memory_format)
         if self.nan_capture is not None:
             self.nan_capture.before_step(inputs, targets)
         self.optimizer.zero_grad(set_to_none=True)
@@ -191,6 +217,7 @@ class _Trial:
 
     def step(self) -> None:
         self.train_step(*next(self.batches))
+        self.units_done += self.unit_counts.popleft()
 
     def sync(self) -> None:
         self.platform.sync(self.device)
@@ -224,6 +251,21 @@ class _Trial:
             wanted = max(min_steps, math.ceil(min_seconds / warmup_step_s))
             min_steps, min_seconds = int(self.world.reduce([wanted], "max", self.device)[0]), 0.0
         return min_steps, min_seconds
+
+
+def _counted(loader, units: Callable, counts: collections.deque):
+    """The loader's batches, epoch after epoch (a workload's dataset may be short), each
+    one's unit count appended to ``counts`` as it passes."""
+    while True:
+        batches = 0
+        for inputs, targets in loader:
+            counts.append(int(units(inputs, targets)))
+            batches += 1
+            yield inputs, targets
+        if batches == 0:
+            raise ConfigError("batch_size", f"at most the dataset's length ({len(loader.dataset)} items)",
+                              loader.batch_size, "The loop drops the last partial batch: a dataset shorter "
+                              "than one batch gives none.")
 
 
 class _CompileClock:

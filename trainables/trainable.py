@@ -15,7 +15,11 @@ from typing import Any, Mapping, Optional
 
 from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.cost import CostBasis
+from accelsweep.trainables.metrics import MetricSet, training_metrics
 from accelsweep.trainables.platforms import get_platform
+from accelsweep.trainables.workload import load_workload
+
+__all__ = ["train_trainable", "metrics_of"]
 
 
 def train_trainable(searched: Mapping[str, Any], base: Mapping[str, Any],
@@ -31,6 +35,15 @@ def train_trainable(searched: Mapping[str, Any], base: Mapping[str, Any],
         run_training(config, report=tune.report, usd_per_hour=usd_per_hour)
     else:
         run_workers(config, usd_per_hour)
+
+
+def metrics_of(base: TrialConfig) -> MetricSet:
+    """What ``train_trainable`` reports for ``base``'s workload (its unit's throughput)."""
+    return training_metrics(load_workload(base.workload).unit)
+
+
+# The driver reads a trainable's declared metrics here (Sweep.metrics when not given).
+train_trainable.metrics = metrics_of
 
 
 def run_workers(config: TrialConfig, usd_per_hour: float) -> None:

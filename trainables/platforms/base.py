@@ -209,6 +209,14 @@ class Platform(abc.ABC):
         pass
 
     def peak_memory_mb(self, device: "torch.device") -> float:
+        """The trial's peak since ``reset_peak_memory`` (NaN where the platform cannot say)."""
+        return float("nan")
+
+    def memory_in_use_mb(self, device: "torch.device") -> float:
+        """What is held now, in the same measure as ``peak_memory_mb``: the loop takes it
+        before the workload is built, and reports the peak over it as the workload's own
+        memory (``workload_memory_mb``). NaN where there is no such figure, or where the
+        peak cannot be reset (a reused process would report an earlier trial's peak)."""
         return float("nan")
 
     def describe_device(self, device: "torch.device") -> str:

@@ -27,10 +27,11 @@ def cpu_model_name() -> str:
     return host.processor() or host.machine()
 
 
-def _read_peak_rss_mb() -> float:
+def _read_status_mb(field: str) -> float:
+    """A memory figure of /proc/self/status (VmHWM: peak RSS, VmRSS: RSS now), in MB."""
     with open("/proc/self/status") as status:
         for line in status:
-            if line.startswith("VmHWM:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) / 1024.0
     return float("nan")
 
@@ -103,8 +104,16 @@ class CpuPlatform(Platform):
             pass
 
     def peak_memory_mb(self, device: "torch.device") -> float:
+        # The process's peak RSS: torch, Ray and the interpreter (hundreds of MB) included;
+        # workload_memory_mb is the part above what the process held before the workload.
         try:
-            return _read_peak_rss_mb()
+            return _read_status_mb("VmHWM")
+        except OSError:
+            return float("nan")
+
+    def memory_in_use_mb(self, device: "torch.device") -> float:
+        try:
+            return _read_status_mb("VmRSS")
         except OSError:
             return float("nan")
 

@@ -97,6 +97,11 @@ class CudaPlatform(Platform):
 
         return torch.cuda.max_memory_allocated(device) / 2**20
 
+    def memory_in_use_mb(self, device: "torch.device") -> float:
+        import torch
+
+        return torch.cuda.memory_allocated(device) / 2**20
+
     def describe_device(self, device: "torch.device") -> str:
         import torch
 

@@ -1,4 +1,5 @@
-"""Model presets: the seeds' ViT-B/16 and ResNet-50, plus ViTs sized for a CPU.
+"""Model presets of the image-classification workload: the seeds' ViT-B/16 and
+ResNet-50, plus ViTs sized for a CPU.
 
 Importing this module does not import torch: presets are plain data so the driver can
 validate configs without paying for torch. ``build_model`` imports it when called.

@@ -1,0 +1,136 @@
+"""A user's own workload through the training loop: its knobs validated like the built-in
+ones, its unit counted, its memory measured (no Ray: the loop in this process)."""
+
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+from accelsweep.trainables.config import TrialConfig
+from accelsweep.trainables.errors import ConfigError
+from accelsweep.trainables.train_loop import run_training
+from accelsweep.trainables.workload import Workload, WorkloadKnobs, import_path, knob, load_workload
+
+QUICK = dict(warmup_steps=1, window_min_steps=3, window_min_s=0.0, windows=2, batch_size=4)
+
+
+class TokenModel(torch.nn.Module):
+    def __init__(self, vocab: int, width: int):
+        super().__init__()
+        self.embed, self.head = torch.nn.Embedding(vocab, width), torch.nn.Linear(width, vocab)
+
+    def forward(self, tokens):
+        return self.head(self.embed(tokens))
+
+
+class Tokens(Workload):
+    unit = "tokens"
+
+    @dataclass(frozen=True)
+    class Knobs(WorkloadKnobs):
+        seq_len: int = knob(16, choices=(8, 16, 32))
+        items: int = knob(1024)  # dataset length
+
+    def build_model(self, config):
+        return TokenModel(64, 32)
+
+    def dataset(self, config, rank, world_size):
+        tokens = torch.randint(64, (config.workload_knobs.items, config.workload_knobs.seq_len + 1),
+                               generator=torch.Generator().manual_seed(config.seed))
+        return torch.utils.data.TensorDataset(tokens[:, :-1], tokens[:, 1:])
+
+
+class HalfCounted(Tokens):
+    def units(self, inputs, targets):
+        return inputs.numel() // 2  # e.g. half of every sequence is padding
+
+
+class BigModel(Workload):
+    """16 Mi float32 weights (64 MiB): with gradients and AdamW's two moments, at least 256 MiB."""
+
+    def build_model(self, config):
+        return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4096, 4096))
+
+    def dataset(self, config, rank, world_size):
+        return torch.utils.data.TensorDataset(torch.randn(64, 4096), torch.randint(4096, (64,)))
+
+
+class ClashingKnobs(Tokens):
+    @dataclass(frozen=True)
+    class Knobs(WorkloadKnobs):
+        batch_size: int = knob(8)
+
+
+class NotAWorkload:
+    pass
+
+
+def test_a_user_workload_reports_its_unit_beside_samples():
+    config = TrialConfig.make(workload=import_path(Tokens), seq_len=32, **QUICK)
+    result = run_training(config)
+    assert result["unit"] == "tokens"
+    # Every sample is seq_len tokens: the two throughputs differ by exactly that factor.
+    assert result["throughput_tokens_per_s"] == pytest.approx(32 * result["throughput_samples_per_s"])
+    assert result["final_loss"] < result["initial_loss"] * 1.5  # it trains: a finite, sane loss
+    assert result["usd_per_1m_tokens"] != result["usd_per_1m_tokens"]  # no price basis: NaN, not 0
+
+
+def test_the_workload_counts_its_units_per_batch():
+    result = run_training(TrialConfig.make(workload=import_path(HalfCounted), seq_len=16, **QUICK))
+    assert result["throughput_tokens_per_s"] == pytest.approx(8 * result["throughput_samples_per_s"])
+
+
+def test_a_short_dataset_runs_epoch_after_epoch():
+    # 8 items, batches of 4: two batches an epoch, while the trial runs 1 + 2 * 3 steps.
+    result = run_training(TrialConfig.make(workload=import_path(Tokens), items=8, **QUICK))
+    assert result["measured_steps"] == 6
+
+
+def test_a_dataset_shorter_than_a_batch_is_named():
+    with pytest.raises(ConfigError, match=r"batch_size must be at most the dataset's length \(2 items\); got 4"):
+        run_training(TrialConfig.make(workload=import_path(Tokens), items=2, **QUICK))
+
+
+def test_workload_memory_is_what_the_workload_allocates():
+    result = run_training(TrialConfig.make(workload=import_path(BigModel), **QUICK))
+    # Weights, gradients and two AdamW moments: 4 x 64 MiB at least; the process's peak
+    # (torch, the interpreter) is more than that.
+    assert 256 <= result["workload_memory_mb"] < result["peak_memory_mb"]
+
+
+def test_a_bad_workload_knob_is_refused_with_field_allowed_and_value():
+    with pytest.raises(ConfigError, match=r"^seq_len must be one of 8, 16, 32; got 33$"):
+        TrialConfig.make(workload=import_path(Tokens), seq_len=33)
+    with pytest.raises(ConfigError, match=r"config key must be one of .*seq_len.*; got 'seq_length'"):
+        TrialConfig.make(workload=import_path(Tokens), seq_length=16)
+
+
+def test_the_flat_dict_carries_the_workload_and_its_knobs():
+    config = TrialConfig.make(workload=import_path(Tokens), seq_len=8)
+    flat = config.to_dict()
+    assert flat["workload"] == "tests.test_workload:Tokens" and flat["seq_len"] == 8
+    assert TrialConfig.from_dict(flat) == config
+
+
+@pytest.mark.parametrize("name, says", [
+    ("no_such_module:Thing", "Importing no_such_module failed"),
+    ("tests.test_workload:Missing", "has no Missing"),
+    ("tests.test_workload:NotAWorkload", "not a Workload"),
+    ("not a path", "as an import path 'package.module:Name'"),
+    ("tests.test_workload:ClashingKnobs", "knob names of workload"),
+])
+def test_a_bad_workload_is_refused_by_name(name, says):
+    with pytest.raises(ConfigError, match="workload") as refused:
+        TrialConfig.make(workload=name)
+    assert says in str(refused.value)
+
+
+def test_built_in_workloads_have_short_names():
+    assert type(load_workload("image-classification")).__name__ == "ImageClassification"
+    assert TrialConfig.make(model="resnet50").workload == "image-classification"
+
+
+def test_import_path_refuses_what_another_process_cannot_import():
+    assert import_path(Tokens) == "tests.test_workload:Tokens"
+    with pytest.raises(ConfigError, match="top level of a module"):
+        import_path(Tokens.Knobs)

@@ -1,0 +1,52 @@
+"""The seeds' workload: an image classifier (a ViT or ResNet-50 preset) trained with
+AdamW and cross-entropy on random images. Written against the public ``Workload``
+interface, like a user's own."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from accelsweep.trainables.errors import ConfigError
+from accelsweep.trainables.workload import Workload, WorkloadKnobs, knob
+from accelsweep.trainables.workloads.vision_models import MODEL_PRESETS
+
+if TYPE_CHECKING:
+    from accelsweep.trainables.config import TrialConfig
+
+PATCH_EMBEDS = ("conv", "linear")
+
+
+@dataclass(frozen=True)
+class ImageClassificationKnobs(WorkloadKnobs):
+    # The architecture and its size (trainables/workloads/vision_models.py).
+    model: str = knob("vit-tiny", choices=tuple(MODEL_PRESETS))
+    # "linear": seed 001's conv-free patch embedding (ViTs only).
+    patch_embed: str = knob("conv", choices=PATCH_EMBEDS)
+
+
+class ImageClassification(Workload):
+    Knobs = ImageClassificationKnobs
+    imports = ("timm", "torchvision")
+
+    def validate(self, config: "TrialConfig") -> None:
+        knobs = config.workload_knobs
+        if knobs.patch_embed == "linear" and not MODEL_PRESETS[knobs.model].is_vit:
+            raise ConfigError("patch_embed", "'conv' for a non-ViT model", knobs.patch_embed,
+                              f"model {knobs.model!r} has no patch embedding.")
+
+    def build_model(self, config: "TrialConfig"):
+        from accelsweep.trainables.workloads.vision_models import build_model
+
+        return build_model(config.workload_knobs.model, config.workload_knobs.patch_embed)
+
+    def dataset(self, config: "TrialConfig", rank: int, world_size: int):
+        # Looked up on the module when called: tests swap in slow or poisoned datasets.
+        from accelsweep.trainables.workloads import random_images
+
+        preset = MODEL_PRESETS[config.workload_knobs.model]
+        return random_images.RandomImageDataset(preset.image_size, preset.num_classes, seed=config.seed,
+                                                rank=rank, world_size=world_size)
+
+    def describe(self, config: "TrialConfig") -> str:
+        return MODEL_PRESETS[config.workload_knobs.model].description or config.workload_knobs.model
