@@ -1,6 +1,7 @@
 """A user's own workload through the training loop: its knobs validated like the built-in
 ones, its unit counted, its memory measured (no Ray: the loop in this process)."""
 
+import io
 from dataclasses import dataclass
 
 import pytest
@@ -134,3 +135,34 @@ def test_import_path_refuses_what_another_process_cannot_import():
     assert import_path(Tokens) == "tests.test_workload:Tokens"
     with pytest.raises(ConfigError, match="top level of a module"):
         import_path(Tokens.Knobs)
+
+
+class PoisonedRegression(Workload):
+    """Its own loss (MSE) and optimizer (SGD); one input of step 4's batch is infinite."""
+
+    def build_model(self, config):
+        return torch.nn.Linear(8, 1)
+
+    def dataset(self, config, rank, world_size):
+        inputs = torch.randn(256, 8, generator=torch.Generator().manual_seed(config.seed))
+        targets = inputs.sum(1, keepdim=True)
+        inputs[4 * config.batch_size + 1, 3] = float("inf")
+        return torch.utils.data.TensorDataset(inputs, targets)
+
+    def loss(self, outputs, targets):
+        return torch.nn.functional.mse_loss(outputs, targets)
+
+    def optimizer(self, parameters, config):
+        return torch.optim.SGD(parameters, lr=config.learning_rate)
+
+
+def test_nan_capture_and_replay_work_for_a_user_workload(tmp_path):
+    from accelsweep.trainables.nan_replay import show_replay
+    from accelsweep.trainables.train_loop import NonFiniteGradient
+
+    config = TrialConfig.make(workload=import_path(PoisonedRegression), nan_capture=True, **QUICK)
+    with pytest.raises(NonFiniteGradient) as caught:
+        run_training(config, capture_dir=str(tmp_path))
+    assert caught.value.step == 4 and caught.value.capture_path
+    # The replay rebuilds the workload's model, loss and optimizer from the capture's config.
+    assert show_replay(caught.value.capture_path, out=io.StringIO())

@@ -13,6 +13,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+__all__ = ["Window", "WindowStats", "coefficient_of_variation", "percentile", "time_window", "torch_compile_seconds"]
+
+# torch.compile's own timers (torch._dynamo.utils.compilation_time_metrics): the
+# forward graph compile and the backward graph compile, which runs on first backward.
+_DYNAMO_COMPILE_TIMERS = ("_compile.compile_inner", "backward._backward_impl")
+
 
 def percentile(values: Sequence[float], q: float) -> float:
     """Linear-interpolated percentile (q in 0..100); NaN for no values."""
@@ -89,6 +95,14 @@ class WindowStats:
 
     def step_time(self, q: float) -> float:
         return percentile(self.step_times, q)
+
+
+def torch_compile_seconds() -> float:
+    """Seconds torch.compile has spent compiling in this process so far (its own timers):
+    the difference across a trial's first steps is its compile time (``compile_s``)."""
+    from torch._dynamo.utils import compilation_time_metrics
+
+    return sum(sum(compilation_time_metrics.get(name, ())) for name in _DYNAMO_COMPILE_TIMERS)
 
 
 def fixed_cpu_work() -> int:

@@ -19,6 +19,7 @@ import torch
 
 from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.nan_capture import CAPTURE_FILE, load_capture, non_finite_gradients, set_rng_state
+from accelsweep.trainables.workload import load_workload
 
 SHOWN_PARAMETERS = 10  # parameters listed by the replay; the rest are counted
 
@@ -28,7 +29,6 @@ def replay(capture: dict[str, Any], device: str = "cpu") -> tuple[float, list[di
     loss and the loop's autocast for ``device``) and return its loss and non-finite gradients."""
     from accelsweep.trainables.platforms import get_platform
     from accelsweep.trainables.precision import get_precision
-    from accelsweep.trainables.workload import load_workload
 
     config = TrialConfig.from_dict(capture["config"])
     workload = load_workload(config.workload)
@@ -62,7 +62,8 @@ def show_replay(path: str, device: str = "cpu", out=sys.stdout) -> bool:
     capture = load_capture(path)
     config, step, captured = capture["config"], capture["step"], capture["non_finite_gradients"]
     print(f"capture: {os.path.abspath(path)}", file=out)
-    print(f"trial: {config['model']} on {config['platform']} ({capture['device']}, torch {capture['torch_version']}), "
+    workload = load_workload(config["workload"]).describe(TrialConfig.from_dict(config))
+    print(f"trial: {workload} on {config['platform']} ({capture['device']}, torch {capture['torch_version']}), "
           f"precision {config['precision']}, torch_compile {config['torch_compile']}, seed {config['seed']}", file=out)
     print(f"captured at step {step} (0 = the trial's first step): loss {capture['loss']}, "
           f"{len(captured)} parameters with non-finite gradients; first {_describe(captured[0])}", file=out)

@@ -24,22 +24,11 @@ from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.cost import usd_per_1m_samples
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.failures import NonFiniteGradient, NonFiniteLoss  # noqa: F401 (part of the loop's API)
-from accelsweep.trainables.measure import WindowStats, time_window
+from accelsweep.trainables.measure import WindowStats, time_window, torch_compile_seconds
 from accelsweep.trainables.metrics import DRIVER_METRICS, TRAINING_METRICS
 from accelsweep.trainables.platforms import get_platform
 from accelsweep.trainables.precision import get_precision
 from accelsweep.trainables.workload import load_workload
-
-# torch.compile's own timers (torch._dynamo.utils.compilation_time_metrics): the
-# forward graph compile and the backward graph compile, which runs on first backward.
-_DYNAMO_COMPILE_TIMERS = ("_compile.compile_inner", "backward._backward_impl")
-
-
-def _dynamo_compile_seconds() -> float:
-    from torch._dynamo.utils import compilation_time_metrics
-
-    return sum(sum(compilation_time_metrics.get(name, ())) for name in _DYNAMO_COMPILE_TIMERS)
-
 
 def run_training(config: TrialConfig, report: Optional[Callable[[dict], None]] = None,
                  usd_per_hour: float = float("nan"), capture_dir: Optional[str] = None) -> dict:
@@ -275,7 +264,7 @@ class _CompileClock:
     def __init__(self, platform, config: TrialConfig):
         self.platform = platform
         self.dynamo = config.torch_compile != "none"
-        self.dynamo_start = _dynamo_compile_seconds() if self.dynamo else 0.0
+        self.dynamo_start = torch_compile_seconds() if self.dynamo else 0.0
         self.start = platform.compile_stats()
         self.after_warmup = self.start
 
@@ -286,7 +275,7 @@ class _CompileClock:
         counters = self.platform.compile_stats()
         if "xla_compile_s" in counters:
             return counters["xla_compile_s"] - self.start["xla_compile_s"]
-        return _dynamo_compile_seconds() - self.dynamo_start if self.dynamo else 0.0
+        return torch_compile_seconds() - self.dynamo_start if self.dynamo else 0.0
 
     def xla_counts(self) -> dict[str, float]:
         counters = self.platform.compile_stats()
