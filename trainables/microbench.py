@@ -2,6 +2,10 @@
 
     from accelsweep.trainables.microbench import KernelConfig, run_microbench
     run_microbench(KernelConfig.make(op="giou", impl="torch-naive", batch=64, boxes=256))
+    run_microbench(KernelConfig.make(op="my_package.ops:SPEC", impl="mine"))  # any package's op
+
+``op`` is any name ``accelsweep.kernels.registry.get_op`` takes: a built-in op, one
+installed under entry point group ``accelsweep.ops``, or ``"package.module:ATTR"``.
 
 Inputs are fresh random arrays (seeded), rounded to the trial's dtype. The
 implementation's output is compared with the op's numpy float64 reference, computed on
@@ -34,12 +38,15 @@ from typing import Any, Callable, Mapping, Optional
 from accelsweep.trainables.errors import ConfigError, non_negative_float, one_of, positive_int
 from accelsweep.trainables.config import DictConfig
 from accelsweep.trainables.measure import Window, coefficient_of_variation, host_probe_s, percentile, time_window
+from accelsweep.trainables.metrics import KERNEL_METRICS, MetricSet
 from accelsweep.trainables.platforms import PLATFORM_NAMES, Platform, PlatformUnavailable, get_platform
 
 # Window-to-window cv above which a figure is flagged noisy: rank differences smaller than
 # a few times this are not to be trusted on that machine.
 NOISY_CV = 0.05
-# What run_microbench reports: trainables/metrics.py KERNEL_METRICS.
+# What run_microbench reports: trainables/metrics.py KERNEL_METRICS (kernel_metrics).
+
+__all__ = ["NOISY_CV", "KernelConfig", "KernelMismatch", "kernel_metrics", "kernel_trainable", "run_microbench"]
 
 
 class KernelMismatch(RuntimeError):
@@ -53,7 +60,7 @@ class KernelConfig(DictConfig):
     implementations' tuning knobs sit beside the fields below and are validated against
     the op's spec."""
 
-    op: str = "giou"
+    op: str = "giou"  # a built-in op, an installed one, or "package.module:ATTR" (kernels/registry.py)
     impl: str = "torch-naive"
     platform: str = "cpu"
     dtype: str = "float32"
@@ -79,6 +86,10 @@ class KernelConfig(DictConfig):
         fields = {f.name for f in dataclasses.fields(cls)} - {"shape", "options", "tuning"}
         spec = get_op(values.get("op", cls.op))
         groups = {"shape": spec.shape, "options": spec.options, "tuning": spec.tuning_knobs()}
+        clash = sorted(fields & {name for names in groups.values() for name in names})
+        if clash:  # a config is one flat dict: an op's name must not shadow a field of its own
+            raise ConfigError(f"shape, option and tuning names of op {spec.name!r}",
+                              f"names other than the config's fields ({', '.join(sorted(fields))})", clash)
         direct = {k: v for k, v in values.items() if k in fields}
         split: dict[str, dict] = {group: {} for group in groups}
         for key, value in values.items():
@@ -367,7 +378,19 @@ def run_microbench(config: KernelConfig, report: Optional[Callable[[dict], None]
     return result
 
 
+def kernel_metrics(base: KernelConfig) -> MetricSet:
+    """What ``run_microbench`` reports for ``base``'s op: KERNEL_METRICS, without the
+    TFLOP/s row for an op that has no FLOP count (its tflops is NaN)."""
+    from accelsweep.kernels.registry import get_op
+
+    return KERNEL_METRICS if get_op(base.op).flops else KERNEL_METRICS.replace("tflops", label=None)
+
+
 def kernel_trainable(searched: Mapping[str, Any], base: Mapping[str, Any], cost=None) -> None:
     from ray import tune
 
     run_microbench(KernelConfig.from_dict({**base, **searched}), report=tune.report)
+
+
+# What it reports, for the sweep driver (Sweep.metrics): it depends on the op.
+kernel_trainable.metrics = kernel_metrics

@@ -1,26 +1,148 @@
-"""What every kernel sweep script shares: a grid over implementations and shapes,
-each point checked against the reference and then timed, one MLflow run per point."""
+"""What every kernel sweep shares: a grid over implementations and shapes, each point
+checked against the reference and then timed, one MLflow run per point.
+
+From a script of one's own (no command line read):
+
+    from accelsweep.sweeps.driver.api import run_sweep
+    from accelsweep.sweeps.driver.kernel_sweep import build_kernel_sweep
+
+    sweep = build_kernel_sweep("my_package.ops:SPEC", {"rows": [256, 4096]}, platform="auto",
+                               tracking_uri="sqlite:///mlflow.db")
+    run_sweep(sweep)
+
+The built-in studies (sweeps/*_kernels.py) call ``run``, which reads their flags
+(``kernel_main``) and builds the same sweep.
+"""
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
 from typing import Any, Mapping, Optional, Sequence
 
 from accelsweep.sweeps.driver.api import Objective, Sweep, plan_sweep, run_sweep
 from accelsweep.sweeps.driver.cli import common_parser, main_guard, platform_from_args, sweep_options
-from accelsweep.trainables.errors import ConfigError
+from accelsweep.trainables.errors import ConfigError, one_of
 from accelsweep.trainables.platforms import PLATFORM_NAMES
-from accelsweep.trainables.metrics import KERNEL_METRICS
-from accelsweep.trainables.microbench import KernelConfig, kernel_trainable
+from accelsweep.trainables.microbench import KernelConfig, kernel_metrics, kernel_trainable
+
+__all__ = ["SMOKE_MEASUREMENT", "accepted_impls", "build_kernel_sweep", "kernel_main", "run"]
+
+MEASUREMENT_FIELDS = ("warmup_calls", "window_min_calls", "window_min_s", "windows")  # KernelConfig's
+# A few short windows: enough to check every point and rank them roughly, in seconds.
+SMOKE_MEASUREMENT = {"window_min_calls": 5, "window_min_s": 0.1, "windows": 2}
+
+
+def build_kernel_sweep(op: str, shapes: Optional[Mapping[str, Sequence[int]]] = None, *, platform: str = "auto",
+                       dtype: Optional[str] = None, options: Optional[Mapping[str, Any]] = None,
+                       smoke: bool = False, measurement: Optional[Mapping[str, Any]] = None, seed: int = 0,
+                       address: Optional[str] = None, dry_run: bool = False, name: Optional[str] = None,
+                       num_samples: Optional[int] = None, **sweep_options: Any) -> Sweep:
+    """A grid sweep: every implementation of ``op`` that runs on ``platform``, at every
+    combination of ``shapes``, each point checked against the op's reference, then timed.
+
+    - ``op``: a built-in op, one installed under entry point group ``accelsweep.ops``, or
+      ``"package.module:ATTR"`` (kernels/registry.py); it travels to the trials as given.
+    - ``shapes``: shape parameter -> values to sweep; parameters left out keep the op's
+      default (None: the op's default shape only).
+    - ``platform``: a platform name, or ``"auto"``: the best one present that has an
+      implementation of the op.
+    - ``dtype``: default the op's first; ``options``: the op's semantic options (one
+      computation per sweep: a causal mask, a soft-cap).
+    - ``smoke``: ``SMOKE_MEASUREMENT``; ``measurement``: KernelConfig's measurement
+      fields (warmup_calls, window_min_calls, window_min_s, windows), over either.
+    - ``dry_run``: a plan only: implementation stacks are not imported, and a named
+      platform need not be present.
+    - ``num_samples``: default every point of the grid once. ``sweep_options``: the rest of
+      ``Sweep``'s options (tracking_uri, storage_path, experiment, print_line, ...).
+
+    Implementations that cannot run here (a dtype or option they lack, a stack not
+    installed) are left out, each with a line saying why; none left is a ConfigError.
+    """
+    from accelsweep.kernels.registry import KernelUnavailable, get_op
+
+    spec = get_op(op)
+    if platform != "auto":
+        one_of("platform", platform, ("auto",) + PLATFORM_NAMES)
+    dtype = spec.dtypes[0] if dtype is None else dtype
+    one_of("dtype", dtype, spec.dtypes, f"Those are the dtypes op {spec.name!r} has a tolerance for.")
+    options = dict(options or {})
+    measurement = {**(SMOKE_MEASUREMENT if smoke else {}), **dict(measurement or {})}
+    for setting in measurement:
+        if setting not in MEASUREMENT_FIELDS:
+            raise ConfigError("measurement", f"keyed by {', '.join(MEASUREMENT_FIELDS)}", setting)
+    grid_shapes = _grid(shapes, spec)
+    for option in options:
+        if option not in spec.options:
+            raise ConfigError("options", f"keyed by the options of op {spec.name!r} "
+                                         f"({', '.join(spec.options) or 'it has none'})", option)
+    first_shape = {name: choices[0] for name, choices in grid_shapes.items()}
+    contenders = {name: accepted_impls(op, name, dtype, first_shape, options) for name in PLATFORM_NAMES}
+    # auto: the best platform present that has contenders (a GPU has Triton's, a CPU only
+    # the reference stacks); the note says which were passed over and why.
+    where = argparse.Namespace(platform=platform, address=address, dry_run=dry_run)
+    platform, why = platform_from_args(where, [p for p, (impls, _) in contenders.items() if impls],
+                                       f"implementations of {spec.name}")
+    impls, skipped = contenders[platform]
+    for implementation in list(impls):
+        try:
+            if not dry_run:
+                spec.impl(implementation).load()
+        except KernelUnavailable as missing:
+            impls.remove(implementation)
+            skipped.append(f"skipping {implementation}: {missing}")
+    print_line = sweep_options.get("print_line") or print
+    for line in skipped:
+        print_line(line)
+    if not impls:
+        raise ConfigError("platform", f"a platform with an implementation of {spec.name} for dtype {dtype} and "
+                                      f"options {options or '(none)'}", platform)
+    grid = {"impl": impls, **grid_shapes}
+
+    def space(trial):
+        for knob, choices in grid.items():
+            trial.suggest_categorical(knob, list(choices))
+
+    base = KernelConfig.make(op=op, impl=impls[0], platform=platform, dtype=dtype,
+                             cpus_per_worker=os.cpu_count() or 1, seed=seed, **first_shape, **options, **measurement)
+    settings = dict(
+        # A grid runs every point once: no early stopping between them.
+        scheduler="none",
+        # An op without a FLOP count has no TFLOP/s: no row for it.
+        metrics=kernel_metrics(base),
+        cost_note="kernel sweeps are not priced (no cost basis applies to a microbenchmark)",
+        platform_note=f"{platform}, {dtype}, options {options or '(none)'}: implementations {', '.join(impls)}; {why}",
+    )
+    return Sweep(name=name or f"{spec.name}_kernels", trainable=kernel_trainable, base=base, space=space,
+                 objectives=[Objective("latency_p50_s", "min")], sampler="grid", seed=seed, address=address,
+                 num_samples=math.prod(len(c) for c in grid.values()) if num_samples is None else num_samples,
+                 **{**settings, **sweep_options})
+
+
+def _grid(shapes: Optional[Mapping[str, Sequence[int]]], spec) -> dict[str, list]:
+    """Each shape parameter's values as a non-empty list (a lone value is a list of one)."""
+    grid = {}
+    for name, values in dict(shapes or {}).items():
+        if name not in spec.shape_params:
+            raise ConfigError("shapes", f"keyed by the shape parameters of op {spec.name!r} "
+                                        f"({', '.join(spec.shape_params)})", name)
+        values = [values] if isinstance(values, int) else list(values)
+        if not values:
+            raise ConfigError(f"shapes[{name!r}]", "a non-empty list of values", values)
+        grid[name] = values
+    return grid
 
 
 def kernel_main(op: str, description: str, shapes: Mapping[str, Sequence[int]],
                 smoke_shapes: Mapping[str, Sequence[int]],
-                variants: Optional[Mapping[str, Mapping[str, Any]]] = None) -> None:
-    """``variants``: named sets of the op's options (the first is the default), one per
-    sweep (``--variant``): each is its own table in the seed, with its own contenders."""
-    from accelsweep.kernels.registry import KernelUnavailable, get_op
+                variants: Optional[Mapping[str, Mapping[str, Any]]] = None,
+                argv: Optional[Sequence[str]] = None) -> None:
+    """A kernel study's command line (common_parser's flags, --dtype, --variant) made into
+    ``build_kernel_sweep``'s arguments. ``variants``: named sets of the op's options (the
+    first is the default), one per sweep (``--variant``): each is its own table in the
+    seed, with its own contenders. ``argv``: default sys.argv."""
+    from accelsweep.kernels.registry import get_op
 
     spec = get_op(op)
     variants = variants or {"default": {}}
@@ -32,49 +154,13 @@ def kernel_main(op: str, description: str, shapes: Mapping[str, Sequence[int]],
                             help="which computation: " + "; ".join(
                                 f"{name}: {', '.join(f'{k}={v}' for k, v in options.items()) or 'no options'}"
                                 for name, options in variants.items()))
-    args = parser.parse_args()
-    options = dict(variants[getattr(args, "variant", next(iter(variants)))])
-    grid_shapes = smoke_shapes if args.smoke else shapes
-    first_shape = {name: choices[0] for name, choices in grid_shapes.items()}
-    contenders = {platform: accepted_impls(op, platform, args.dtype, first_shape, options)
-                  for platform in PLATFORM_NAMES}
-    # auto: the best platform present that has contenders (a GPU has Triton's, a CPU only
-    # the reference stacks); the note says which were passed over and why.
-    platform, why = platform_from_args(args, [p for p, (impls, _) in contenders.items() if impls],
-                                       f"implementations of {op}")
-    impls, skipped = contenders[platform]
-    for implementation in list(impls):
-        try:
-            if not args.dry_run:
-                spec.impl(implementation).load()
-        except KernelUnavailable as missing:
-            impls.remove(implementation)
-            skipped.append(f"skipping {implementation}: {missing}")
-    for line in skipped:
-        print(line)
-    if not impls:
-        raise ConfigError("platform", f"a platform with an implementation of {op} for dtype {args.dtype} and "
-                                      f"options {options or '(none)'}", platform)
-    grid = {"impl": impls, **grid_shapes}
-
-    def space(trial):
-        for name, choices in grid.items():
-            trial.suggest_categorical(name, list(choices))
-
-    base = KernelConfig.make(op=op, impl=impls[0], platform=platform, dtype=args.dtype,
-                             cpus_per_worker=os.cpu_count() or 1, seed=args.seed, **first_shape, **options,
-                             **(dict(window_min_calls=5, window_min_s=0.1, windows=2) if args.smoke else {}))
-    sweep = Sweep(
-        name=f"{op}_kernels", trainable=kernel_trainable, base=base, space=space,
-        objectives=[Objective("latency_p50_s", "min")], sampler="grid",
-        # An op without a FLOP count has no TFLOP/s: no row for it.
-        metrics=KERNEL_METRICS if spec.flops else KERNEL_METRICS.replace("tflops", label=None),
-        cost_note="kernel sweeps are not priced (no cost basis applies to a microbenchmark)",
-        platform_note=f"{platform}, {args.dtype}, options {options or '(none)'}: implementations {', '.join(impls)}; "
-                      f"{why}",
-        # A grid runs every point once: no early stopping between them.
-        **sweep_options(args, default_samples=math.prod(len(c) for c in grid.values()), scheduler="none"),
-    )
+    args = parser.parse_args(argv)
+    sweep = build_kernel_sweep(op, smoke_shapes if args.smoke else shapes, platform=args.platform,
+                               dtype=args.dtype, options=variants[getattr(args, "variant", next(iter(variants)))],
+                               smoke=args.smoke, dry_run=args.dry_run,
+                               # default_samples None: the builder's, every point of the grid once;
+                               # a grid has no early stopping between its points.
+                               **sweep_options(args, default_samples=None, scheduler="none"))
     if args.dry_run:
         print(plan_sweep(sweep).describe())
     else:
@@ -99,4 +185,6 @@ def accepted_impls(op: str, platform: str, dtype: str, shape: Mapping[str, int],
 
 
 def run(op: str, description: str, shapes, smoke_shapes, variants=None) -> None:
+    """A kernel study's ``__main__``: ``kernel_main`` with bad input ending the script
+    (its message, exit status 2)."""
     main_guard(lambda: kernel_main(op, description, shapes, smoke_shapes, variants))
