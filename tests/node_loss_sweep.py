@@ -59,6 +59,7 @@ def main(tracking_uri: str, marker_dir: str) -> None:
     from ray.cluster_utils import Cluster
 
     from accelsweep.sweeps.driver.api import Objective, Sweep, run_sweep
+    from accelsweep.trainables.metrics import TRAINING_METRICS
 
     os.environ["NODE_LOSS_MARKERS"] = marker_dir  # nodes started below inherit it
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/
@@ -71,7 +72,8 @@ def main(tracking_uri: str, marker_dir: str) -> None:
     result = run_sweep(Sweep(
         name="node_loss", trainable=slow_trainable, base=SlowConfig(),
         space=lambda trial: {"x": trial.suggest_categorical("x", [0, 1, 2, 3])},
-        objectives=[Objective("throughput_samples_per_s", "max")], num_samples=4, sampler="grid",
+        objectives=[Objective("throughput_samples_per_s", "max")], metrics=TRAINING_METRICS, num_samples=4,
+        sampler="grid",
         scheduler="none", tracking_uri=tracking_uri, retries=2, max_concurrent_trials=2))
     print(f"node killed: {bool(killed)}; statuses: {sorted(r.status for r in result.records)}", flush=True)
     ray.shutdown()

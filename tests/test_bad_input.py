@@ -14,10 +14,11 @@ import time
 
 import pytest
 
-from accelsweep.kernels.registry import OPS
+from accelsweep.kernels.registry import OPS, installed_ops
 from tests.conftest import REPO
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.config import TrialConfig
+from accelsweep.trainables.metrics import TRAINING_METRICS
 from accelsweep.trainables.microbench import KernelConfig
 
 
@@ -38,6 +39,9 @@ FITS_HINT = ("A local run has this machine only, and Tune would wait forever for
 
 def no_trainable(searched, base, cost=None):
     raise AssertionError("a refused sweep must never run a trial")
+
+
+no_trainable.metrics = TRAINING_METRICS  # what it would report: the training loop's (declare_metrics)
 
 
 def categorical(name, choices):
@@ -182,7 +186,10 @@ CASES = [
      f"address must be {ADDRESS_ALLOWED}; got 'head-node'. It is not of that form."),
     ("Ray address with another scheme", lambda: ray_address("http://127.0.0.1:8265"),
      f"address must be {ADDRESS_ALLOWED}; got 'http://127.0.0.1:8265'. It is not of that form."),
-    ("kernel op unknown", lambda: kernel(op="conv9"), f"op must be one of {', '.join(OPS)}; got 'conv9'"),
+    ("kernel op unknown", lambda: kernel(op="conv9"),
+     f"op must be one of the built-in ops ({', '.join(OPS)}), an op installed under entry point group accelsweep.ops "
+     f"({', '.join(sorted(installed_ops())) or 'none installed'}), or an import path 'package.module:ATTR' naming an "
+     "OpSpec; got 'conv9'"),
     ("kernel impl unknown", lambda: kernel(op="giou", impl="cuda-magic"),
      "impl must be one of torch-naive, torch-compile, jax-jit, pallas, triton-fused, nki, gpsimd-cpp for op 'giou'; "
      "got 'cuda-magic'"),

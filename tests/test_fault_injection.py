@@ -71,6 +71,7 @@ def test_each_failure_kind_is_a_failed_run_and_the_sweep_goes_on(ray_session, tr
     import ray.cloudpickle
 
     from accelsweep.sweeps.driver.api import Objective, Sweep, run_sweep
+    from accelsweep.trainables.metrics import TRAINING_METRICS
 
     import tests.test_nan_capture
 
@@ -81,8 +82,9 @@ def test_each_failure_kind_is_a_failed_run_and_the_sweep_goes_on(ray_session, tr
     result = run_sweep(Sweep(
         name="faults", trainable=faulty_trainable, base=FaultConfig(),
         space=lambda trial: {"fault": trial.suggest_categorical("fault", faults)},
-        objectives=[Objective("throughput_samples_per_s", "max")], num_samples=len(faults), sampler="grid",
-        scheduler="none", tracking_uri=tracking_uri, retries=1, print_line=lines.append))
+        objectives=[Objective("throughput_samples_per_s", "max")], metrics=TRAINING_METRICS,
+        num_samples=len(faults), sampler="grid", scheduler="none", tracking_uri=tracking_uri, retries=1,
+        print_line=lines.append))
 
     parents, children = mlflow_runs(tracking_uri, "faults")
     assert [p.info.status for p in parents] == ["FINISHED"]

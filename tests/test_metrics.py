@@ -53,8 +53,10 @@ def test_an_objective_must_go_its_metrics_better_way():
     plan(KERNEL_METRICS, ("host_cv", "max"))  # no better way declared: either goes
 
 
-def test_a_sweep_without_a_declaration_checks_no_objective():
-    plan(None, ("anything_the_trainable_reports", "min"))
+def test_a_sweep_without_a_declaration_is_refused():
+    with pytest.raises(ConfigError, match=r"^metrics must be the MetricSet of what the trainable reports; got None\. "
+                                          r"Trainable <lambda> declares none: decorate it with declare_metrics"):
+        plan(None, ("anything_the_trainable_reports", "min"))
 
 
 def test_a_declaration_is_checked_when_made():
@@ -116,12 +118,18 @@ def test_summary_rows_come_from_the_declaration():
     assert "TFLOP/s" not in unrowed and "window-to-window cv" in unrowed
 
 
-def test_a_measurement_is_the_declared_headline():
+def test_a_measurement_is_a_finite_first_objective():
     assert record({"latency_p50_s": 1e-3}, measured_by="latency_p50_s").has_measurement
     assert not record({"latency_p50_s": 1e-3}).has_measurement  # a training record: it measured no throughput
+    assert not record({"latency_p50_s": float("nan")}, measured_by="latency_p50_s").has_measurement
+    assert not record({"latency_p50_s": 1e-3}, measured_by="latency_p50_s", error="x").has_measurement  # it failed
     cb = callback(CUSTOM)
     made = cb._record(SimpleNamespace(trial_id="x", config={"batch_size": 16}))
-    assert made.measured_by == "tokens_per_s" and made.is_baseline
+    assert made.measured_by == "tokens_per_s" and made.is_baseline  # no objective given: the headline
+    tracker = SimpleNamespace(tracking_uri="sqlite:///unused.db", experiment="e", parent_run_id="p")
+    by_loss = SweepCallback(tracker, dict, lambda searched: {}, {}, None, {}, 4, metrics=CUSTOM,
+                            objective_metrics=["loss"])
+    assert by_loss._record(SimpleNamespace(trial_id="y", config={})).measured_by == "loss"
 
 
 def test_per_window_curves_are_the_declared_ones():
@@ -138,6 +146,14 @@ def test_per_window_curves_are_the_declared_ones():
     cb._record(trial)
     cb.on_trial_result(1, [], trial, {"tokens_per_s": 7.0, "loss": 1.0, "training_iteration": 2})
     assert logged == [(2, {"tokens_per_s": 7.0})]
+    logged.clear()
+    tracker = SimpleNamespace(tracking_uri="sqlite:///unused.db", experiment="e", parent_run_id="p",
+                              log_metrics=lambda run_id, metrics, step: logged.append((step, metrics)))
+    cb = SweepCallback(tracker, dict, lambda searched: {}, {}, None, {}, 4, metrics=CUSTOM,
+                       objective_metrics=["tokens_per_s", "loss"])  # an objective is a curve, declared one or not
+    cb._record(trial)
+    cb.on_trial_result(1, [], trial, {"tokens_per_s": 7.0, "loss": 1.0, "training_iteration": 2})
+    assert logged == [(2, {"tokens_per_s": 7.0, "loss": 1.0})]
 
 
 def test_the_harness_reports_every_declared_kernel_metric():

@@ -180,8 +180,10 @@ def test_neuron_sweep_with_capture_keeps_one_worker_per_trial():
     so with the capture on the Neuron space does not search workers."""
     from accelsweep.sweeps.driver.api import Objective, Sweep, plan_sweep
     from accelsweep.sweeps.neuron_vit import base_config, make_space
+    from accelsweep.trainables.metrics import TRAINING_METRICS
 
     sweep = Sweep(name="nan", trainable=lambda *a, **k: None, objectives=[Objective("throughput_samples_per_s", "max")],
+                  metrics=TRAINING_METRICS,
                   base=base_config("neuron", False, 1, "trn1.32xlarge", 0, nan_capture=True),
                   space=make_space("neuron", False, 1, "trn1.32xlarge", nan_capture=True), num_samples=2)
     assert "workers" not in plan_sweep(sweep).space.distributions

@@ -73,12 +73,13 @@ def test_failed_trials_are_recorded_and_the_sweep_goes_on(ray_session, tracking_
     from accelsweep.sweeps.driver.api import Sweep, run_sweep
     from accelsweep.trainables.config import TrialConfig
     from accelsweep.trainables.cost import resolve_cost_basis
+    from accelsweep.trainables.metrics import TRAINING_METRICS
 
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Ray workers cannot import tests/
     basis, note = resolve_cost_basis(price_per_hour=0.357, local_units={"CPU": 2}, detect=False)
     lines = []
     result = run_sweep(Sweep(
-        name="failing", trainable=failing_for_batch_8,
+        name="failing", trainable=failing_for_batch_8, metrics=TRAINING_METRICS,
         base=TrialConfig.make(model="vit-micro", cpus_per_worker=2, batch_size=16, warmup_steps=1,
                               window_min_steps=2, window_min_s=0.05, windows=1),
         space=lambda trial: {"batch_size": trial.suggest_categorical("batch_size", [8, 16])},

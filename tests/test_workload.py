@@ -166,3 +166,26 @@ def test_nan_capture_and_replay_work_for_a_user_workload(tmp_path):
     assert caught.value.step == 4 and caught.value.capture_path
     # The replay rebuilds the workload's model, loss and optimizer from the capture's config.
     assert show_replay(caught.value.capture_path, out=io.StringIO())
+
+
+def test_a_sweep_proposing_a_bad_workload_knob_is_refused_before_any_trial():
+    from accelsweep.sweeps.driver.api import Objective, Sweep, plan_sweep
+    from accelsweep.trainables.trainable import train_trainable
+
+    def space(trial):
+        trial.suggest_categorical("seq_len", [16, 33])
+
+    sweep = Sweep(name="bad_knob", trainable=train_trainable, space=space,
+                  base=TrialConfig.make(workload=import_path(Tokens)),
+                  objectives=[Objective("throughput_tokens_per_s", "max")])
+    with pytest.raises(ConfigError, match=r"seq_len must be one of 8, 16, 32; got 33"):
+        plan_sweep(sweep)
+
+
+def test_the_loop_declares_the_metrics_of_the_workload_unit():
+    from accelsweep.trainables.trainable import train_trainable
+
+    declared = train_trainable.metrics(TrialConfig.make(workload=import_path(Tokens)))
+    assert declared.measurement == "throughput_tokens_per_s"
+    assert {"throughput_samples_per_s", "usd_per_1m_tokens", "workload_memory_mb"} <= set(declared.names)
+    assert train_trainable.metrics(TrialConfig.make()).measurement == "throughput_samples_per_s"

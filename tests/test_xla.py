@@ -16,6 +16,7 @@ from tests.conftest import REPO  # noqa: E402
 from tests.test_sweep_e2e import mlflow_runs  # noqa: E402
 from accelsweep.trainables.config import TrialConfig  # noqa: E402
 from accelsweep.trainables.train_loop import run_training  # noqa: E402
+from accelsweep.trainables.workloads.image_classification import ImageClassification  # noqa: E402
 
 os.environ.setdefault("PJRT_DEVICE", "CPU")
 MICRO = dict(platform="xla", model="vit-micro", cpus_per_worker=2, batch_size=8, warmup_steps=2,
@@ -32,21 +33,20 @@ def test_steady_state_compiles_nothing(precision, batches_per_execution):
     assert "window mean" in result["step_time_source"]  # XLA is lazy: host clocks per step lie
 
 
-def test_a_graph_that_changes_every_step_shows_up_as_recompiles(monkeypatch):
+class DriftingLoss(ImageClassification):
+    """A user workload whose loss sees one sample fewer each step: a new shape, a new graph."""
+
+    steps = 0
+
+    def loss(self, outputs, targets):
+        DriftingLoss.steps += 1
+        keep = len(outputs) - DriftingLoss.steps % len(outputs)
+        return super().loss(outputs[:keep], targets[:keep])
+
+
+def test_a_graph_that_changes_every_step_shows_up_as_recompiles():
     """The recompilation bug users must see: a shape that changes from step to step."""
-    import torch
-
-    calls = {"n": 0}
-    real_loss = torch.nn.CrossEntropyLoss
-
-    class DriftingLoss(real_loss):
-        def forward(self, logits, targets):
-            calls["n"] += 1
-            keep = len(logits) - calls["n"] % len(logits)  # a new shape every step: a new graph
-            return super().forward(logits[:keep], targets[:keep])
-
-    monkeypatch.setattr(torch.nn, "CrossEntropyLoss", DriftingLoss)
-    result = run_training(TrialConfig.make(**{**MICRO, "windows": 1}))
+    result = run_training(TrialConfig.make(**{**MICRO, "windows": 1, "workload": "tests.test_xla:DriftingLoss"}))
     assert result["xla_compiles"] >= 4  # one per measured step
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+__all__ = ["ConfigError", "boolean", "non_negative_float", "one_of", "optional_str", "positive_float", "positive_int"]
+
 
 class ConfigError(ValueError):
     """A bad value for a named field. The message names the field, what is allowed and

@@ -4,7 +4,8 @@
 
 Its modules: ``api`` (Sweep, plan_sweep, run_sweep), ``cli`` (the flags every study
 shares), ``preflight`` (checks against the machine or cluster), ``space`` (search
-spaces), ``searchers`` (Optuna through Tune), ``callbacks`` (trials to records and MLflow
-runs), ``report`` (the end-of-sweep summary), ``kernel_sweep`` (the grid every kernel
-study runs) and ``precompile`` (Neuron's ahead-of-time compile phase).
+spaces), ``searchers`` (Optuna through Tune), ``schedulers`` (early stopping with
+several objectives), ``callbacks`` (trials to records and MLflow runs), ``report`` (the
+end-of-sweep summary), ``kernel_sweep`` (the grid every kernel study runs) and
+``precompile`` (Neuron's ahead-of-time compile phase).
 """

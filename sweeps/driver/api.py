@@ -9,33 +9,71 @@
         trial.suggest_categorical("precision", ["fp32", "bf16-autocast"])
 
     result = run_sweep(Sweep(name="my_study", trainable=train_trainable,
-                             base=TrialConfig(model="vit-tiny"), space=space, num_samples=8))
+                             base=TrialConfig.make(model="vit-tiny"), space=space, num_samples=8))
 
-A sweep is validated whole before anything starts: the base config, every config the
-space can propose (sampled), the objectives, the tracking URI, the platform. Then the
+A sweep is validated whole before anything starts: the trainable's signature and
+declared metrics, the base config, every config the space can propose (sampled), the
+objectives, the tracking URI, the platform, and the Ray instance it would use. Then the
 base config runs first as the baseline, a seeded Optuna TPE search proposes the rest,
-ASHA (or the median rule) stops hopeless trials after a window, trial processes are
-reused so torch is imported once per process, and every trial becomes one nested
-MLflow run under one parent run for the sweep.
+ASHA (or the median rule; with several objectives a Pareto rule) stops hopeless trials
+after a window, trial processes are reused so torch is imported once per process, and
+every trial becomes one nested MLflow run under one parent run for the sweep.
+
+Your own trainable and config
+-----------------------------
+A sweep runs any trainable and config that keep this protocol (examples/user_trainable.py):
+
+- **The config** (``Sweep.base``, the baseline): an object with ``platform`` (a platform
+  name: cpu, cuda, xla, neuron, tpu), ``to_dict()`` giving a flat dict of its fields, and
+  a classmethod ``from_dict(values)`` that builds one from such a dict and raises
+  ``ConfigError`` for a bad value: the driver rebuilds each trial's config with it (the
+  base's dict with the searched knobs over it), in the driver, before any trial starts.
+  Optional fields: ``cpus_per_worker`` and ``workers`` (the CPUs a trial holds: their
+  product; 1 each when absent), ``windows`` (how many results a trial reports; early
+  stopping needs 2 or more) and ``trial_env()`` (environment variables the trial sets).
+  ``SweepConfig`` is such a config: subclass it as a frozen dataclass and add fields.
+- **The trainable**: a function called in the trial's process as
+  ``trainable(searched, base=base_dict, cost=cost_basis)`` (``searched``: the knobs the
+  search space chose; ``base``: the base config's dict) that reports each window's figures
+  with ``ray.tune.report({...})``. An exception ends the trial as a failed result.
+- **Its metrics**: a ``MetricSet`` (accelsweep.trainables.metrics) naming what the
+  trainable reports, each with its unit and better direction, declared on the function
+  with ``declare_metrics`` (or given as ``Sweep.metrics``). Objectives must name declared
+  metrics; the summary's rows, the MLflow curves and the progress lines follow it.
+
+Several objectives: ``SweepResult.best`` (and the summary's baseline-against-best table)
+is the best trial of the first objective; ``SweepResult.pareto`` and the summary's Pareto
+table hold every measured trial that no other beats on all objectives at once; the parent
+run gets ``best_<metric>`` for each objective; early stopping stops a trial only when most
+trials at its rung beat it on every objective (``schedulers.ParetoStoppingRule``).
+
+Ray: ``run_sweep`` uses the Ray instance this process has initialised (and leaves it
+running), or starts one and shuts it down before it returns, also on failure. An
+``address`` other than that of the instance already initialised is refused. The
+process-wide settings a sweep needs (Tune's logger and checkpoint variables, Ray's usage
+stats, a logger's level) hold for the sweep only and are put back after it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import functools
 import glob
+import inspect
 import json
 import logging
 import math
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, Union
 
 from accelsweep.sweeps.driver.callbacks import INTERRUPTED, SweepCallback, TrialRecord
-from accelsweep.sweeps.driver.preflight import check_fits_locally, check_ray_address
-from accelsweep.sweeps.driver.report import best_record, mean_overhead_s, summary
-from accelsweep.sweeps.driver.space import SearchSpace, SpaceSpec
+from accelsweep.sweeps.driver.preflight import check_fits_locally, check_ray_address, check_running_ray
+from accelsweep.sweeps.driver.report import best_record, mean_overhead_s, pareto_set, summary
+from accelsweep.sweeps.driver.space import SearchSpace, SpaceSpec, quiet_optuna
+from accelsweep.trainables.config import DictConfig, TrialConfig
 from accelsweep.trainables.errors import ConfigError, one_of, positive_int
 from accelsweep.trainables.cost import NO_BASIS_HINT, CostBasis
 from accelsweep.trainables.environment import environment_tags
@@ -45,10 +83,57 @@ from accelsweep.trainables import ray_adapter
 from accelsweep.trainables.platforms import get_platform
 from accelsweep.trainables.tracking import validate_tracking_uri
 
+__all__ = ["Objective", "Plan", "Sweep", "SweepConfig", "SweepResult", "declare_metrics", "plan_sweep", "preflight",
+           "run_sweep"]
+
 SCHEDULERS = ("asha", "median", "none")
 SAMPLERS = ("tpe", "grid")
 MODES = ("max", "min")
 DRY_RUN_SAMPLE_TRIALS = 3
+TRAINABLE_SIGNATURE = "a function trainable(searched, base=..., cost=...) that reports through ray.tune.report"
+CONFIG_PROTOCOL = ("a config with .platform (a platform name), .to_dict() (a flat dict) and a classmethod "
+                   "from_dict(dict) that validates it (e.g. a SweepConfig subclass)")
+# What the platforms read from a config to size a trial, for a config that has no such field.
+RESOURCE_DEFAULTS = {"cpus_per_worker": 1, "workers": 1}
+
+
+@dataclass(frozen=True)
+class SweepConfig(DictConfig):
+    """A base for a user's own config: the platform and the CPUs a trial holds, a flat
+    dict each way. Subclass it as a frozen dataclass with fields of your own (with
+    defaults), and check them in ``__post_init__`` (calling this one) with ConfigError:
+
+        @dataclass(frozen=True)
+        class MatmulConfig(SweepConfig):
+            size: int = 256
+            windows: int = 3
+    """
+
+    platform: str = "cpu"
+    cpus_per_worker: int = 1
+    workers: int = 1
+
+    def __post_init__(self) -> None:
+        get_platform(self.platform)  # a known name
+        positive_int("cpus_per_worker", self.cpus_per_worker)
+        positive_int("workers", self.workers)
+
+
+def declare_metrics(metrics: Union[MetricSet, Callable[[Any], MetricSet]]) -> Callable[[Callable], Callable]:
+    """Declare what a trainable reports: a decorator that sets ``fn.metrics``, where the
+    driver reads it. ``metrics``: a MetricSet, or a function of the base config giving one.
+
+        @declare_metrics(MetricSet(metrics=(Metric("gflops", "GFLOP/s", "max", ...),), headline=("gflops",)))
+        def matmul_trainable(searched, base, cost=None): ...
+    """
+    if not isinstance(metrics, MetricSet) and not callable(metrics):
+        raise ConfigError("metrics", "a MetricSet, or a function of the base config giving one", metrics)
+
+    def declare(trainable: Callable) -> Callable:
+        trainable.metrics = metrics
+        return trainable
+
+    return declare
 
 
 @dataclass(frozen=True)
@@ -66,13 +151,14 @@ class Objective:
 class Sweep:
     name: str
     trainable: Callable[..., None]  # (searched, base=..., cost=...), reports through tune.report
-    base: Any  # a config dataclass with .platform, .to_dict() and .from_dict(): the baseline
+    base: Any  # the baseline config: the protocol in the module's docstring (e.g. a SweepConfig)
     space: SpaceSpec
+    # The first is the one the best trial, the summary's table and ASHA go by; with
+    # several, the Pareto set is reported and early stopping uses the Pareto rule.
     objectives: Sequence[Objective] = (Objective(),)
-    # What the trainable reports (trainables/metrics.py: TRAINING_METRICS, KERNEL_METRICS):
-    # objectives are checked against it; the summary rows, per-window curves and progress
-    # lines come from it. None: objectives unchecked, shown as the training loop's.
-    metrics: Optional[MetricSet] = None
+    # What the trainable reports (a MetricSet, or a function of the base config giving
+    # one). None: what the trainable declares (``declare_metrics``: its ``metrics``).
+    metrics: Union[MetricSet, Callable[[Any], MetricSet], None] = None
     num_samples: int = 16
     time_budget_s: Optional[float] = None
     scheduler: str = "asha"
@@ -81,7 +167,8 @@ class Sweep:
     tracking_uri: str = "sqlite:///mlflow.db"
     experiment: Optional[str] = None  # default: the sweep's name
     storage_path: Optional[str] = None
-    address: Optional[str] = None  # Ray cluster; None: a local Ray instance
+    # Ray cluster; None: the Ray instance this process has initialised, else a new local one.
+    address: Optional[str] = None
     cost: Optional[CostBasis] = None
     cost_note: str = NO_BASIS_HINT
     max_concurrent_trials: Optional[int] = None  # None: as many as the resources fit
@@ -96,20 +183,51 @@ class Sweep:
     # Figures measured before the trials (e.g. a precompile phase), logged on the parent run.
     parent_metrics: dict = field(default_factory=dict)
     # Work between the checks and the first trial, with Ray connected (seed 002's
-    # precompile): (plan) -> figures added to parent_metrics. Not run again on resume.
+    # precompile): (plan) -> figures logged on the parent run with parent_metrics. Not run
+    # again on resume.
     before_trials: Optional[Callable[["Plan"], Mapping[str, float]]] = None
 
 
 @dataclass
 class SweepResult:
+    """What ``run_sweep`` returns. Each record's ``run_id`` is its trial's MLflow run."""
+
     records: list[TrialRecord]
-    best: Optional[TrialRecord]
+    best: Optional[TrialRecord]  # the best measured trial by the first objective
     baseline: Optional[TrialRecord]
     parent_run_id: str
     experiment_id: str
     summary: str
+    # Measured trials no other beats on every objective, best first by the first one.
+    pareto: list[TrialRecord] = field(default_factory=list)
+    tracking_uri: str = ""
     mean_overhead_s: float = float("nan")
     extra: dict = field(default_factory=dict)
+
+
+class _WithResourceDefaults:
+    """A user's config as the platforms see it when sizing a trial: they read
+    ``cpus_per_worker``, ``workers`` and the platform's ``knobs``, which such a config
+    need not have (RESOURCE_DEFAULTS; the platform's default knobs)."""
+
+    def __init__(self, config: Any):
+        self._config = config
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return getattr(self._config, name)
+        except AttributeError:
+            if name in RESOURCE_DEFAULTS:
+                return RESOURCE_DEFAULTS[name]
+            if name == "knobs":
+                return get_platform(self._config.platform).Knobs()
+            raise
+
+
+def _as_sized(config: Any) -> Any:
+    if all(hasattr(config, name) for name in (*RESOURCE_DEFAULTS, "knobs")):
+        return config
+    return _WithResourceDefaults(config)
 
 
 @dataclass
@@ -120,6 +238,11 @@ class Plan:
     space: SearchSpace
     baseline_point: dict[str, Any]
     base_dict: dict[str, Any]
+    metrics: Optional[MetricSet] = None  # what the trainable reports (declared)
+
+    @property
+    def objectives(self) -> list[tuple[str, str]]:
+        return [(o.metric, o.mode) for o in self.sweep.objectives]
 
     def config_for(self, searched: Mapping[str, Any]) -> Any:
         """The trial's config: the base with the searched knobs over it. The one place
@@ -130,13 +253,18 @@ class Plan:
         return self.config_for(searched).to_dict()
 
     def resources_of(self, searched: Mapping[str, Any]) -> dict[str, float]:
-        config = self.config_for(searched)
+        config = _as_sized(self.config_for(searched))
         return dict(get_platform(config.platform).resources(config))
 
     def trial_env(self, searched: Mapping[str, Any]) -> dict[str, str]:
         config = self.config_for(searched)
         own_env = getattr(config, "trial_env", None)  # a kernel config knows its own (trainables/microbench.py)
-        return own_env() if own_env else get_platform(config.platform).trial_env(config)
+        if own_env is not None:
+            return own_env()
+        platform = get_platform(config.platform)
+        # The platform turns a training config's knobs into variables; any other config
+        # gets what every process of the platform needs.
+        return platform.trial_env(config) if isinstance(config, TrialConfig) else platform.runtime_env()
 
     def describe(self) -> str:
         sweep = self.sweep
@@ -148,7 +276,7 @@ class Plan:
         lines.append("objectives: " + ", ".join(f"{o.mode} {o.metric}" for o in sweep.objectives))
         lines.append(f"budget: {sweep.num_samples} trials"
                      + (f", {sweep.time_budget_s:g} s" if sweep.time_budget_s else "")
-                     + f"; early stopping: {sweep.scheduler}; seed {sweep.seed}")
+                     + f"; early stopping: {early_stopping(sweep)}; seed {sweep.seed}")
         lines.append(sweep.cost_note)
         samples = [("baseline", self.baseline_point)]
         samples += [(f"sample {i}", p) for i, p in
@@ -163,6 +291,68 @@ class Plan:
         return "\n".join(lines)
 
 
+def check_trainable(trainable: Any) -> None:
+    """The trainable can be called as the trials call it: (searched, base=..., cost=...)."""
+    name = getattr(trainable, "__name__", repr(trainable))
+    if not callable(trainable):
+        raise ConfigError("trainable", TRAINABLE_SIGNATURE, trainable)
+    try:
+        signature = inspect.signature(trainable)
+    except (TypeError, ValueError):
+        return  # a callable Python cannot describe (a builtin): the trial will say
+    try:
+        signature.bind({}, base={}, cost=None)
+    except TypeError as error:
+        raise ConfigError("trainable", TRAINABLE_SIGNATURE, f"{name}{signature}",
+                          f"It cannot be called as trainable(searched, base=..., cost=...): {error}.") from None
+
+
+def declared_metrics(sweep: Sweep) -> MetricSet:
+    """The trainable's metrics: ``Sweep.metrics``, else what the trainable declares."""
+    declared = sweep.metrics if sweep.metrics is not None else getattr(sweep.trainable, "metrics", None)
+    if declared is None:
+        name = getattr(sweep.trainable, "__name__", repr(sweep.trainable))
+        raise ConfigError("metrics", "the MetricSet of what the trainable reports", None,
+                          f"Trainable {name} declares none: decorate it with declare_metrics(MetricSet(...)) "
+                          "(accelsweep.sweeps.driver.api, accelsweep.trainables.metrics), or give Sweep(metrics=...).")
+    if not isinstance(declared, MetricSet) and callable(declared):
+        declared = declared(sweep.base)
+    if not isinstance(declared, MetricSet):
+        raise ConfigError("metrics", "a MetricSet, or a function of the base config giving one", declared)
+    return declared
+
+
+def check_config_protocol(base: Any) -> dict[str, Any]:
+    """The base config keeps the protocol (the module's docstring); its flat dict."""
+    kind = type(base).__name__
+    missing = [name for name, present in (("platform", hasattr(base, "platform")),
+                                          ("to_dict()", callable(getattr(base, "to_dict", None))),
+                                          ("from_dict()", callable(getattr(type(base), "from_dict", None))))
+               if not present]
+    if missing:
+        raise ConfigError("base", CONFIG_PROTOCOL, kind, f"It has no {', '.join(missing)}.")
+    get_platform(base.platform)  # a known platform name
+    base_dict = base.to_dict()
+    if not isinstance(base_dict, Mapping) or not all(isinstance(key, str) for key in base_dict):
+        raise ConfigError("base", CONFIG_PROTOCOL, kind, f"Its to_dict() gave {base_dict!r}, not a dict of names.")
+    nested = sorted(key for key, value in base_dict.items() if isinstance(value, Mapping))
+    if nested:
+        raise ConfigError("base", CONFIG_PROTOCOL, kind,
+                          f"Its to_dict() is not flat: {', '.join(nested)} hold dicts (a search space sets "
+                          "flat names).")
+    try:
+        type(base).from_dict(dict(base_dict))
+    except ConfigError:
+        raise
+    except Exception as error:  # noqa: BLE001 - whatever it is, the protocol is broken here, not in a trial
+        raise ConfigError("base", CONFIG_PROTOCOL, kind,
+                          f"{kind}.from_dict(base.to_dict()) raised {type(error).__name__}: {error}.") from None
+    for name in RESOURCE_DEFAULTS:
+        if hasattr(base, name):
+            positive_int(name, getattr(base, name))
+    return dict(base_dict)
+
+
 def plan_sweep(sweep: Sweep) -> Plan:
     """Validate everything about a sweep that can be checked without running it."""
     if not isinstance(sweep.name, str) or not sweep.name.strip():
@@ -175,16 +365,23 @@ def plan_sweep(sweep: Sweep) -> Plan:
     one_of("sampler", sweep.sampler, SAMPLERS)
     if not sweep.objectives:
         raise ConfigError("objectives", "at least one Objective", list(sweep.objectives))
-    if sweep.metrics is not None:
-        for objective in sweep.objectives:
-            sweep.metrics.check_objective(objective.metric, objective.mode)
+    for objective in sweep.objectives:
+        if not isinstance(objective, Objective):
+            raise ConfigError("objectives", "Objective(metric, mode) each", objective)
+    repeated = sorted({o.metric for o in sweep.objectives if [p.metric for p in sweep.objectives].count(o.metric) > 1})
+    if repeated:
+        raise ConfigError("objectives", "one per metric", repeated)
+    check_trainable(sweep.trainable)
+    base_dict = check_config_protocol(sweep.base)
+    metrics = declared_metrics(sweep)
+    for objective in sweep.objectives:
+        metrics.check_objective(objective.metric, objective.mode)
     if sweep.max_concurrent_trials is not None:
         positive_int("max_concurrent_trials", sweep.max_concurrent_trials)
     validate_tracking_uri(sweep.tracking_uri)
 
-    base_dict = sweep.base.to_dict()
     space = SearchSpace(sweep.space)
-    plan = Plan(sweep=sweep, space=space, baseline_point={}, base_dict=base_dict)
+    plan = Plan(sweep=sweep, space=space, baseline_point={}, base_dict=base_dict, metrics=metrics)
     # Proposals first: a knob the platform refuses is named with the platform's reason,
     # before the baseline's value of it is looked up.
     for point in space.sample(64, seed=sweep.seed):
@@ -210,13 +407,16 @@ def preflight(sweep: Sweep) -> Plan:
     """``plan_sweep`` plus the checks against where the sweep will run (sweeps/driver/
     preflight.py); ``run_sweep`` runs it before anything else. A cluster's address must
     answer; a local run's trials must fit this machine. A Ray instance the caller has
-    started already is theirs to size (it may be a cluster): only the address is checked."""
+    initialised already is theirs to size (it may be a cluster): an address given must be
+    its own."""
     import ray
 
     plan = plan_sweep(sweep)
-    if sweep.address and sweep.address != "local":
+    if ray.is_initialized():
+        check_running_ray(sweep.address, ray.get_runtime_context().gcs_address)
+    elif sweep.address and sweep.address != "local":
         check_ray_address(sweep.address)
-    elif not ray.is_initialized():
+    else:
         check_fits_locally(plan)
     return plan
 
@@ -226,7 +426,6 @@ def connect_ray(address: Optional[str]) -> str:
 
     if ray.is_initialized():
         return "using the Ray instance already initialised"
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if address:
         check_ray_address(address)  # ray.init retries an unreachable address for minutes
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=True)
@@ -285,13 +484,31 @@ def _searcher(plan: Plan):
                         points_to_evaluate=first, seed=sweep.seed)
 
 
-def _scheduler(sweep: Sweep):
+def early_stopping(sweep: Sweep) -> str:
+    """The early stopping the sweep gets, in words (the plan and the start say it)."""
+    if sweep.scheduler == "none":
+        return "none"
+    if getattr(sweep.base, "windows", 1) < 2:
+        return f"none ({sweep.scheduler} needs a config with windows >= 2: a trial reports once)"
+    if len(sweep.objectives) > 1:
+        return "Pareto rule (several objectives: a trial stops when most at its rung beat it on all of them)"
+    return sweep.scheduler
+
+
+def _scheduler(plan: Plan):
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule
 
-    objective = sweep.objectives[0]  # early stopping needs one metric: the first objective
+    from accelsweep.sweeps.driver.schedulers import ParetoStoppingRule
+
+    sweep = plan.sweep
     windows = getattr(sweep.base, "windows", 1)
     if sweep.scheduler == "none" or windows < 2:
         return FIFOScheduler()
+    if len(sweep.objectives) > 1:
+        # ASHA and the median rule rank by one metric: they would stop a trial for the
+        # first objective alone, though it may be on the Pareto set.
+        return ParetoStoppingRule(plan.objectives, grace_period=1, max_t=windows)
+    objective = sweep.objectives[0]
     if sweep.scheduler == "asha":
         return ASHAScheduler(time_attr="training_iteration", metric=objective.metric, mode=objective.mode,
                              max_t=windows, grace_period=1, reduction_factor=2)
@@ -304,7 +521,7 @@ def _trial_resources(config_for: Callable[[Mapping[str, Any]], Any], fallback: M
     """What Tune reserves for one trial's process (``config_for``: Plan.config_for).
     Module-level so Tune can pickle it."""
     try:
-        config = config_for(searched)
+        config = _as_sized(config_for(searched))
     except ConfigError:
         return dict(fallback)  # the trial itself then fails with the config error, on record
     return dict(get_platform(config.platform).trial_actor_resources(config))
@@ -357,17 +574,76 @@ class _Run:
 
 def run_sweep(sweep: Sweep) -> SweepResult:
     """Check the sweep against where it runs (``preflight``), connect to Ray, start or
-    resume it, run every trial and summarise. Nothing starts when a check fails."""
-    from accelsweep.trainables.tracking import SweepTracker
+    resume it, run every trial and summarise. Nothing starts when a check fails.
+
+    Callable many times in one process (a notebook), each sweep with its own store and
+    experiment. A Ray instance this call started is shut down before it returns (also
+    when the sweep fails); one the caller had initialised is left running. Process-wide
+    settings (``sweep_settings``) are put back as they were."""
+    import ray
 
     started = time.monotonic()
     plan = preflight(sweep)
-    _quiet_tune()
+    ray_was_running = ray.is_initialized()
+    with sweep_settings():
+        try:
+            return _run(plan, started)
+        finally:
+            if not ray_was_running and ray.is_initialized():
+                ray.shutdown()  # the instance this sweep started: nothing else uses it
+
+
+# Set for a sweep's duration only (sweep_settings); a value the caller set is kept.
+SWEEP_ENVIRONMENT = {
+    # Every result goes to MLflow through SweepCallback; Tune's own CSV/JSON/TensorBoard
+    # loggers would only add per-result file writes to each trial's overhead.
+    "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1",
+    # Tune saves the experiment (trials, searcher, our callback's state) this often: what
+    # a killed driver can lose, and what --resume picks up from.
+    "TUNE_GLOBAL_CHECKPOINT_S": "5",
+    "RAY_USAGE_STATS_ENABLED": "0",  # read by ray.init (connect_ray)
+}
+# ...with Tune's loggers off, Tune's result grid finds no result files: it need not say
+# so. And ray.init sets the level of Ray's own logger.
+SWEEP_LOGGER_LEVELS = {"ray.tune.analysis.experiment_analysis": logging.ERROR, "ray": None}
+
+
+@contextlib.contextmanager
+def sweep_settings() -> Iterator[None]:
+    """The process-wide settings a sweep needs, for the sweep's duration: the variables
+    of SWEEP_ENVIRONMENT (a value already set is kept), the loggers' levels and Optuna's
+    verbosity, all put back as they were when it ends (a user's own Tune run afterwards
+    gets Tune's loggers)."""
+    saved_env = {name: os.environ.get(name) for name in SWEEP_ENVIRONMENT}
+    saved_levels = {name: logging.getLogger(name).level for name in SWEEP_LOGGER_LEVELS}
+    try:
+        for name, value in SWEEP_ENVIRONMENT.items():
+            os.environ.setdefault(name, value)
+        for name, level in SWEEP_LOGGER_LEVELS.items():
+            if level is not None:
+                logging.getLogger(name).setLevel(level)
+        with quiet_optuna():  # the searcher's study
+            yield
+    finally:
+        for name, value in saved_env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        for name, level in saved_levels.items():
+            logging.getLogger(name).setLevel(level)
+
+
+def _run(plan: Plan, started: float) -> SweepResult:
+    from accelsweep.trainables.tracking import SweepTracker
+
+    sweep = plan.sweep
     say = sweep.print_line or (lambda line: print(line, flush=True))
     tracker = SweepTracker(sweep.tracking_uri, sweep.experiment or sweep.name)
     concurrency = _connect_and_announce(plan, say)
+    parent_metrics = dict(sweep.parent_metrics)  # the Sweep is the caller's: not changed
     if sweep.before_trials is not None and not sweep.resume:
-        sweep.parent_metrics.update(sweep.before_trials(plan))
+        parent_metrics.update(sweep.before_trials(plan))
     trainable = _tune_trainable(plan)
     storage = os.path.abspath(os.path.expanduser(sweep.storage_path or "~/ray_results"))
     if sweep.resume:
@@ -380,22 +656,11 @@ def run_sweep(sweep: Sweep) -> SweepResult:
         interrupted = any(r.status == INTERRUPTED for r in run.callback.records.values())
         status = "KILLED" if interrupted else "FINISHED"
     finally:
-        result = _finish(plan, run, tracker, status, time.monotonic() - started)
+        result = _finish(plan, run, tracker, status, time.monotonic() - started, parent_metrics)
     say(result.summary)
     if status == "KILLED":
         say(f"interrupted: run the same command with --resume to continue {run.experiment_dir}")
     return result
-
-
-def _quiet_tune() -> None:
-    # Every result goes to MLflow through SweepCallback; Tune's own CSV/JSON/TensorBoard
-    # loggers would only add per-result file writes to each trial's overhead.
-    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
-    # ...which also means Tune's result grid finds no result files: it need not say so.
-    logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
-    # Tune saves the experiment (trials, searcher, our callback's state) this often: what
-    # a killed driver can lose, and what --resume picks up from.
-    os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "5")
 
 
 def _connect_and_announce(plan: Plan, say: Callable[[str], None]) -> int:
@@ -405,7 +670,7 @@ def _connect_and_announce(plan: Plan, say: Callable[[str], None]) -> int:
     baseline_resources = plan.resources_of(plan.baseline_point)
     concurrency, why = concurrency_for(baseline_resources, sweep)
     say(f"{sweep.name}: up to {sweep.num_samples} trials, {concurrency} at a time ({why}); "
-        f"each trial holds {baseline_resources}")
+        f"each trial holds {baseline_resources}; early stopping: {early_stopping(sweep)}")
     if sweep.platform_note:
         say(f"platform: {sweep.platform_note}")
     say(sweep.cost_note)
@@ -463,12 +728,13 @@ def _start(plan: Plan, trainable, storage: str, tracker, concurrency: int) -> _R
                   "instance_type": sweep_tags["instance_type"]}
     callback = SweepCallback(tracker, plan.complete_config, plan.resources_of, plan.baseline_point,
                              sweep.cost, trial_tags, sweep.num_samples, print_line=sweep.print_line,
-                             time_budget_s=sweep.time_budget_s, metrics=sweep.metrics)
+                             time_budget_s=sweep.time_budget_s, metrics=plan.metrics,
+                             objective_metrics=[metric for metric, _ in plan.objectives])
     experiment_dir = os.path.join(storage, f"{sweep.name}-{stamp}")
     _write_sweep_marker(experiment_dir, parent_run_id, "running")
     tuner = tune.Tuner(
         trainable,
-        tune_config=tune.TuneConfig(search_alg=_searcher(plan), scheduler=_scheduler(sweep),
+        tune_config=tune.TuneConfig(search_alg=_searcher(plan), scheduler=_scheduler(plan),
                                     num_samples=sweep.num_samples, time_budget_s=sweep.time_budget_s,
                                     max_concurrent_trials=concurrency,
                                     reuse_actors=get_platform(sweep.base.platform).reuses_processes),
@@ -479,7 +745,8 @@ def _start(plan: Plan, trainable, storage: str, tracker, concurrency: int) -> _R
     return _Run(tuner, callback, experiment_dir, parent_run_id)
 
 
-def _finish(plan: Plan, run: _Run, tracker, status: str, elapsed_s: float) -> SweepResult:
+def _finish(plan: Plan, run: _Run, tracker, status: str, elapsed_s: float,
+            parent_metrics: Mapping[str, float]) -> SweepResult:
     """Close what the driver left running, mark the sweep ended, and summarise it on
     its parent run (also after a failed or interrupted fit)."""
     sweep = plan.sweep
@@ -490,21 +757,26 @@ def _finish(plan: Plan, run: _Run, tracker, status: str, elapsed_s: float) -> Sw
     _write_sweep_marker(run.experiment_dir, run.parent_run_id, status.lower())
     records = sorted(run.callback.records.values(), key=lambda r: r.number)
     records = [r for r in records if r.run_id is not None]
-    objective = sweep.objectives[0]
-    best = best_record(records, objective.metric, objective.mode)
+    first_metric, first_mode = plan.objectives[0]
+    best = best_record(records, first_metric, first_mode)
     baseline = next((r for r in records if r.is_baseline), None)
-    text = summary(f"{sweep.name} on {sweep.base.platform}", records, objective.metric, objective.mode,
+    pareto = pareto_set(records, plan.objectives)
+    text = summary(f"{sweep.name} on {sweep.base.platform}", records, first_metric, first_mode,
                    list(plan.space.distributions), sweep.cost_note, tracker.ui_command(),
-                   elapsed_s, metrics=sweep.metrics)
-    parent_metrics = {**sweep.parent_metrics, "trials": len(records),
-                      "failed_trials": sum(r.status == "failed" for r in records),
-                      "mean_overhead_s": mean_overhead_s(records)}
-    if best is not None:
-        parent_metrics[f"best_{objective.metric}"] = best.metric(objective.metric)
-        if baseline is not None and baseline.has_measurement:
-            parent_metrics[f"baseline_{objective.metric}"] = baseline.metric(objective.metric)
-    tracker.finish(run.parent_run_id, status, metrics=parent_metrics,
+                   elapsed_s, metrics=plan.metrics, objectives=plan.objectives)
+    figures = {**parent_metrics, "trials": len(records),
+               "failed_trials": sum(r.status == "failed" for r in records),
+               "mean_overhead_s": mean_overhead_s(records), "pareto_trials": len(pareto)}
+    for metric, mode in plan.objectives:  # each objective's own best, and the baseline's
+        best_of_it = best_record(records, metric, mode)
+        if best_of_it is not None:
+            figures[f"best_{metric}"] = best_of_it.metric(metric)
+        if baseline is not None and baseline.measured(metric):
+            figures[f"baseline_{metric}"] = baseline.metric(metric)
+    tracker.finish(run.parent_run_id, status, metrics=figures,
                    tags={"status": "interrupted" if status == "KILLED" else status.lower(),
-                         "best_trial": str(best.number) if best else "none"})
+                         "best_trial": str(best.number) if best else "none",
+                         "pareto_trials": ", ".join(str(r.number) for r in pareto) or "none"})
     return SweepResult(records=records, best=best, baseline=baseline, parent_run_id=run.parent_run_id,
-                       experiment_id=tracker.experiment_id, summary=text, mean_overhead_s=mean_overhead_s(records))
+                       experiment_id=tracker.experiment_id, summary=text, pareto=pareto,
+                       tracking_uri=tracker.tracking_uri, mean_overhead_s=mean_overhead_s(records))

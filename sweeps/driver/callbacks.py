@@ -12,7 +12,7 @@ import math
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ray.tune import Callback
 
@@ -24,6 +24,8 @@ from accelsweep.trainables.tracking import SweepTracker
 
 FINISHED, STOPPED_EARLY, FAILED, CUT_BY_BUDGET = "finished", "stopped early", "failed", "cut by time budget"
 INTERRUPTED = "interrupted"  # the sweep stopped (Ctrl-C) while it ran: --resume runs it again
+
+__all__ = ["CUT_BY_BUDGET", "FAILED", "FINISHED", "INTERRUPTED", "STOPPED_EARLY", "SweepCallback", "TrialRecord"]
 
 
 @dataclass
@@ -43,15 +45,20 @@ class TrialRecord:
     error_cause: str = ""
     wall_s: float = float("nan")
     retries: int = 0  # restarts after its process or node went away
-    measured_by: str = TRAINING_METRICS.measurement  # its trainable's first headline metric (MetricSet)
+    measured_by: str = ""  # the sweep's first objective (SweepCallback sets it): what ranks the trial
 
     def metric(self, name: str) -> float:
         value = self.result.get(name, float("nan"))
-        return float(value) if isinstance(value, (int, float)) else float("nan")
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else float("nan")
+
+    def measured(self, metric: str) -> bool:
+        """It did not fail, and ``metric`` has a finite value: it can be ranked by it."""
+        return self.status != FAILED and not self.error and math.isfinite(self.metric(metric))
 
     @property
     def has_measurement(self) -> bool:
-        return self.metric(self.measured_by) > 0
+        """Measured on the sweep's first objective (``measured_by``)."""
+        return bool(self.measured_by) and self.measured(self.measured_by)
 
 
 def _error_of(trial) -> tuple[str, str]:
@@ -83,9 +90,13 @@ class SweepCallback(Callback):
                  resources_of: Callable[[Mapping], dict], baseline: Mapping[str, Any],
                  cost: Optional[CostBasis], trial_tags: Mapping[str, str], total_trials: int,
                  print_line: Optional[Callable[[str], None]] = None, time_budget_s: Optional[float] = None,
-                 metrics: Optional[MetricSet] = None):
+                 metrics: Optional[MetricSet] = None, objective_metrics: Sequence[str] = ()):
         self._tracker = tracker
-        self.metrics = metrics or TRAINING_METRICS  # the sweep's (Sweep.metrics): curves, progress lines
+        self.metrics = metrics or TRAINING_METRICS  # the sweep's (its trainable's): curves, progress lines
+        # The first objective ranks a trial (TrialRecord.has_measurement); every objective
+        # is an MLflow curve, declared one or not.
+        self.measured_by = objective_metrics[0] if objective_metrics else self.metrics.measurement
+        self.curves = tuple(dict.fromkeys([*self.metrics.curves, *objective_metrics]))
         self.tracking_uri, self.experiment = tracker.tracking_uri, tracker.experiment
         self.parent_run_id = tracker.parent_run_id
         self.time_budget_s = time_budget_s
@@ -144,7 +155,7 @@ class SweepCallback(Callback):
             config, resources = dict(searched), {}
         record = TrialRecord(
             number=len(self.records) + 1, trial_id=trial.trial_id, searched=searched, config=config,
-            resources=resources, created_at=time.monotonic(), measured_by=self.metrics.measurement,
+            resources=resources, created_at=time.monotonic(), measured_by=self.measured_by,
             is_baseline=not any(r.is_baseline for r in self.records.values()) and searched == self.baseline,
         )
         self.records[trial.trial_id] = record
@@ -185,7 +196,7 @@ class SweepCallback(Callback):
             record.result = {**record.result, **{k: v for k, v in result.items() if k in ("loop_s",)}}
             return
         record.result = dict(result)
-        window_metrics = {name: result[name] for name in self.metrics.curves if name in result}
+        window_metrics = {name: result[name] for name in self.curves if name in result}
         self.tracker.log_metrics(record.run_id, window_metrics, step=int(result.get("training_iteration", 0)))
 
     def on_trial_complete(self, iteration, trials, trial, **info):
@@ -193,7 +204,8 @@ class SweepCallback(Callback):
         if record.error:
             self._finish(record, FAILED)
             return
-        done = record.result.get("windows_done", 0)
+        # A trainable of a user's own may count its reports only through Tune's iteration.
+        done = record.result.get("windows_done", record.result.get("training_iteration", 0))
         expected = record.config.get("windows", done)
         self._finish(record, FINISHED if done >= expected else STOPPED_EARLY)
 

@@ -24,6 +24,8 @@ from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.cost import CostBasis, resolve_cost_basis
 from accelsweep.trainables.platforms import PLATFORM_NAMES, get_platform, resolve_platform
 
+__all__ = ["common_parser", "cost_basis", "main_guard", "platform_from_args", "sweep_options"]
+
 
 def checked(convert: Callable, accept: Callable, allowed: str) -> Callable[[str], object]:
     """An argparse type that refuses, at parse time, what a script would otherwise

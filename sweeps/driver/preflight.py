@@ -32,6 +32,8 @@ CONNECT_TIMEOUT_S = 3.0
 LOCAL_DEVICE_RESOURCES = ("CPU", "GPU", "neuron_cores", "TPU")
 LOCAL_FIT_SAMPLES = 64  # configs of the space checked, as plan_sweep does
 
+__all__ = ["check_fits_locally", "check_ray_address", "check_running_ray", "local_resources"]
+
 
 def _host_port(address: str) -> tuple[str, int]:
     """host and port of ``host:port``, ``[v6]:port`` or ``ray://host:port``."""
@@ -70,6 +72,57 @@ def check_ray_address(address: Optional[str], timeout_s: float = CONNECT_TIMEOUT
         raise ConfigError("address", ADDRESS_ALLOWED, given,
                           f"Nothing answers at {host}:{port}{where} within {timeout_s:g} s: {error}. "
                           "Is the cluster up (`ray status` on its head) and its port open to this machine?") from None
+
+
+def check_running_ray(address: Optional[str], running: str) -> None:
+    """A sweep that names an address while this process is connected to Ray already
+    (``running``: that instance's GCS address) must name that instance: ray.init is not
+    called again, so the sweep would run there whatever the address said. None, "local"
+    and "auto" take the instance that is there. A ``ray://`` address is the client port of
+    a cluster's head, not its GCS port: its host alone must match."""
+    if address is None or address in ("local", "auto"):
+        return
+    try:
+        host, port = _host_port(address)
+    except ValueError:
+        raise ConfigError("address", ADDRESS_ALLOWED, address, "It is not of that form.") from None
+    running_host, running_port = _host_port(running)
+    same_port = address.startswith("ray://") or port == running_port
+    if not (same_port and _same_host(host, running_host)):
+        raise ConfigError("address", f"the address of the Ray instance this process is connected to ({running}), "
+                                     "or auto", address,
+                          f"Ray is initialised already in this process, at {running}, and a sweep does not connect "
+                          f"again: it would run there, not at {address}. Call ray.shutdown() first to use another "
+                          "cluster, or leave the address out to use this one.")
+
+
+def _same_host(a: str, b: str) -> bool:
+    """Two host names or addresses of one machine (this one's loopback and own
+    addresses count as one: a local GCS reports the node's address, not 127.0.0.1)."""
+    a_ip, b_ip = _ip_of(a), _ip_of(b)
+    if a_ip == b_ip:
+        return True
+    here = _addresses_of_this_machine()
+    return all(ip in here or ip.startswith("127.") for ip in (a_ip, b_ip))
+
+
+def _ip_of(host: str) -> str:
+    try:
+        return socket.gethostbyname(host)
+    except OSError:
+        return host
+
+
+def _addresses_of_this_machine() -> set[str]:
+    addresses = {"::1"}
+    try:
+        addresses.update(socket.gethostbyname_ex(socket.gethostname())[2])
+    except OSError:
+        pass
+    import ray.util
+
+    addresses.add(ray.util.get_node_ip_address())  # what a local Ray node reports as its own
+    return addresses
 
 
 def local_resources() -> dict[str, float]:

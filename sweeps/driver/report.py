@@ -1,19 +1,25 @@
 """The end-of-sweep summary: the seed posts' results table, written by the sweep.
 
 Baseline config against best config, knob by knob, then the measured figures and the
-change; then counts by outcome, the mean per-trial overhead, the price basis, and the
-command that opens MLflow on the results.
+change; with several objectives, the Pareto set; then counts by outcome, the mean
+per-trial overhead, the price basis, and the command that opens MLflow on the results.
+
+Ranking reads the sweep's objectives only: a trial is measured when it did not fail and
+its objective value is finite, whatever the metric is called.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Iterable, Optional, Sequence
+from typing import Iterable, Mapping, Optional, Sequence
 
 from accelsweep.sweeps.driver.callbacks import TrialRecord
 from accelsweep.trainables.metrics import TRAINING_METRICS, MetricSet
 from accelsweep.trainables.microbench import NOISY_CV
+
+__all__ = ["best_record", "dominates", "mean_overhead_s", "objective_vector", "pareto_set", "ranked", "summary",
+           "table"]
 
 
 def _format(template: str, value: float) -> str:
@@ -26,14 +32,52 @@ def _change(baseline: float, best: float) -> str:
     return f"{(best - baseline) / baseline * 100:+.1f}%"
 
 
+def ranked(records: Iterable[TrialRecord], metric: str) -> list[TrialRecord]:
+    """The trials that take part in ranking by ``metric``: measured (not failed, the value
+    finite). Interpreted kernels (Pallas on a CPU) are checked, not ranked: their time is
+    the interpreter's."""
+    return [r for r in records if r.measured(metric) and not r.result.get("interpreted")]
+
+
 def best_record(records: Iterable[TrialRecord], metric: str, mode: str) -> Optional[TrialRecord]:
-    # Interpreted kernels (Pallas on a CPU) are checked, not ranked: their time is the interpreter's.
-    measured = [r for r in records if math.isfinite(r.metric(metric)) and r.has_measurement
-                and not r.result.get("interpreted")]
+    measured = ranked(records, metric)
     if not measured:
         return None
     pick = max if mode == "max" else min
     return pick(measured, key=lambda r: r.metric(metric))
+
+
+def objective_vector(values: Mapping[str, float], objectives: Sequence[tuple[str, str]]) -> Optional[tuple]:
+    """The objective values of a result, each turned so that larger is better (a "min"
+    objective negated); None when one is missing or not finite (nothing to compare)."""
+    vector = []
+    for metric, mode in objectives:
+        value = values.get(metric)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            return None
+        vector.append(float(value) if mode == "max" else -float(value))
+    return tuple(vector)
+
+
+def dominates(a: Sequence[float], b: Sequence[float]) -> bool:
+    """``a`` is at least as good as ``b`` on every objective and better on one (both as
+    ``objective_vector`` gives them: larger is better)."""
+    return all(x >= y for x, y in zip(a, b)) and any(x > y for x, y in zip(a, b))
+
+
+def pareto_set(records: Iterable[TrialRecord], objectives: Sequence[tuple[str, str]]) -> list[TrialRecord]:
+    """The measured trials no other measured trial dominates on the objectives
+    ((metric, mode) pairs), best first by the first objective. One objective: its best
+    (with any ties)."""
+    first_metric = objectives[0][0]
+    vectors = {}
+    for record in ranked(records, first_metric):
+        vector = objective_vector(record.result, objectives)
+        if vector is not None and not record.result.get("interpreted"):
+            vectors[record.number] = (record, vector)
+    front = [record for record, vector in vectors.values()
+             if not any(dominates(other, vector) for _, other in vectors.values())]
+    return sorted(front, key=lambda r: (-vectors[r.number][1][0], r.number))
 
 
 def mean_overhead_s(records: Iterable[TrialRecord]) -> float:
@@ -47,9 +91,14 @@ def table(rows: Sequence[Sequence[str]]) -> str:
 
 
 def summary(title: str, records: Sequence[TrialRecord], metric: str, mode: str, knobs: Sequence[str],
-            cost_note: str, ui_command: str, elapsed_s: float, metrics: Optional[MetricSet] = None) -> str:
-    """``metrics``: the sweep's declaration (Sweep.metrics), a row per summarised metric;
-    None: the training loop's rows."""
+            cost_note: str, ui_command: str, elapsed_s: float, metrics: Optional[MetricSet] = None,
+            objectives: Sequence[tuple[str, str]] = ()) -> str:
+    """``metric``/``mode``: the first objective, whose best trial the table sets against the
+    baseline. ``metrics``: the sweep's declaration (its trainable's MetricSet), a row per
+    summarised metric; None: the training loop's rows. ``objectives``: every (metric,
+    mode) of the sweep; with more than one, the Pareto set follows the table."""
+    objectives = list(objectives) or [(metric, mode)]
+    declared = metrics or TRAINING_METRICS
     baseline = next((r for r in records if r.is_baseline), None)
     best = best_record(records, metric, mode)
     outcomes = Counter(r.status for r in records)
@@ -72,26 +121,58 @@ def summary(title: str, records: Sequence[TrialRecord], metric: str, mode: str, 
             lines.append(f"{machine} of them while the machine's own speed moved (a fixed CPU loop timed between "
                          "the windows varied too): a shared host, not the kernel")
     if best is None:
-        lines.append("No trial produced a measurement.")
+        lines.append(f"No trial produced a measurement of {metric} (the first objective).")
     else:
-        base = baseline if baseline is not None and baseline.has_measurement else None
+        base = baseline if baseline is not None and baseline.measured(metric) else None
         rows = [["", "baseline" + ("" if base else " (no measurement)"), f"best (trial {best.number})", "change"]]
         for knob in knobs:
             base_value = str(base.config.get(knob, "")) if base else ""
             best_value = str(best.config.get(knob, ""))
             rows.append([knob, base_value, best_value, "" if base_value == best_value else "changed"])
-        for row in (metrics or TRAINING_METRICS).summarised:
-            base_value = base.metric(row.name) if base else float("nan")
-            best_value = best.metric(row.name)
-            rows.append([row.label, _format(row.fmt, base_value), _format(row.fmt, best_value),
-                         _change(base_value, best_value)])
+        for name, label, fmt in _rows(declared, objectives):
+            base_value = base.metric(name) if base else float("nan")
+            best_value = best.metric(name)
+            rows.append([label, _format(fmt, base_value), _format(fmt, best_value), _change(base_value, best_value)])
         lines += ["", table(rows), ""]
-        timing = f"; step times from {best.result['step_time_source']}" if "step_time_source" in best.result else ""
-        lines.append(f"best device: {best.result.get('device', 'n/a')}{timing}")
-    compile_total = sum(r.metric("compile_s") for r in records if math.isfinite(r.metric("compile_s")))
-    lines.append(f"compile time, all trials: {compile_total:.1f} s")
-    lines.append(f"mean overhead per trial (wall time outside the measured loop: start-up, imports, compile, checks): "
-                 f"{_format('{:.2f}', mean_overhead_s(records))} s")
+        if "device" in best.result:
+            timing = f"; step times from {best.result['step_time_source']}" if "step_time_source" in best.result else ""
+            lines.append(f"best device: {best.result['device']}{timing}")
+    if len(objectives) > 1:
+        lines += ([""] if lines[-1] else []) + _pareto_lines(records, objectives, knobs, declared)
+    compiled = [r.metric("compile_s") for r in records if math.isfinite(r.metric("compile_s"))]
+    if compiled:
+        lines.append(f"compile time, all trials: {sum(compiled):.1f} s")
+    overhead = mean_overhead_s(records)
+    if math.isfinite(overhead):  # the trainable reported its loop's time (loop_s)
+        lines.append("mean overhead per trial (wall time outside the measured loop: start-up, imports, compile, "
+                     f"checks): {overhead:.2f} s")
     lines.append(cost_note)
     lines.append(f"results: {ui_command}")
     return "\n".join(lines)
+
+
+def _rows(metrics: MetricSet, objectives: Sequence[tuple[str, str]]) -> list[tuple[str, str, str]]:
+    """(name, label, format) of the table's figures: every summarised metric, then any
+    objective the declaration leaves out of the summary (an objective is always shown)."""
+    rows = [(m.name, m.label, m.fmt) for m in metrics.summarised]
+    for name, _ in objectives:
+        if name not in (row[0] for row in rows):
+            fmt = metrics[name].fmt if name in metrics.names else "{:.4g}"
+            rows.append((name, name, fmt))
+    return rows
+
+
+def _pareto_lines(records: Sequence[TrialRecord], objectives: Sequence[tuple[str, str]], knobs: Sequence[str],
+                  metrics: MetricSet) -> list[str]:
+    front = pareto_set(records, objectives)
+    said = ", ".join(f"{mode} {name}" for name, mode in objectives)
+    if not front:
+        return [f"Pareto set ({said}): no trial measured every objective", ""]
+    formats = {name: metrics[name].fmt if name in metrics.names else "{:.4g}" for name, _ in objectives}
+    rows = [["trial", *knobs, *(name for name, _ in objectives)]]
+    for record in front:
+        rows.append([f"{record.number}{' (baseline)' if record.is_baseline else ''}",
+                     *(str(record.config.get(knob, "")) for knob in knobs),
+                     *(_format(formats[name], record.metric(name)) for name, _ in objectives)])
+    return [f"Pareto set ({said}): {len(front)} trial(s) no other trial beats on every objective", "",
+            table(rows), ""]

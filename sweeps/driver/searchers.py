@@ -5,6 +5,8 @@ class must be importable by name."""
 
 from ray.tune.search.optuna import OptunaSearch
 
+__all__ = ["FailureAwareOptunaSearch"]
+
 
 class FailureAwareOptunaSearch(OptunaSearch):
     """A trial that reported its own failure (trainables.failures.run_isolated) is a

@@ -12,7 +12,8 @@ values. It is sampled here (cheaply, without running anything) to list its knobs
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Optional, Union
+import contextlib
+from typing import Any, Callable, Iterator, Mapping, Optional, Union
 
 import optuna
 from optuna.distributions import (BaseDistribution, CategoricalDistribution, FloatDistribution,
@@ -20,12 +21,24 @@ from optuna.distributions import (BaseDistribution, CategoricalDistribution, Flo
 
 from accelsweep.trainables.errors import ConfigError
 
-optuna.logging.set_verbosity(optuna.logging.WARNING)
+__all__ = ["DefineByRun", "SearchSpace", "SpaceSpec", "describe_distribution", "quiet_optuna"]
 
 DefineByRun = Callable[[optuna.Trial], Optional[Mapping[str, Any]]]
 SpaceSpec = Union[DefineByRun, Mapping[str, Any]]
 
 INTROSPECTION_SAMPLES = 128
+
+
+@contextlib.contextmanager
+def quiet_optuna() -> Iterator[None]:
+    """Optuna logs each study it creates (one per sampling here, one per sweep) at INFO:
+    warnings only while inside, the caller's verbosity again after."""
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        yield
+    finally:
+        optuna.logging.set_verbosity(verbosity)
 
 
 def _suggest(trial: optuna.Trial, name: str, distribution: BaseDistribution) -> Any:
@@ -103,7 +116,8 @@ class SearchSpace:
 
     def sample(self, count: int, seed: int) -> list[dict[str, Any]]:
         """``count`` random points from the space, as the values a trial would receive."""
-        study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed))
+        with quiet_optuna():
+            study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed))
         points = []
         for _ in range(count):
             trial = study.ask()

@@ -1,0 +1,369 @@
+"""The driver's public API as a user meets it: a trainable and config of one's own, its
+declared metrics, several objectives and their Pareto set, early stopping that does not
+rank by one objective alone, and run_sweep called again and again in one process (Ray
+and the process-wide settings left as they were found)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import pickle
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import optuna
+import pytest
+
+from accelsweep.sweeps.driver.api import Objective, Sweep, SweepConfig, declare_metrics, plan_sweep
+from accelsweep.sweeps.driver.callbacks import TrialRecord
+from accelsweep.sweeps.driver.report import best_record, pareto_set, summary
+from accelsweep.trainables.errors import ConfigError
+from accelsweep.trainables.metrics import Metric, MetricSet
+from tests.conftest import REPO
+
+
+@dataclass(frozen=True)
+class TinyConfig(SweepConfig):
+    knob: int = 1
+    windows: int = 2
+
+
+TINY_METRICS = MetricSet(
+    metrics=(Metric("score", "points", "max", label="score", fmt="{:.1f}", curve=True, progress="score {:.1f}"),
+             Metric("spend", "units", "min", progress="spend {:.1f}")),  # no label: still a row, as an objective
+    headline=("score", "spend"),
+)
+
+
+@declare_metrics(TINY_METRICS)
+def tiny_trainable(searched, base, cost=None):
+    """A user's own trainable: more knob scores more and spends more."""
+    from ray import tune
+
+    config = TinyConfig.from_dict({**base, **searched})
+    for window in range(config.windows):
+        tune.report({"score": float(config.knob * (window + 1)), "spend": float(config.knob ** 2)})
+
+
+def knob_space(trial):
+    trial.suggest_categorical("knob", [1, 2, 3])
+
+
+def tiny_sweep(name, tracking_uri, storage_path, **options):
+    options = {"objectives": [Objective("score", "max")], "num_samples": 2, **options}
+    return Sweep(name=name, trainable=tiny_trainable, base=TinyConfig(), space=knob_space,
+                 tracking_uri=tracking_uri, storage_path=storage_path, **options)
+
+
+class BareConfig:
+    """The protocol and nothing more: no cpus_per_worker, no workers, no dataclass."""
+
+    def __init__(self, platform="cpu", knob=1):
+        self.platform, self.knob = platform, knob
+
+    def to_dict(self):
+        return {"platform": self.platform, "knob": self.knob}
+
+    @classmethod
+    def from_dict(cls, values):
+        if values.get("knob") not in (1, 2, 3):
+            raise ConfigError("knob", "one of 1, 2, 3", values.get("knob"))
+        return cls(**values)
+
+
+def plan(trainable=tiny_trainable, base=None, **options):
+    options.setdefault("objectives", [Objective("score", "max")])
+    return plan_sweep(Sweep(name="api", trainable=trainable, base=base or TinyConfig(), space=knob_space, **options))
+
+
+# ---- checked before anything starts -------------------------------------------------
+
+def test_a_trainable_that_cannot_be_called_as_trials_call_it_is_refused():
+    def takes_a_config(config):
+        pass
+
+    with pytest.raises(ConfigError, match=re.escape(
+            "trainable must be a function trainable(searched, base=..., cost=...) that reports through "
+            "ray.tune.report; got 'takes_a_config(config)'. It cannot be called as")):
+        plan(declare_metrics(TINY_METRICS)(takes_a_config))
+    with pytest.raises(ConfigError, match="^trainable must be"):
+        plan(trainable="tiny_trainable")
+    plan(declare_metrics(TINY_METRICS)(lambda searched, **parameters: None))  # anything that binds
+
+
+def test_a_trainable_must_declare_its_metrics():
+    def undeclared(searched, base, cost=None):
+        pass
+
+    with pytest.raises(ConfigError, match=r"^metrics must be the MetricSet of what the trainable reports; got None\. "
+                                          r"Trainable undeclared declares none: decorate it with declare_metrics"):
+        plan(undeclared)
+    plan(undeclared, metrics=TINY_METRICS)  # or the sweep says it
+    by_base = declare_metrics(lambda base: TINY_METRICS.replace("score", label=f"score on {base.platform}"))
+    assert plan(by_base(undeclared)).metrics["score"].label == "score on cpu"  # a function of the base config
+
+
+def test_an_objective_is_checked_against_the_declared_metrics():
+    with pytest.raises(ConfigError, match=r"^objective metric must be one of score, spend; got 'scor'\."):
+        plan(objectives=[Objective("scor", "max")])
+    with pytest.raises(ConfigError, match=r"^objective mode for spend must be 'min'; got 'max'"):
+        plan(objectives=[Objective("score", "max"), Objective("spend", "max")])
+    with pytest.raises(ConfigError, match=r"^objectives must be one per metric; got \['score'\]"):
+        plan(objectives=[Objective("score", "max"), Objective("score", "max")])
+
+
+def test_a_config_without_resource_fields_is_planned_and_sized():
+    from accelsweep.sweeps.driver.api import _trial_resources
+    from accelsweep.sweeps.driver.preflight import check_fits_locally
+
+    bare = plan(base=BareConfig())
+    assert bare.resources_of(bare.baseline_point) == {"CPU": 1}
+    assert _trial_resources(bare.config_for, {}, {"knob": 2}) == {"CPU": 1}
+    check_fits_locally(bare, local={"CPU": 1})
+    assert "resources per trial: {'CPU': 1}" in bare.describe()
+    # The platforms read their own knobs too (a GPU's accelerator type): their defaults.
+    on_gpu = plan(base=BareConfig(platform="cuda"))
+    assert on_gpu.resources_of(on_gpu.baseline_point) == {"CPU": 1, "GPU": 1}
+    assert on_gpu.trial_env(on_gpu.baseline_point) == {}
+    tpu = plan(base=BareConfig(platform="tpu"))
+    assert tpu.trial_env(tpu.baseline_point) == {"PJRT_DEVICE": "TPU"}  # what any TPU process needs
+
+
+def test_a_config_that_breaks_the_protocol_is_refused_by_name():
+    protocol = ("base must be a config with .platform (a platform name), .to_dict() (a flat dict) and a classmethod "
+                "from_dict(dict) that validates it (e.g. a SweepConfig subclass)")
+    with pytest.raises(ConfigError, match=re.escape(f"{protocol}; got 'dict'. It has no platform, to_dict(), "
+                                                    "from_dict().")):
+        plan(base={"platform": "cpu", "knob": 1})
+
+    class Nested(BareConfig):
+        def to_dict(self):
+            return {"platform": self.platform, "knob": self.knob, "extra": {"a": 1}}
+
+    with pytest.raises(ConfigError, match=re.escape("Its to_dict() is not flat: extra hold dicts")):
+        plan(base=Nested())
+
+    class NoRoundTrip(BareConfig):
+        def to_dict(self):  # a field its from_dict cannot take back
+            return {**super().to_dict(), "label": "x"}
+
+    with pytest.raises(ConfigError, match=re.escape(
+            "got 'NoRoundTrip'. NoRoundTrip.from_dict(base.to_dict()) raised TypeError: ")):
+        plan(base=NoRoundTrip())
+    with pytest.raises(ConfigError, match=r"^platform must be one of cpu, .*; got 'gpu'"):
+        plan(base=BareConfig(platform="gpu"))
+    with pytest.raises(ConfigError, match=r"^cpus_per_worker must be an integer >= 1; got 0"):
+        TinyConfig(cpus_per_worker=0)
+    with pytest.raises(ConfigError, match=r"^config key must be one of cpus_per_worker, knob, platform, windows, "
+                                          r"workers; got 'knbo'"):
+        TinyConfig.from_dict({"knbo": 2})
+
+
+# ---- ranking: the declared metrics and the objectives, whatever they are called ----
+
+def record(number, score, spend, status="finished", **result):
+    return TrialRecord(number, f"t{number}", {"knob": number}, {"knob": number}, {}, number == 1, 0.0,
+                       status=status, result={"score": score, "spend": spend, **result}, measured_by="score")
+
+
+BOTH = [("score", "max"), ("spend", "min")]
+
+
+def test_a_users_own_metric_ranks_trials():
+    records = [record(1, 1.0, 1.0), record(2, 4.0, 4.0), record(3, float("nan"), 0.0)]
+    assert best_record(records, "score", "max").number == 2
+    assert records[0].has_measurement and not records[2].has_measurement  # NaN: not measured
+    failed = record(4, 9.0, 0.1, status="failed")
+    assert not failed.has_measurement and best_record([*records, failed], "score", "max").number == 2
+    text = summary("s", records, "score", "max", ["knob"], "", "", 1.0, metrics=TINY_METRICS, objectives=BOTH)
+    assert re.search(r"^score +1\.0 +4\.0 +\+300\.0%$", text, re.M)
+    assert re.search(r"^spend +1 +4 +\+300\.0%$", text, re.M)  # an objective is a row though not summarised
+    assert "No trial produced" not in text and "best device" not in text and "mean overhead" not in text
+
+
+def test_the_pareto_set_is_every_measured_trial_none_beats_on_all_objectives():
+    records = [record(1, 1.0, 1.0), record(2, 4.0, 4.0), record(3, 3.0, 5.0),  # 3: 2 beats it on both
+               record(4, 0.5, 0.5), record(5, 2.0, 1.0), record(6, 2.0, 1.0),  # 5 and 6 tie: neither beats the other
+               record(7, 9.0, 0.1, status="failed"), record(8, 8.0, float("nan")),
+               record(9, 9.0, 0.1, interpreted=1)]  # checked, not ranked
+    assert [r.number for r in pareto_set(records, BOTH)] == [2, 5, 6, 4]  # best first by the first objective
+    assert [r.number for r in pareto_set(records, [("score", "max")])] == [8]  # measured on score alone
+    text = summary("s", records, "score", "max", ["knob"], "", "", 1.0, metrics=TINY_METRICS, objectives=BOTH)
+    assert "Pareto set (max score, min spend): 4 trial(s) no other trial beats on every objective" in text
+    assert re.search(r"^trial +knob +score +spend$", text, re.M) and re.search(r"^4 +4 +0\.5 +0\.5$", text, re.M)
+    alone = summary("s", records, "score", "max", ["knob"], "", "", 1.0, metrics=TINY_METRICS)
+    assert "Pareto" not in alone
+
+
+def test_pareto_stopping_stops_a_trial_only_when_most_beat_it_on_every_objective():
+    from ray.tune.schedulers import TrialScheduler
+
+    from accelsweep.sweeps.driver.schedulers import ParetoStoppingRule
+
+    rule = ParetoStoppingRule(BOTH, max_t=4)
+    assert rule.rungs == [1, 2]
+
+    def at(trial, t, score, spend):
+        return rule.decide(trial, {"training_iteration": t, "score": score, "spend": spend})
+
+    assert at("a", 1, 2.0, 2.0) == TrialScheduler.CONTINUE  # too few to compare with
+    assert at("b", 1, 3.0, 1.0) == TrialScheduler.CONTINUE
+    assert at("c", 1, 1.0, 3.0) == TrialScheduler.STOP  # a and b both beat it on score and spend
+    # Worst on the first objective, best on the second: ASHA on score would stop it.
+    assert at("d", 1, 0.1, 0.1) == TrialScheduler.CONTINUE
+    assert at("e", 1, 2.5, 2.5) == TrialScheduler.CONTINUE  # b beats it, a and d do not: not a majority
+    assert at("f", 3, 0.0, 9.0) == TrialScheduler.CONTINUE  # not a rung
+    assert at("g", 1, float("nan"), 1.0) == TrialScheduler.CONTINUE  # its failure ends it, not the rule
+    assert at("h", 2, 0.0, 9.0) == TrialScheduler.CONTINUE  # alone at rung 2
+    restored = pickle.loads(pickle.dumps(rule))  # Tune saves it with the experiment
+    assert restored.decide("c2", {"training_iteration": 1, "score": 0.0, "spend": 9.0}) == TrialScheduler.STOP
+
+
+def test_several_objectives_get_the_pareto_rule_one_gets_asha():
+    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+
+    from accelsweep.sweeps.driver.api import _scheduler
+    from accelsweep.sweeps.driver.schedulers import ParetoStoppingRule
+
+    assert isinstance(_scheduler(plan()), ASHAScheduler)
+    both = plan(objectives=[Objective(*o) for o in BOTH])
+    assert isinstance(_scheduler(both), ParetoStoppingRule) and "Pareto rule" in both.describe()
+    assert type(_scheduler(plan(base=TinyConfig(windows=1), objectives=[Objective(*o) for o in BOTH]))) is \
+        FIFOScheduler  # one report: nothing to stop early
+
+
+# ---- process-wide settings and Ray ---------------------------------------------------
+
+def test_sweep_settings_are_put_back(monkeypatch):
+    from accelsweep.sweeps.driver.api import sweep_settings
+
+    monkeypatch.delenv("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", raising=False)
+    monkeypatch.setenv("TUNE_GLOBAL_CHECKPOINT_S", "60")  # the caller's own
+    analysis = logging.getLogger("ray.tune.analysis.experiment_analysis")
+    level, verbosity = analysis.level, optuna.logging.get_verbosity()
+    with pytest.raises(RuntimeError):
+        with sweep_settings():
+            assert os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] == "1"
+            assert os.environ["TUNE_GLOBAL_CHECKPOINT_S"] == "60"
+            assert analysis.level == logging.ERROR and optuna.logging.get_verbosity() == optuna.logging.WARNING
+            raise RuntimeError("a sweep that fails puts them back too")
+    assert "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS" not in os.environ
+    assert os.environ["TUNE_GLOBAL_CHECKPOINT_S"] == "60"
+    assert analysis.level == level and optuna.logging.get_verbosity() == verbosity
+
+
+def test_an_address_other_than_the_running_instances_is_refused():
+    from accelsweep.sweeps.driver.preflight import check_running_ray
+
+    running = "10.1.2.3:6379"
+    for same in (None, "local", "auto", "10.1.2.3:6379", "ray://10.1.2.3:10001"):
+        check_running_ray(same, running)
+    with pytest.raises(ConfigError, match=re.escape(
+            "address must be the address of the Ray instance this process is connected to (10.1.2.3:6379), or "
+            "auto; got '10.1.2.3:6380'. Ray is initialised already in this process, at 10.1.2.3:6379")):
+        check_running_ray("10.1.2.3:6380", running)
+    with pytest.raises(ConfigError, match="got '10.9.9.9:6379'"):
+        check_running_ray("10.9.9.9:6379", running)
+    # A local instance reports this machine's address; 127.0.0.1 and localhost name it too.
+    import ray.util
+
+    here = f"{ray.util.get_node_ip_address()}:6379"
+    for same in ("127.0.0.1:6379", "localhost:6379"):
+        check_running_ray(same, here)
+
+
+def test_preflight_refuses_a_mismatched_address_before_anything_starts(monkeypatch, tmp_path):
+    import ray
+
+    from accelsweep.sweeps.driver.api import run_sweep
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: True)
+    monkeypatch.setattr(ray, "get_runtime_context", lambda: SimpleNamespace(gcs_address="10.1.2.3:6379"))
+    store = tmp_path / "mlflow.db"
+    with pytest.raises(ConfigError, match=r"^address must be the address of the Ray instance"):
+        run_sweep(tiny_sweep("api", f"sqlite:///{store}", str(tmp_path / "ray"), address="10.1.2.4:6379"))
+    assert not store.exists() and not (tmp_path / "ray").exists()
+
+
+# ---- run_sweep again and again in one process -----------------------------------------
+
+NOTEBOOK = """
+import json, os, sys
+import ray, ray.cloudpickle
+import tests.test_driver_api as here
+from accelsweep.sweeps.driver.api import Objective, run_sweep
+from accelsweep.trainables.errors import ConfigError
+
+ray.cloudpickle.register_pickle_by_value(here)  # Ray's workers cannot import tests/
+os.environ.pop("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", None)  # as a user's process has it (conftest sets it)
+tmp, seen = sys.argv[1], {}
+figures = {"given_before": 1.0}
+first = here.tiny_sweep("first", f"sqlite:///{tmp}/first.db", f"{tmp}/ray", parent_metrics=figures,
+                        before_trials=lambda plan: {"measured_before": 2.0}, print_line=lambda line: None)
+result = run_sweep(first)
+seen["first"] = [result.parent_run_id, [r.run_id for r in result.records], result.best.number, result.tracking_uri]
+seen["ray_after_first"] = ray.is_initialized()
+seen["env_after_first"] = os.environ.get("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS")
+seen["parent_metrics_after"] = first.parent_metrics
+result = run_sweep(here.tiny_sweep("second", f"sqlite:///{tmp}/second.db", f"{tmp}/ray",
+                                   objectives=[Objective("score", "max"), Objective("spend", "min")]))
+seen["second"] = [result.parent_run_id, [r.run_id for r in result.records], result.best.number, result.tracking_uri]
+seen["second_pareto"] = [r.number for r in result.pareto]
+seen["ray_after_second"] = ray.is_initialized()
+ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)  # the caller's own instance
+try:
+    run_sweep(here.tiny_sweep("third", f"sqlite:///{tmp}/third.db", f"{tmp}/ray", address="127.0.0.1:1"))
+except ConfigError as error:
+    seen["mismatch"] = str(error)
+result = run_sweep(here.tiny_sweep("third", f"sqlite:///{tmp}/third.db", f"{tmp}/ray", num_samples=1))
+seen["third_trials"] = len(result.records)
+seen["ray_after_callers"] = ray.is_initialized()
+print("SEEN " + json.dumps(seen))
+"""
+
+
+def mlflow_runs(tracking_uri, experiment):
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    runs = client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    return parents, children
+
+
+@pytest.mark.slow
+def test_run_sweep_twice_in_one_process_leaves_two_sweeps_and_no_ray_of_its_own(tmp_path):
+    done = subprocess.run([sys.executable, "-c", NOTEBOOK, str(tmp_path)], cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": REPO},
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    seen = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("SEEN "))[5:])
+    for name in ("first", "second"):
+        parent_run_id, trial_run_ids, best, uri = seen[name]
+        assert uri == f"sqlite:///{tmp_path}/{name}.db" and best in (1, 2)
+        parents, children = mlflow_runs(uri, name)
+        assert [p.info.run_id for p in parents] == [parent_run_id]
+        assert sorted(c.info.run_id for c in children) == sorted(trial_run_ids) and len(children) == 2
+        assert all(c.data.tags["mlflow.parentRunId"] == parent_run_id for c in children)
+        assert all(c.data.metrics["score"] > 0 for c in children)  # the user's own metric, logged
+        assert math.isfinite(parents[0].data.metrics["best_score"])
+    first_parent = mlflow_runs(seen["first"][3], "first")[0][0]
+    assert first_parent.data.metrics["given_before"] == 1.0 and first_parent.data.metrics["measured_before"] == 2.0
+    assert seen["parent_metrics_after"] == {"given_before": 1.0}  # the caller's Sweep is not changed
+    second_parent = mlflow_runs(seen["second"][3], "second")[0][0]
+    assert {"best_score", "best_spend", "pareto_trials"} <= set(second_parent.data.metrics)
+    assert seen["second_pareto"]
+    # Ray started by a sweep is gone when it returns; the settings it needed too (Tune's
+    # own loggers are on again for the user's own Tune runs).
+    assert seen["ray_after_first"] is False and seen["ray_after_second"] is False
+    assert seen["env_after_first"] is None
+    # The caller's own Ray: an address that is not its own is refused, and it is left running.
+    assert "address must be the address of the Ray instance this process is connected to" in seen["mismatch"]
+    assert "got '127.0.0.1:1'" in seen["mismatch"]
+    assert seen["third_trials"] == 1 and seen["ray_after_callers"] is True

@@ -1,0 +1,92 @@
+"""The examples/ scripts, as a user from another team would write them: the public API
+only (names the README documents), under 60 lines each, and they run end to end in
+smoke mode, logging to MLflow the way the built-in studies do."""
+
+import ast
+import importlib
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
+README = (ROOT / "README.md").read_text()
+# The modules whose __all__ is the public API (README: "Write your own sweep").
+PUBLIC_MODULES = (
+    "accelsweep.sweeps.driver.api", "accelsweep.sweeps.driver.cli", "accelsweep.sweeps.driver.kernel_sweep",
+    "accelsweep.trainables.workload", "accelsweep.trainables.config", "accelsweep.trainables.trainable",
+    "accelsweep.trainables.metrics", "accelsweep.trainables.errors", "accelsweep.trainables.measure",
+    "accelsweep.trainables.microbench", "accelsweep.kernels.registry",
+)
+
+
+def _public_section() -> str:
+    start = README.index("## Write your own sweep")
+    return README[start:README.index("\n## ", start + 1)]
+
+
+def accelsweep_imports(path: Path) -> list[tuple[str, str]]:
+    """(module, name) for every accelsweep name the file imports; ``import accelsweep...``
+    is refused outright (it reaches everything, public or not)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            assert not any(a.name.startswith("accelsweep") for a in node.names), f"{path.name}: use from-imports"
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("accelsweep"):
+            found += [(node.module, alias.name) for alias in node.names]
+    return found
+
+
+def test_there_are_three_examples():
+    assert {p.stem for p in EXAMPLES} == {"user_model", "user_trainable", "user_kernel_op"}
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_an_example_imports_only_documented_public_names(path):
+    section = _public_section()
+    imports = accelsweep_imports(path)
+    assert imports, f"{path.name} imports nothing of accelsweep"
+    for module, name in imports:
+        assert module in PUBLIC_MODULES, f"{path.name}: {module} is not a public module"
+        assert name in importlib.import_module(module).__all__, f"{path.name}: {module}.{name} is not public"
+        assert f"`{module}`" in section and re.search(rf"\b{name}\b", section), \
+            f"{path.name}: {module}.{name} is not documented in the README's 'Write your own sweep'"
+    assert len(path.read_text().splitlines()) < 60, f"{path.name} is 60 lines or more"
+
+
+def test_the_import_check_finds_a_private_name(tmp_path):
+    script = tmp_path / "private.py"
+    script.write_text("from accelsweep.trainables.train_loop import _Trial\nimport accelsweep.kernels\n")
+    with pytest.raises(AssertionError, match="use from-imports"):
+        accelsweep_imports(script)
+    script.write_text("from accelsweep.trainables.train_loop import _Trial\n")
+    assert accelsweep_imports(script) == [("accelsweep.trainables.train_loop", "_Trial")]
+    assert "accelsweep.trainables.train_loop" not in PUBLIC_MODULES
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_an_example_runs_and_logs_like_a_built_in_study(path, tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "MLFLOW_DISABLE_TELEMETRY": "true"}
+    run = subprocess.run([sys.executable, str(path), "--smoke", "--platform", "cpu", "--tracking-uri", uri,
+                          "--storage-path", str(tmp_path / "ray")],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=420)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "No trial produced a measurement" not in run.stdout
+    client = MlflowClient(uri)
+    [experiment] = [e for e in client.search_experiments() if e.name != "Default"]
+    runs = client.search_runs([experiment.experiment_id])
+    [parent] = [r for r in runs if r.data.tags.get("kind") == "sweep"]
+    trials = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    assert parent.info.status == "FINISHED" and len(trials) >= 2
+    for trial in trials:  # each trial: finished, its config as params, measured figures as metrics
+        assert trial.info.status == "FINISHED", trial.data.tags.get("error")
+        assert trial.data.params and trial.data.metrics
+    assert parent.data.tags["best_trial"] != "none"
