@@ -30,6 +30,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from accelsweep.sweeps.driver.api import Objective, Sweep, plan_sweep, run_sweep
 from accelsweep.sweeps.driver.cli import common_parser, main_guard, platform_from_args, sweep_options
+from accelsweep.sweeps.driver.kernel_sweep import SMOKE_MEASUREMENT
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.metrics import KERNEL_METRICS
 from accelsweep.trainables.microbench import KernelConfig, kernel_trainable
@@ -90,7 +91,7 @@ def build_sweep(args, shape: Optional[Mapping[str, int]], blocks: Mapping[str, S
     shape = shape or (TPU_SHAPE if platform == "tpu" else SHAPE)
     base = KernelConfig.make(op="matmul", impl=LIBRARY, platform=platform, dtype=args.dtype, seed=args.seed,
                              cpus_per_worker=os.cpu_count() or 1, **shape,
-                             **(dict(window_min_calls=5, window_min_s=0.1, windows=2) if args.smoke else {}))
+                             **(SMOKE_MEASUREMENT if args.smoke else {}))
     refuse_invalid_blocks(base, blocks)
     interpreted = platform in kernel.interpreted_on
     note = (f"{platform}, {args.dtype}, m x k x n = {shape['m']} x {shape['k']} x {shape['n']}: trial 1 is {LIBRARY}, "

@@ -194,7 +194,7 @@ def test_the_pareto_set_is_every_measured_trial_none_beats_on_all_objectives():
     assert [r.number for r in pareto_set(records, BOTH)] == [2, 5, 6, 4]  # best first by the first objective
     assert [r.number for r in pareto_set(records, [("score", "max")])] == [8]  # measured on score alone
     text = summary("s", records, "score", "max", ["knob"], "", "", 1.0, metrics=TINY_METRICS, objectives=BOTH)
-    assert "Pareto set (max score, min spend): 4 trial(s) no other trial beats on every objective" in text
+    assert "Pareto set (max score, min spend): 4 trial(s) no other trial dominates" in text
     assert re.search(r"^trial +knob +score +spend$", text, re.M) and re.search(r"^4 +4 +0\.5 +0\.5$", text, re.M)
     alone = summary("s", records, "score", "max", ["knob"], "", "", 1.0, metrics=TINY_METRICS)
     assert "Pareto" not in alone
@@ -320,8 +320,9 @@ try:
     run_sweep(here.tiny_sweep("third", f"sqlite:///{tmp}/third.db", f"{tmp}/ray", address="127.0.0.1:1"))
 except ConfigError as error:
     seen["mismatch"] = str(error)
-result = run_sweep(here.tiny_sweep("third", f"sqlite:///{tmp}/third.db", f"{tmp}/ray", num_samples=1))
-seen["third_trials"] = len(result.records)
+# The same store and experiment as the first sweep: its own parent run, its own trial.
+result = run_sweep(here.tiny_sweep("first", f"sqlite:///{tmp}/first.db", f"{tmp}/ray", num_samples=1))
+seen["third"] = [result.parent_run_id, [r.run_id for r in result.records]]
 seen["ray_after_callers"] = ray.is_initialized()
 print("SEEN " + json.dumps(seen))
 """
@@ -344,16 +345,22 @@ def test_run_sweep_twice_in_one_process_leaves_two_sweeps_and_no_ray_of_its_own(
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     seen = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("SEEN "))[5:])
+    # The third sweep shares the first's store and experiment: each parent run must still
+    # hold exactly its own trials.
+    sweeps = {"first": seen["first"][:2], "second": seen["second"][:2], "third": seen["third"]}
+    for name, store in (("first", "first"), ("second", "second"), ("third", "first")):
+        parent_run_id, trial_run_ids = sweeps[name]
+        parents, children = mlflow_runs(f"sqlite:///{tmp_path}/{store}.db", store)
+        assert parent_run_id in [p.info.run_id for p in parents]
+        own = [c for c in children if c.data.tags["mlflow.parentRunId"] == parent_run_id]
+        assert sorted(c.info.run_id for c in own) == sorted(trial_run_ids)
+        assert len(own) == (1 if name == "third" else 2)
+        assert all(c.data.metrics["score"] > 0 for c in own)  # the user's own metric, logged
+    assert len(mlflow_runs(f"sqlite:///{tmp_path}/first.db", "first")[0]) == 2  # two sweeps, one experiment
     for name in ("first", "second"):
-        parent_run_id, trial_run_ids, best, uri = seen[name]
-        assert uri == f"sqlite:///{tmp_path}/{name}.db" and best in (1, 2)
-        parents, children = mlflow_runs(uri, name)
-        assert [p.info.run_id for p in parents] == [parent_run_id]
-        assert sorted(c.info.run_id for c in children) == sorted(trial_run_ids) and len(children) == 2
-        assert all(c.data.tags["mlflow.parentRunId"] == parent_run_id for c in children)
-        assert all(c.data.metrics["score"] > 0 for c in children)  # the user's own metric, logged
-        assert math.isfinite(parents[0].data.metrics["best_score"])
-    first_parent = mlflow_runs(seen["first"][3], "first")[0][0]
+        assert seen[name][3] == f"sqlite:///{tmp_path}/{name}.db" and seen[name][2] in (1, 2)
+    first_parent = next(p for p in mlflow_runs(seen["first"][3], "first")[0] if p.info.run_id == seen["first"][0])
+    assert math.isfinite(first_parent.data.metrics["best_score"])
     assert first_parent.data.metrics["given_before"] == 1.0 and first_parent.data.metrics["measured_before"] == 2.0
     assert seen["parent_metrics_after"] == {"given_before": 1.0}  # the caller's Sweep is not changed
     second_parent = mlflow_runs(seen["second"][3], "second")[0][0]
@@ -366,4 +373,4 @@ def test_run_sweep_twice_in_one_process_leaves_two_sweeps_and_no_ray_of_its_own(
     # The caller's own Ray: an address that is not its own is refused, and it is left running.
     assert "address must be the address of the Ray instance this process is connected to" in seen["mismatch"]
     assert "got '127.0.0.1:1'" in seen["mismatch"]
-    assert seen["third_trials"] == 1 and seen["ray_after_callers"] is True
+    assert seen["ray_after_callers"] is True

@@ -20,6 +20,7 @@ PUBLIC_MODULES = (
     "accelsweep.sweeps.driver.api", "accelsweep.sweeps.driver.cli", "accelsweep.sweeps.driver.kernel_sweep",
     "accelsweep.trainables.workload", "accelsweep.trainables.config", "accelsweep.trainables.trainable",
     "accelsweep.trainables.metrics", "accelsweep.trainables.errors", "accelsweep.trainables.measure",
+    "accelsweep.trainables.train_loop",
     "accelsweep.trainables.microbench", "accelsweep.kernels.registry",
 )
 
@@ -63,9 +64,12 @@ def test_the_import_check_finds_a_private_name(tmp_path):
     script.write_text("from accelsweep.trainables.train_loop import _Trial\nimport accelsweep.kernels\n")
     with pytest.raises(AssertionError, match="use from-imports"):
         accelsweep_imports(script)
-    script.write_text("from accelsweep.trainables.train_loop import _Trial\n")
-    assert accelsweep_imports(script) == [("accelsweep.trainables.train_loop", "_Trial")]
-    assert "accelsweep.trainables.train_loop" not in PUBLIC_MODULES
+    script.write_text("from accelsweep.trainables.failures import run_isolated\n"
+                      "from accelsweep.trainables.train_loop import _Trial\n")
+    imports = accelsweep_imports(script)
+    assert imports == [("accelsweep.trainables.failures", "run_isolated"), ("accelsweep.trainables.train_loop", "_Trial")]
+    assert "accelsweep.trainables.failures" not in PUBLIC_MODULES
+    assert "_Trial" not in importlib.import_module("accelsweep.trainables.train_loop").__all__
 
 
 @pytest.mark.slow
@@ -90,3 +94,6 @@ def test_an_example_runs_and_logs_like_a_built_in_study(path, tmp_path):
         assert trial.info.status == "FINISHED", trial.data.tags.get("error")
         assert trial.data.params and trial.data.metrics
     assert parent.data.tags["best_trial"] != "none"
+    if path.stem == "user_model":  # a workload's own unit: its throughput, and the unit as a tag
+        assert all(t.data.tags.get("unit") == "tokens" and t.data.metrics["throughput_tokens_per_s"] > 0
+                   for t in trials)

@@ -88,7 +88,7 @@ def test_a_short_dataset_runs_epoch_after_epoch():
 
 
 def test_a_dataset_shorter_than_a_batch_is_named():
-    with pytest.raises(ConfigError, match=r"batch_size must be at most the dataset's length \(2 items\); got 4"):
+    with pytest.raises(ConfigError, match=r"batch_size must be at most the dataset's length; got 4"):
         run_training(TrialConfig.make(workload=import_path(Tokens), items=2, **QUICK))
 
 
@@ -189,3 +189,38 @@ def test_the_loop_declares_the_metrics_of_the_workload_unit():
     assert declared.measurement == "throughput_tokens_per_s"
     assert {"throughput_samples_per_s", "usd_per_1m_tokens", "workload_memory_mb"} <= set(declared.names)
     assert train_trainable.metrics(TrialConfig.make()).measurement == "throughput_samples_per_s"
+
+
+class NumberedBatches(Workload):
+    """Batch k's targets are all k, and it counts k + 1 units: a count paired with the
+    wrong step shows in the measured total."""
+
+    unit = "items"
+
+    def build_model(self, config):
+        return torch.nn.Linear(8, 64)
+
+    def dataset(self, config, rank, world_size):
+        steps = 64
+        return torch.utils.data.TensorDataset(torch.randn(steps * config.batch_size, 8),
+                                              torch.arange(steps).repeat_interleave(config.batch_size))
+
+    def units(self, inputs, targets):
+        return int(targets[0]) + 1
+
+
+def test_units_stay_paired_with_their_steps_when_the_loader_runs_ahead(monkeypatch):
+    from accelsweep.trainables.platforms.cpu import CpuPlatform
+
+    def prefetching(self, loader, device, config):  # like torch-xla's MpDeviceLoader: batches read ahead
+        batches, ahead = iter(loader), []
+        while True:
+            while len(ahead) < 3:
+                ahead.append(next(batches))
+            yield ahead.pop(0)
+
+    monkeypatch.setattr(CpuPlatform, "device_batches", prefetching)
+    result = run_training(TrialConfig.make(workload=import_path(NumberedBatches), **QUICK))
+    # Step 0 warms up; steps 1..6 are measured, counting 2 + 3 + ... + 7 = 27 units in 6 batches.
+    assert result["measured_steps"] == 6
+    assert result["throughput_items_per_s"] / result["throughput_samples_per_s"] == pytest.approx(27 / (6 * 4))

@@ -55,7 +55,7 @@ class Metric:
 @dataclass(frozen=True)
 class MetricSet:
     """One trainable's metrics. ``headline``: the progress line's figures, in order; the
-    first says whether a trial measured anything at all (> 0: ``TrialRecord.has_measurement``)."""
+    first leads it (the sweep ranks by its objectives, not by the headline)."""
 
     metrics: tuple[Metric, ...]
     headline: tuple[str, ...]

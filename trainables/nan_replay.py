@@ -62,7 +62,8 @@ def show_replay(path: str, device: str = "cpu", out=sys.stdout) -> bool:
     capture = load_capture(path)
     config, step, captured = capture["config"], capture["step"], capture["non_finite_gradients"]
     print(f"capture: {os.path.abspath(path)}", file=out)
-    workload = load_workload(config["workload"]).describe(TrialConfig.from_dict(config))
+    trial_config = TrialConfig.from_dict(config)  # a capture from before workloads: the default one
+    workload = load_workload(trial_config.workload).describe(trial_config)
     print(f"trial: {workload} on {config['platform']} ({capture['device']}, torch {capture['torch_version']}), "
           f"precision {config['precision']}, torch_compile {config['torch_compile']}, seed {config['seed']}", file=out)
     print(f"captured at step {step} (0 = the trial's first step): loss {capture['loss']}, "

@@ -23,12 +23,15 @@ from typing import Callable, Optional
 from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.cost import usd_per_1m_samples
 from accelsweep.trainables.errors import ConfigError
-from accelsweep.trainables.failures import NonFiniteGradient, NonFiniteLoss  # noqa: F401 (part of the loop's API)
+from accelsweep.trainables.failures import NonFiniteGradient, NonFiniteLoss
 from accelsweep.trainables.measure import WindowStats, time_window, torch_compile_seconds
 from accelsweep.trainables.metrics import DRIVER_METRICS, TRAINING_METRICS
 from accelsweep.trainables.platforms import get_platform
 from accelsweep.trainables.precision import get_precision
 from accelsweep.trainables.workload import load_workload
+
+__all__ = ["NonFiniteGradient", "NonFiniteLoss", "run_training"]
+
 
 def run_training(config: TrialConfig, report: Optional[Callable[[dict], None]] = None,
                  usd_per_hour: float = float("nan"), capture_dir: Optional[str] = None) -> dict:
@@ -57,7 +60,9 @@ def _run_training(config: TrialConfig, report: Optional[Callable[[dict], None]],
     workload = load_workload(config.workload)
     device = platform.prepare(config)
     world = World.current()
-    for module in workload.imports:  # their code is not the workload's memory
+    # Code is not the workload's memory: its modules, and torch.compile's, load first (what
+    # the compiler allocates while it compiles still counts: a compiled trial's memory).
+    for module in workload.imports + (("torch._dynamo", "torch._inductor") if config.torch_compile != "none" else ()):
         importlib.import_module(module)
     # The workload's memory: the peak from here (model, optimizer state, activations,
     # batches) over what the process held before it.
@@ -163,8 +168,10 @@ class _Trial:
         trained = platform.distribute(self.model, device) if world.size > 1 else self.model
         self.forward = platform.compile(trained, config)
         dataset = workload.dataset(config, rank=world.rank, world_size=world.size)
+        # Persistent workers: a dataset shorter than the trial runs epoch after epoch, and
+        # a new epoch must not start new loader processes inside a timed window.
         loader = DataLoader(dataset, batch_size=config.batch_size, num_workers=config.num_workers,
-                            drop_last=True, persistent_workers=False)
+                            drop_last=True, persistent_workers=config.num_workers > 0)
         # Units (tokens, ...) are counted on the host as batches leave the loader, in step
         # order; each step takes its batch's count. A FIFO keeps them paired even when
         # the platform's loader runs ahead (torch-xla's MpDeviceLoader prefetches).
@@ -252,9 +259,8 @@ def _counted(loader, units: Callable, counts: collections.deque):
             batches += 1
             yield inputs, targets
         if batches == 0:
-            raise ConfigError("batch_size", f"at most the dataset's length ({len(loader.dataset)} items)",
-                              loader.batch_size, "The loop drops the last partial batch: a dataset shorter "
-                              "than one batch gives none.")
+            raise ConfigError("batch_size", "at most the dataset's length", loader.batch_size,
+                              "The loop drops the last partial batch: a dataset shorter than one batch gives none.")
 
 
 class _CompileClock:

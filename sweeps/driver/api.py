@@ -43,9 +43,10 @@ A sweep runs any trainable and config that keep this protocol (examples/user_tra
 
 Several objectives: ``SweepResult.best`` (and the summary's baseline-against-best table)
 is the best trial of the first objective; ``SweepResult.pareto`` and the summary's Pareto
-table hold every measured trial that no other beats on all objectives at once; the parent
+table hold every measured trial no other dominates (is at least as good on every objective
+and better on one); the parent
 run gets ``best_<metric>`` for each objective; early stopping stops a trial only when most
-trials at its rung beat it on every objective (``schedulers.ParetoStoppingRule``).
+trials at its rung dominate it (``schedulers.ParetoStoppingRule``).
 
 Ray: ``run_sweep`` uses the Ray instance this process has initialised (and leaves it
 running), or starts one and shuts it down before it returns, also on failure. An
@@ -198,7 +199,8 @@ class SweepResult:
     parent_run_id: str
     experiment_id: str
     summary: str
-    # Measured trials no other beats on every objective, best first by the first one.
+    # Measured trials no other dominates (as good on every objective, better on one),
+    # best first by the first objective.
     pareto: list[TrialRecord] = field(default_factory=list)
     tracking_uri: str = ""
     mean_overhead_s: float = float("nan")
@@ -491,7 +493,7 @@ def early_stopping(sweep: Sweep) -> str:
     if getattr(sweep.base, "windows", 1) < 2:
         return f"none ({sweep.scheduler} needs a config with windows >= 2: a trial reports once)"
     if len(sweep.objectives) > 1:
-        return "Pareto rule (several objectives: a trial stops when most at its rung beat it on all of them)"
+        return "Pareto rule (several objectives: a trial stops when most at its rung dominate it)"
     return sweep.scheduler
 
 

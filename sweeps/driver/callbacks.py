@@ -243,7 +243,7 @@ class SweepCallback(Callback):
         final["trial_cost_usd"] = trial_cost_usd(rate, record.wall_s)
         record.result.update(final)
         tags = {"status": status}
-        for key in ("device", "step_time_source"):
+        for key in ("device", "step_time_source", "unit"):
             if key in record.result:
                 tags[key] = str(record.result[key])
         if record.error:

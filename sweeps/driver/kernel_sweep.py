@@ -38,7 +38,7 @@ def build_kernel_sweep(op: str, shapes: Optional[Mapping[str, Sequence[int]]] = 
                        dtype: Optional[str] = None, options: Optional[Mapping[str, Any]] = None,
                        smoke: bool = False, measurement: Optional[Mapping[str, Any]] = None, seed: int = 0,
                        address: Optional[str] = None, dry_run: bool = False, name: Optional[str] = None,
-                       num_samples: Optional[int] = None, **sweep_options: Any) -> Sweep:
+                       num_samples: Optional[int] = None, **sweep_settings: Any) -> Sweep:
     """A grid sweep: every implementation of ``op`` that runs on ``platform``, at every
     combination of ``shapes``, each point checked against the op's reference, then timed.
 
@@ -54,7 +54,7 @@ def build_kernel_sweep(op: str, shapes: Optional[Mapping[str, Sequence[int]]] = 
       fields (warmup_calls, window_min_calls, window_min_s, windows), over either.
     - ``dry_run``: a plan only: implementation stacks are not imported, and a named
       platform need not be present.
-    - ``num_samples``: default every point of the grid once. ``sweep_options``: the rest of
+    - ``num_samples``: default every point of the grid once. ``sweep_settings``: the rest of
       ``Sweep``'s options (tracking_uri, storage_path, experiment, print_line, ...).
 
     Implementations that cannot run here (a dtype or option they lack, a stack not
@@ -92,7 +92,7 @@ def build_kernel_sweep(op: str, shapes: Optional[Mapping[str, Sequence[int]]] = 
         except KernelUnavailable as missing:
             impls.remove(implementation)
             skipped.append(f"skipping {implementation}: {missing}")
-    print_line = sweep_options.get("print_line") or print
+    print_line = sweep_settings.get("print_line") or print
     for line in skipped:
         print_line(line)
     if not impls:
@@ -117,7 +117,7 @@ def build_kernel_sweep(op: str, shapes: Optional[Mapping[str, Sequence[int]]] = 
     return Sweep(name=name or f"{spec.name}_kernels", trainable=kernel_trainable, base=base, space=space,
                  objectives=[Objective("latency_p50_s", "min")], sampler="grid", seed=seed, address=address,
                  num_samples=math.prod(len(c) for c in grid.values()) if num_samples is None else num_samples,
-                 **{**settings, **sweep_options})
+                 **{**settings, **sweep_settings})
 
 
 def _grid(shapes: Optional[Mapping[str, Sequence[int]]], spec) -> dict[str, list]:

@@ -174,5 +174,5 @@ def _pareto_lines(records: Sequence[TrialRecord], objectives: Sequence[tuple[str
         rows.append([f"{record.number}{' (baseline)' if record.is_baseline else ''}",
                      *(str(record.config.get(knob, "")) for knob in knobs),
                      *(_format(formats[name], record.metric(name)) for name, _ in objectives)])
-    return [f"Pareto set ({said}): {len(front)} trial(s) no other trial beats on every objective", "",
+    return [f"Pareto set ({said}): {len(front)} trial(s) no other trial dominates", "",
             table(rows), ""]

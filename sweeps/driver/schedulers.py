@@ -3,8 +3,8 @@
 ASHA and the median rule rank trials by one metric: with two objectives (maximise
 throughput, minimise $ per 1M samples) they would stop a cheap, slow trial for being
 slow, though it may be on the Pareto set. ``ParetoStoppingRule`` stops a trial at a rung
-only when most of the trials that reached that rung are better on every objective at
-once (they dominate it): no objective alone decides.
+only when most of the trials that reached that rung dominate it (are at least as good on
+every objective and better on one): no objective alone decides.
 
 A module of its own, because Tune pickles the scheduler with the experiment state: its
 class must be importable by name.

@@ -96,12 +96,14 @@ class CpuPlatform(Platform):
 
     def reset_peak_memory(self, device: "torch.device") -> None:
         # Linux: writing 5 to clear_refs resets VmHWM (peak RSS) for this process, so a
-        # reused trial process reports this trial's peak, not an earlier trial's.
+        # reused trial process reports this trial's peak, not an earlier trial's. Where it
+        # cannot (a sandbox without clear_refs), the peak is the process's lifetime one.
         try:
             with open("/proc/self/clear_refs", "w") as clear_refs:
                 clear_refs.write("5")
+            self._peak_was_reset = True
         except OSError:
-            pass
+            self._peak_was_reset = False
 
     def peak_memory_mb(self, device: "torch.device") -> float:
         # The process's peak RSS: torch, Ray and the interpreter (hundreds of MB) included;
@@ -112,6 +114,8 @@ class CpuPlatform(Platform):
             return float("nan")
 
     def memory_in_use_mb(self, device: "torch.device") -> float:
+        if not getattr(self, "_peak_was_reset", False):
+            return float("nan")  # a peak that may be an earlier trial's: no workload figure
         try:
             return _read_status_mb("VmRSS")
         except OSError:
