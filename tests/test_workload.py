@@ -94,9 +94,10 @@ def test_a_dataset_shorter_than_a_batch_is_named():
 
 def test_workload_memory_is_what_the_workload_allocates():
     result = run_training(TrialConfig.make(workload=import_path(BigModel), **QUICK))
-    # Weights, gradients and two AdamW moments: 4 x 64 MiB at least; the process's peak
-    # (torch, the interpreter) is more than that.
-    assert 256 <= result["workload_memory_mb"] < result["peak_memory_mb"]
+    # Weights, gradients and two AdamW moments: 4 x 64 MiB (less a little of the baseline
+    # the process may free meanwhile); the process's peak also holds torch and the
+    # interpreter, hundreds of MB more.
+    assert 0.9 * 256 <= result["workload_memory_mb"] <= result["peak_memory_mb"] - 300
 
 
 def test_a_bad_workload_knob_is_refused_with_field_allowed_and_value():
