@@ -9,6 +9,7 @@ import torch
 
 from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.errors import ConfigError
+from accelsweep.trainables.metrics import Metric
 from accelsweep.trainables.train_loop import run_training
 from accelsweep.trainables.workload import Workload, WorkloadKnobs, import_path, knob, load_workload
 
@@ -225,3 +226,60 @@ def test_units_stay_paired_with_their_steps_when_the_loader_runs_ahead(monkeypat
     # Step 0 warms up; steps 1..6 are measured, counting 2 + 3 + ... + 7 = 27 units in 6 batches.
     assert result["measured_steps"] == 6
     assert result["throughput_items_per_s"] / result["throughput_samples_per_s"] == pytest.approx(27 / (6 * 4))
+
+
+class PackedTokens(Workload):
+    """Inputs as a dict (tokens and a mask of the real ones); its own counts and figure
+    (the padding fraction); per-step work of its own (a running count of correct tokens)."""
+
+    unit = "tokens"
+    metrics = (Metric("padding_fraction", "", "min", label="padding fraction", fmt="{:.1%}"),)
+    steps_seen = 0
+
+    def build_model(self, config):
+        class Masked(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.inner = TokenModel(64, 16)
+
+            def forward(self, batch):
+                return self.inner(batch["tokens"] * batch["real"])
+
+        return Masked()
+
+    def dataset(self, config, rank, world_size):
+        tokens = torch.randint(1, 64, (64, 8))
+        real = (torch.arange(8) < 6).long().expand(64, 8)  # 6 real tokens of 8 in every row
+
+        class Rows(torch.utils.data.Dataset):
+            def __len__(self):
+                return 64
+
+            def __getitem__(self, index):
+                return {"tokens": tokens[index], "real": real[index]}, tokens[index]
+
+        return Rows()
+
+    def units(self, inputs, targets):
+        return int(inputs["real"].sum())
+
+    def count(self, inputs, targets):
+        return {"real": float(inputs["real"].sum()), "slots": float(inputs["real"].numel())}
+
+    def figures(self, totals):
+        return {"padding_fraction": 1 - totals["real"] / totals["slots"]}
+
+    def on_step(self, outputs, targets, loss):
+        PackedTokens.steps_seen += 1
+
+
+def test_dict_inputs_counts_figures_and_per_step_work_of_a_workload():
+    from accelsweep.trainables.trainable import train_trainable
+
+    config = TrialConfig.make(workload=import_path(PackedTokens), **QUICK)
+    PackedTokens.steps_seen = 0
+    result = run_training(config)
+    assert result["padding_fraction"] == pytest.approx(0.25)
+    assert result["throughput_tokens_per_s"] == pytest.approx(6 * result["throughput_samples_per_s"])
+    assert PackedTokens.steps_seen == 1 + result["measured_steps"]  # warm-up and measured steps
+    assert "padding_fraction" in train_trainable.metrics(config).names  # declared: summary, MLflow, objectives

@@ -17,6 +17,7 @@ from typing import Any, Optional
 
 import torch
 
+from accelsweep.trainables.batches import map_tensors
 from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.nan_capture import CAPTURE_FILE, load_capture, non_finite_gradients, set_rng_state
 from accelsweep.trainables.workload import load_workload
@@ -43,7 +44,7 @@ def replay(capture: dict[str, Any], device: str = "cpu") -> tuple[float, list[di
     optimizer = workload.optimizer(model.parameters(), config)
     optimizer.load_state_dict(capture["optimizer_state"])
     set_rng_state(capture["rng_state"], target)
-    inputs, targets = capture["inputs"].to(target), capture["targets"].to(target)
+    inputs, targets = (map_tensors(lambda tensor: tensor.to(target), capture[key]) for key in ("inputs", "targets"))
     optimizer.zero_grad(set_to_none=True)
     with get_platform(target.type).autocast(config):
         loss = workload.loss(model(inputs), targets)

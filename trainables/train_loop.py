@@ -18,8 +18,9 @@ import contextlib
 import importlib
 import math
 import time
-from typing import Callable, Optional
+from typing import Any, Callable, Mapping, Optional
 
+from accelsweep.trainables.batches import map_tensors
 from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.cost import usd_per_1m_samples
 from accelsweep.trainables.errors import ConfigError
@@ -28,7 +29,7 @@ from accelsweep.trainables.measure import WindowStats, time_window, torch_compil
 from accelsweep.trainables.metrics import DRIVER_METRICS, TRAINING_METRICS
 from accelsweep.trainables.platforms import get_platform
 from accelsweep.trainables.precision import get_precision
-from accelsweep.trainables.workload import load_workload
+from accelsweep.trainables.workload import Workload, load_workload
 
 __all__ = ["NonFiniteGradient", "NonFiniteLoss", "run_training"]
 
@@ -94,6 +95,7 @@ def _run_training(config: TrialConfig, report: Optional[Callable[[dict], None]],
     unit = workload.unit
     stats = WindowStats(samples_per_step=config.batch_size,
                         host_clock_times_steps=platform.host_clock_times_steps)
+    trial.counting = True  # the workload's counts cover the measured steps only
     for index in range(1, config.windows + 1):
         units_before = trial.units_done
         with trial.segment():  # its own work on entry and exit stays outside the window's timer
@@ -140,6 +142,7 @@ def _run_training(config: TrialConfig, report: Optional[Callable[[dict], None]],
             result[f"throughput_{unit}_per_s"] = unit_throughput
             result[f"window_throughput_{unit}_per_s"] = units / window.seconds
             result[f"usd_per_1m_{unit}"] = usd_per_1m_samples(usd_per_hour, unit_throughput)
+        result.update(_workload_figures(workload, trial.counts_done, result, world, device))
         if report is not None:
             report(result)
     return result
@@ -165,6 +168,8 @@ class _Trial:
         self.model.train()
         self.optimizer = workload.optimizer(self.model.parameters(), config)
         self.loss_function = workload.loss
+        # The workload's own per-step work, timed with the step (seed 003's per-step metrics).
+        self.on_step = workload.on_step if type(workload).on_step is not Workload.on_step else None
         trained = platform.distribute(self.model, device) if world.size > 1 else self.model
         self.forward = platform.compile(trained, config)
         dataset = workload.dataset(config, rank=world.rank, world_size=world.size)
@@ -172,12 +177,15 @@ class _Trial:
         # a new epoch must not start new loader processes inside a timed window.
         loader = DataLoader(dataset, batch_size=config.batch_size, num_workers=config.num_workers,
                             drop_last=True, persistent_workers=config.num_workers > 0)
-        # Units (tokens, ...) are counted on the host as batches leave the loader, in step
-        # order; each step takes its batch's count. A FIFO keeps them paired even when
-        # the platform's loader runs ahead (torch-xla's MpDeviceLoader prefetches).
-        self.unit_counts: collections.deque = collections.deque()
+        # Units (tokens, ...) and the workload's own counts are taken on the host as
+        # batches leave the loader, in step order; each step takes its batch's. A FIFO
+        # keeps them paired even when the platform's loader runs ahead (torch-xla's
+        # MpDeviceLoader prefetches).
+        self.batch_counts: collections.deque = collections.deque()
         self.units_done = 0
-        counted = _counted(loader, workload.units, self.unit_counts)
+        self.counts_done: collections.Counter = collections.Counter()  # the workload's, measured steps only
+        self.counting = False  # on from the first measured window
+        counted = _counted(loader, workload, self.batch_counts)
         self.batches = iter(platform.device_batches(counted, device, config))
         self.group = platform.steps_per_execution(config)  # steps per XLA execution (1 elsewhere)
         self.last_loss: list = []  # device tensor of the latest step's loss; read only after a sync
@@ -195,25 +203,37 @@ class _Trial:
         self.segment = self.nan_capture.segment
 
     def train_step(self, inputs, targets) -> None:
-        if inputs.is_floating_point():  # token ids and other integer inputs keep their type
-            inputs = inputs.to(dtype=self.input_dtype)
-        if inputs.dim() == 4:  # images: the platform's layout (channels_last on a CPU, ...)
-            inputs = inputs.to(memory_format=self.memory_format)
+        inputs = map_tensors(self._as_input, inputs)
         if self.nan_capture is not None:
             self.nan_capture.before_step(inputs, targets)
         self.optimizer.zero_grad(set_to_none=True)
         with self.platform.autocast(self.config):
-            loss = self.loss_function(self.forward(inputs), targets)
+            outputs = self.forward(inputs)
+            loss = self.loss_function(outputs, targets)
         loss.backward()
         if self.nan_capture is not None:
             # Before the optimizer step: the weights are still the ones this step started from.
             self.nan_capture.after_backward(loss)
         self.platform.optimizer_step(self.optimizer)
         self.last_loss[:] = [loss.detach()]
+        if self.on_step is not None:
+            self.on_step(outputs.detach(), targets, loss.detach())
+
+    def _as_input(self, value):
+        """One tensor of a batch's inputs as the model takes it: floating ones in the
+        precision's input dtype (token ids and other integers keep theirs), images in the
+        platform's layout (channels_last on a CPU, ...)."""
+        if not value.is_floating_point():
+            return value
+        value = value.to(dtype=self.input_dtype)
+        return value.to(memory_format=self.memory_format) if value.dim() == 4 else value
 
     def step(self) -> None:
         self.train_step(*next(self.batches))
-        self.units_done += self.unit_counts.popleft()
+        units, counts = self.batch_counts.popleft()
+        self.units_done += units
+        if self.counting:
+            self.counts_done.update(counts)
 
     def sync(self) -> None:
         self.platform.sync(self.device)
@@ -249,13 +269,27 @@ class _Trial:
         return min_steps, min_seconds
 
 
-def _counted(loader, units: Callable, counts: collections.deque):
+def _workload_figures(workload: Workload, counts: Mapping[str, float], result: Mapping[str, Any], world,
+                      device) -> dict[str, Any]:
+    """The workload's own figures from its counts over the measured steps so far, summed
+    over every worker (e.g. the padding fraction of the tokens trained on)."""
+    names = sorted(counts)
+    totals = dict(zip(names, world.reduce([counts[name] for name in names], "sum", device))) if names else {}
+    figures = dict(workload.figures(totals))
+    clash = sorted(set(figures) & set(result))
+    if clash:
+        raise ConfigError(f"figures of workload {type(workload).__name__}", "names the loop does not report",
+                          clash)
+    return figures
+
+
+def _counted(loader, workload: Workload, counts: collections.deque):
     """The loader's batches, epoch after epoch (a workload's dataset may be short), each
-    one's unit count appended to ``counts`` as it passes."""
+    one's unit count and the workload's own counts appended to ``counts`` as it passes."""
     while True:
         batches = 0
         for inputs, targets in loader:
-            counts.append(int(units(inputs, targets)))
+            counts.append((int(workload.units(inputs, targets)), workload.count(inputs, targets)))
             batches += 1
             yield inputs, targets
         if batches == 0:

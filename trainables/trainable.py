@@ -11,6 +11,7 @@ TuneReportCallback.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Mapping, Optional
 
 from accelsweep.trainables.config import TrialConfig
@@ -38,8 +39,11 @@ def train_trainable(searched: Mapping[str, Any], base: Mapping[str, Any],
 
 
 def metrics_of(base: TrialConfig) -> MetricSet:
-    """What ``train_trainable`` reports for ``base``'s workload (its unit's throughput)."""
-    return training_metrics(load_workload(base.workload).unit)
+    """What ``train_trainable`` reports for ``base``'s workload: its unit's throughput,
+    and the figures the workload declares."""
+    workload = load_workload(base.workload)
+    declared = training_metrics(workload.unit)
+    return dataclasses.replace(declared, metrics=declared.metrics + tuple(workload.metrics))
 
 
 # The driver reads a trainable's declared metrics here (Sweep.metrics when not given).

@@ -32,10 +32,11 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Optional
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Mapping, Optional
 
 from accelsweep.trainables.errors import ConfigError, one_of
 from accelsweep.trainables.importing import import_path, load_path
+from accelsweep.trainables.metrics import Metric
 
 if TYPE_CHECKING:
     import torch
@@ -81,7 +82,9 @@ class WorkloadKnobs:
 class Workload:
     """Subclass it and override ``build_model`` and ``dataset``; the rest has defaults.
 
-    Methods run in the trial process, where torch is imported; they read the trial's
+    A batch is ``(inputs, targets)``; inputs may be a tensor or a tuple, list or dict of
+    tensors (the model's ``forward`` gets it as it is). Methods run in the trial process,
+    where torch is imported; they read the trial's
     ``TrialConfig`` (``config.workload_knobs`` holds this workload's ``Knobs``, and
     ``config.batch_size``, ``config.learning_rate``, ``config.seed`` the generic ones).
     Precision, placement, compilation, distribution and timing are the platform's and the
@@ -95,6 +98,9 @@ class Workload:
     # Modules the workload's methods import, imported before the trial's memory baseline
     # so that their code is not counted as the workload's memory.
     imports: ClassVar[tuple[str, ...]] = ()
+    # Figures of its own the result carries (``figures``), declared like every metric so
+    # that the summary, MLflow and objectives know them.
+    metrics: ClassVar[tuple[Metric, ...]] = ()
 
     def validate(self, config: "TrialConfig") -> None:
         """Checks across knobs (each knob's own values are checked by its ``knob``):
@@ -126,6 +132,21 @@ class Workload:
         is not so, e.g. ``int((targets != PAD).sum())`` for the real tokens of padded ones."""
         return len(inputs) if self.unit == "samples" else inputs.numel()
 
+    def count(self, inputs: Any, targets: Any) -> Mapping[str, float]:
+        """Counts of its own per batch, read on the host like ``units`` (the same names
+        every batch), e.g. ``{"real_tokens": ..., "token_slots": ...}``. The loop sums them
+        over the measured steps, and over every worker."""
+        return {}
+
+    def figures(self, totals: Mapping[str, float]) -> Mapping[str, float]:
+        """The result's figures of its own (declared in ``metrics``) from the summed
+        counts, after each window: e.g. the padding fraction, 1 - real / slots."""
+        return {}
+
+    def on_step(self, outputs: "torch.Tensor", targets: Any, loss: "torch.Tensor") -> None:
+        """Per-step work of its own, timed with the step (per-step metric collection).
+        Not overridden: nothing is called."""
+
     def describe(self, config: "TrialConfig") -> str:
         knobs = ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(config.workload_knobs).items())
         return f"{type(self).__name__}({knobs})"
@@ -151,6 +172,8 @@ def load_workload(name: str) -> Workload:
 def _check_declaration(workload: Workload, name: str) -> None:
     if not UNIT_PATTERN.fullmatch(str(workload.unit)):
         raise ConfigError(f"unit of workload {name}", "a plural noun in lower case, e.g. 'tokens'", workload.unit)
+    if not all(isinstance(metric, Metric) for metric in workload.metrics):
+        raise ConfigError(f"metrics of workload {name}", "a tuple of Metric", workload.metrics)
     knobs = workload.Knobs
     if not (isinstance(knobs, type) and issubclass(knobs, WorkloadKnobs) and dataclasses.is_dataclass(knobs)):
         raise ConfigError(f"Knobs of workload {name}", "a frozen dataclass subclassing WorkloadKnobs", knobs)

@@ -22,6 +22,7 @@ import os
 from dataclasses import dataclass
 from typing import Optional, TYPE_CHECKING, Any, Callable, ClassVar, Iterable
 
+from accelsweep.trainables.batches import map_tensors
 from accelsweep.trainables.errors import one_of
 from accelsweep.trainables.measure import Window, time_window
 from accelsweep.trainables.precision import get_precision
@@ -174,8 +175,12 @@ class Platform(abc.ABC):
         hardware: PlatformUnavailable otherwise, so nothing is timed on another device."""
 
     def device_batches(self, loader: Iterable, device: "torch.device", config: "TrialConfig") -> Iterable:
+        def to_device(tensor: "torch.Tensor") -> "torch.Tensor":
+            return tensor.to(device, non_blocking=True)
+
+        # Inputs may be a tensor or a tuple or dict of them (trainables/batches.py).
         for inputs, targets in loader:
-            yield inputs.to(device, non_blocking=True), targets.to(device, non_blocking=True)
+            yield map_tensors(to_device, inputs), map_tensors(to_device, targets)
 
     def optimizer_step(self, optimizer: Any) -> None:
         optimizer.step()
