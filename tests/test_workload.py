@@ -283,3 +283,20 @@ def test_dict_inputs_counts_figures_and_per_step_work_of_a_workload():
     assert result["throughput_tokens_per_s"] == pytest.approx(6 * result["throughput_samples_per_s"])
     assert PackedTokens.steps_seen == 1 + result["measured_steps"]  # warm-up and measured steps
     assert "padding_fraction" in train_trainable.metrics(config).names  # declared: summary, MLflow, objectives
+
+
+def test_a_script_is_named_by_its_package_when_it_lives_in_one(tmp_path):
+    """python sweeps/study.py names its workload accelsweep.sweeps.study:Name (importable
+    on every node with accelsweep installed); a loose script by its file stem."""
+    import subprocess
+    import sys
+
+    probe = "from accelsweep.trainables.importing import importable_module\nprint(importable_module(__name__))\n"
+    (tmp_path / "studies").mkdir()
+    (tmp_path / "studies" / "__init__.py").write_text("")
+    (tmp_path / "studies" / "study.py").write_text("import studies\n" + probe)
+    (tmp_path / "loose.py").write_text(probe)
+    env = {"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    named = [subprocess.run([sys.executable, str(tmp_path / script)], env=env, capture_output=True, text=True,
+                            check=True).stdout.strip() for script in ("studies/study.py", "loose.py")]
+    assert named == ["studies.study", "loose"]

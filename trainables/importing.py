@@ -51,7 +51,14 @@ def importable_module(module_name: str) -> str:
     if not path:
         raise ConfigError("module", "a module with a file (a script, not an interactive session)", module_name,
                           "Ray workers import user code from a file: put it in a module and import it from there.")
-    return os.path.splitext(os.path.basename(path))[0]
+    stem = os.path.splitext(os.path.basename(path))[0]
+    # A script inside an imported package (python sweeps/varlen_gpt.py, accelsweep
+    # installed): its package name, which a cluster's nodes can import too.
+    directory = os.path.dirname(os.path.realpath(path))
+    for name, module in list(sys.modules.items()):
+        if directory in {os.path.realpath(p) for p in getattr(module, "__path__", None) or ()}:
+            return f"{name}.{stem}"
+    return stem
 
 
 def load_path(path: str, field: str, allowed: str, given: Any = None, origin: str = "") -> Any:
