@@ -291,7 +291,8 @@ def test_a_script_is_named_by_its_package_when_it_lives_in_one(tmp_path):
     import subprocess
     import sys
 
-    probe = "from accelsweep.trainables.importing import importable_module\nprint(importable_module(__name__))\n"
+    probe = ("import torch\n"  # torch.classes has a __path__ that is no list of folders
+             "from accelsweep.trainables.importing import importable_module\nprint(importable_module(__name__))\n")
     (tmp_path / "studies").mkdir()
     (tmp_path / "studies" / "__init__.py").write_text("")
     (tmp_path / "studies" / "study.py").write_text("import studies\n" + probe)

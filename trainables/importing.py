@@ -56,9 +56,18 @@ def importable_module(module_name: str) -> str:
     # installed): its package name, which a cluster's nodes can import too.
     directory = os.path.dirname(os.path.realpath(path))
     for name, module in list(sys.modules.items()):
-        if directory in {os.path.realpath(p) for p in getattr(module, "__path__", None) or ()}:
+        if directory in _package_dirs(module):
             return f"{name}.{stem}"
     return stem
+
+
+def _package_dirs(module: Any) -> set[str]:
+    """The folders of a package (none for a plain module, or a module whose ``__path__``
+    is not a list of folders, such as ``torch.classes``)."""
+    paths = getattr(module, "__path__", None)
+    if not isinstance(paths, (list, tuple)) and type(paths).__name__ != "_NamespacePath":
+        return set()
+    return {os.path.realpath(path) for path in paths if isinstance(path, str)}
 
 
 def load_path(path: str, field: str, allowed: str, given: Any = None, origin: str = "") -> Any:

@@ -176,7 +176,8 @@ class _Trial:
         # Persistent workers: a dataset shorter than the trial runs epoch after epoch, and
         # a new epoch must not start new loader processes inside a timed window.
         loader = DataLoader(dataset, batch_size=config.batch_size, num_workers=config.num_workers,
-                            drop_last=True, persistent_workers=config.num_workers > 0)
+                            collate_fn=workload.collate_fn(config), drop_last=True,
+                            persistent_workers=config.num_workers > 0)
         # Units (tokens, ...) and the workload's own counts are taken on the host as
         # batches leave the loader, in step order; each step takes its batch's. A FIFO
         # keeps them paired even when the platform's loader runs ahead (torch-xla's

@@ -114,6 +114,14 @@ class Workload:
         own shard. The loop batches it with ``config.batch_size`` and ``config.num_workers``."""
         raise NotImplementedError(f"{type(self).__name__}.dataset")
 
+    def collate_fn(self, config: "TrialConfig") -> Optional[Callable[[list], Any]]:
+        """How the loader turns ``config.batch_size`` items into one ``(inputs, targets)``
+        batch: a function of the list of items (variable-length sequences padded or
+        packed, say), or None for torch's default collate, which stacks items of one shape.
+        With ``num_workers`` > 0 it runs in the loader's processes: make it picklable (a
+        module-level function, or a ``functools.partial`` of one)."""
+        return None
+
     def loss(self, outputs: "torch.Tensor", targets: "torch.Tensor") -> "torch.Tensor":
         """Cross-entropy over the last dimension: (batch, classes) or (batch, tokens, vocab)."""
         import torch.nn.functional as F
