@@ -75,7 +75,7 @@ def test_flat_dict_round_trip_keeps_the_knob_names_of_each_platform(flat):
     # One flat dict: generic fields, exactly the platform's own knobs and the workload's
     # (the image classifier's model and patch_embed), under their flat names.
     assert set(as_dict) == (set(TrialConfig.generic_fields()) | set(get_platform(flat["platform"]).Knobs.names())
-                            | {"model", "patch_embed"})
+                            | {"model", "patch_embed", "attention"})
     assert {key: as_dict[key] for key in flat} == flat
     assert TrialConfig.from_dict(as_dict) == config
     assert TrialConfig.make(**flat) == config

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.workload import Workload, WorkloadKnobs, knob
-from accelsweep.trainables.workloads.vision_models import MODEL_PRESETS
+from accelsweep.trainables.workloads.vision_models import (ATTENTIONS, DEFAULT_ATTENTION, MODEL_PRESETS,
+                                                           attention_refusal, trainable_attentions)
 
 if TYPE_CHECKING:
     from accelsweep.trainables.config import TrialConfig
@@ -23,6 +24,9 @@ class ImageClassificationKnobs(WorkloadKnobs):
     model: str = knob("vit-tiny", choices=tuple(MODEL_PRESETS))
     # "linear": seed 001's conv-free patch embedding (ViTs only).
     patch_embed: str = knob("conv", choices=PATCH_EMBEDS)
+    # What a ViT's attention computes with (vision_models.ATTENTIONS, seed 003's attention
+    # post): "sdpa" is timm's own module; the others force one implementation.
+    attention: str = knob(DEFAULT_ATTENTION, choices=tuple(ATTENTIONS))
 
 
 class ImageClassification(Workload):
@@ -31,14 +35,24 @@ class ImageClassification(Workload):
 
     def validate(self, config: "TrialConfig") -> None:
         knobs = config.workload_knobs
-        if knobs.patch_embed == "linear" and not MODEL_PRESETS[knobs.model].is_vit:
+        preset = MODEL_PRESETS[knobs.model]
+        if knobs.patch_embed == "linear" and not preset.is_vit:
             raise ConfigError("patch_embed", "'conv' for a non-ViT model", knobs.patch_embed,
                               f"model {knobs.model!r} has no patch embedding.")
+        if knobs.attention != DEFAULT_ATTENTION and not preset.is_vit:
+            raise ConfigError("attention", f"{DEFAULT_ATTENTION!r} for a non-ViT model", knobs.attention,
+                              f"model {knobs.model!r} has no attention.")
+        refusal = attention_refusal(knobs.attention, config.platform, config.precision)
+        if refusal:
+            allowed = ", ".join(trainable_attentions(config.platform, config.precision))
+            raise ConfigError("attention", f"one of {allowed} on platform {config.platform} with precision "
+                                           f"{config.precision}", knobs.attention, refusal + ".")
 
     def build_model(self, config: "TrialConfig"):
         from accelsweep.trainables.workloads.vision_models import build_model
 
-        return build_model(config.workload_knobs.model, config.workload_knobs.patch_embed)
+        knobs = config.workload_knobs
+        return build_model(knobs.model, knobs.patch_embed, knobs.attention)
 
     def dataset(self, config: "TrialConfig", rank: int, world_size: int):
         # Looked up on the module when called: tests swap in slow or poisoned datasets.
@@ -49,4 +63,6 @@ class ImageClassification(Workload):
                                                 rank=rank, world_size=world_size)
 
     def describe(self, config: "TrialConfig") -> str:
-        return MODEL_PRESETS[config.workload_knobs.model].description or config.workload_knobs.model
+        knobs = config.workload_knobs
+        description = MODEL_PRESETS[knobs.model].description or knobs.model
+        return description if knobs.attention == DEFAULT_ATTENTION else f"{description}, attention {knobs.attention}"
