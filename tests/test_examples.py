@@ -20,7 +20,7 @@ PUBLIC_MODULES = (
     "accelsweep.sweeps.driver.api", "accelsweep.sweeps.driver.cli", "accelsweep.sweeps.driver.kernel_sweep",
     "accelsweep.trainables.workload", "accelsweep.trainables.config", "accelsweep.trainables.trainable",
     "accelsweep.trainables.metrics", "accelsweep.trainables.errors", "accelsweep.trainables.measure",
-    "accelsweep.trainables.train_loop",
+    "accelsweep.trainables.train_loop", "accelsweep.trainables.fresh_process",
     "accelsweep.trainables.microbench", "accelsweep.kernels.registry",
 )
 

@@ -32,7 +32,8 @@ if TYPE_CHECKING:
 
 __all__ = ["DictConfig", "TrialConfig"]
 
-COMPILE_MODES = ("none", "inductor", "openxla")
+# torch.compile: "max-autotune" is inductor with mode="max-autotune" (Platform.compile).
+COMPILE_MODES = ("none", "inductor", "max-autotune", "openxla")
 DEFAULT_WORKLOAD = "image-classification"
 INSTANCE_TYPE_PATTERN = re.compile(r"[a-z][a-z0-9-]*\.[a-z0-9-]+")
 

@@ -204,6 +204,10 @@ class Platform(abc.ABC):
 
         if config.torch_compile == "none":
             return model
+        if config.torch_compile == "max-autotune":
+            # Inductor, benchmarking kernel choices (GEMM templates) while it compiles:
+            # longer compiles for faster steps.
+            return torch.compile(model, backend="inductor", mode="max-autotune")
         return torch.compile(model, backend=config.torch_compile)
 
     @abc.abstractmethod

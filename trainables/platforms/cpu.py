@@ -1,14 +1,28 @@
-"""The host CPU: eager PyTorch or torch.compile (inductor), intra-op threads as a knob."""
+"""The host CPU: eager PyTorch or torch.compile (inductor, max-autotune); intra-op
+threads, channels_last, the memory allocator and NUMA binding as knobs.
+
+The allocator is a library preloaded into the trial's process (``LD_PRELOAD``, as
+PyTorch's ``torch.backends.xeon.run_cpu`` does), so it is there only in a process that
+was started with it: ``trial_env`` gives the variables, the process that starts the
+trial must put them in the new process's environment, and ``device`` refuses to train
+in a process whose allocator is not the one asked for (what is loaded is read from
+/proc/self/maps), so no trial is timed with the wrong one.
+"""
 
 from __future__ import annotations
 
+import glob
+import importlib.util
 import os
 import platform as host
+import sys
+import sysconfig
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
-from accelsweep.trainables.errors import ConfigError, boolean, positive_int
-from accelsweep.trainables.platforms.base import Detection, Platform, PlatformKnobs, channels_last_format
+from accelsweep.trainables.errors import ConfigError, boolean, one_of, positive_int
+from accelsweep.trainables.platforms.base import (Detection, Platform, PlatformKnobs, PlatformUnavailable,
+                                                  channels_last_format)
 
 if TYPE_CHECKING:
     import torch
@@ -36,6 +50,95 @@ def _read_status_mb(field: str) -> float:
     return float("nan")
 
 
+# The allocators the ``allocator`` knob offers besides glibc's malloc (every process's),
+# by the file names of their libraries: those run_cpu preloads (gperftools' tcmalloc,
+# jemalloc; tcmalloc_minimal is tcmalloc without the heap profiler).
+ALLOCATOR_LIBRARIES = {
+    "jemalloc": ("libjemalloc.so.2", "libjemalloc.so"),
+    "tcmalloc": ("libtcmalloc.so.4", "libtcmalloc_minimal.so.4", "libtcmalloc.so", "libtcmalloc_minimal.so"),
+}
+ALLOCATORS = ("glibc",) + tuple(ALLOCATOR_LIBRARIES)
+# jemalloc's settings under run_cpu (torch/backends/xeon/run_cpu.py), which the seed ran.
+JEMALLOC_CONF = "oversize_threshold:1,background_thread:true,metadata_thp:auto"
+ALLOCATOR_INSTALL_HINT = ("jemalloc: Ray's wheel ships one (ray/core/libjemalloc.so), or apt-get install libjemalloc2; "
+                          "tcmalloc: apt-get install libtcmalloc-minimal4 (or google-perftools), or conda install "
+                          "-c conda-forge gperftools")
+
+
+def allocator_search_path() -> list[str]:
+    """Where allocator libraries are looked for, in order: run_cpu's places (the conda
+    env, the venv, ~/.local/lib, /usr/local, /usr), the system's multiarch directory,
+    then the package that ships one (Ray's wheel bundles jemalloc in ray/core)."""
+    places = [os.path.join(os.environ[var], "lib") for var in ("CONDA_PREFIX", "VIRTUAL_ENV") if var in os.environ]
+    places.append(os.path.join(sys.prefix, "lib"))
+    places.append(os.path.expanduser("~/.local/lib"))
+    multiarch = sysconfig.get_config_var("MULTIARCH")
+    for prefix in ("/usr/local", "/usr", ""):
+        places += [f"{prefix}/lib64", f"{prefix}/lib"] + ([f"{prefix}/lib/{multiarch}"] if multiarch else [])
+    ray = importlib.util.find_spec("ray")  # finds the package without importing it
+    if ray is not None and ray.submodule_search_locations:
+        places += [os.path.join(location, "core") for location in ray.submodule_search_locations]
+    return list(dict.fromkeys(place for place in places if os.path.isdir(place)))
+
+
+def find_allocator(name: str) -> Optional[str]:
+    """The path of allocator ``name``'s library on this machine, None if none is found
+    (glibc's malloc is in every process: its path is '')."""
+    if name == "glibc":
+        return ""
+    for place in allocator_search_path():
+        for library in ALLOCATOR_LIBRARIES[name]:
+            path = os.path.join(place, library)
+            if os.path.isfile(path):
+                return os.path.realpath(path)
+    return None
+
+
+def available_allocators() -> dict[str, str]:
+    """The allocators this machine has: name -> library path ('' for glibc)."""
+    found = {name: find_allocator(name) for name in ALLOCATORS}
+    return {name: path for name, path in found.items() if path is not None}
+
+
+def loaded_allocators(maps: str = "/proc/self/maps") -> dict[str, str]:
+    """The allocator libraries mapped into this process (name -> path), read from its
+    memory map: what really runs, whatever the environment says."""
+    loaded: dict[str, str] = {}
+    try:
+        with open(maps) as mapped:
+            paths = {line.split()[-1] for line in mapped if "/" in line}
+    except OSError:
+        return loaded
+    for path in sorted(paths):
+        for name, libraries in ALLOCATOR_LIBRARIES.items():
+            stems = {library.split(".so")[0] + ".so" for library in libraries}  # any version: libjemalloc.so.2.1
+            if os.path.basename(path).startswith(tuple(stems)):
+                loaded.setdefault(name, path)
+    return loaded
+
+
+def numa_nodes(root: str = "/sys/devices/system/node") -> dict[int, list[int]]:
+    """This machine's NUMA nodes and their CPUs (node -> CPU ids), from sysfs; one node
+    holding every CPU where sysfs says nothing."""
+    nodes: dict[int, list[int]] = {}
+    for path in sorted(glob.glob(os.path.join(root, "node[0-9]*", "cpulist"))):
+        with open(path) as cpulist:
+            cpus = parse_cpulist(cpulist.read())
+        if cpus:
+            nodes[int(os.path.basename(os.path.dirname(path))[4:])] = cpus
+    return nodes or {0: sorted(os.sched_getaffinity(0))}
+
+
+def parse_cpulist(text: str) -> list[int]:
+    """A kernel CPU list ("0-3,8-11") as CPU ids."""
+    cpus: list[int] = []
+    for part in text.strip().split(","):
+        if part:
+            first, _, last = part.partition("-")
+            cpus += range(int(first), int(last or first) + 1)
+    return cpus
+
+
 @dataclass(frozen=True)
 class CpuKnobs(PlatformKnobs):
     # Intra-op threads (torch.set_num_threads, set per trial); None: cpus_per_worker.
@@ -43,18 +146,45 @@ class CpuKnobs(PlatformKnobs):
     # Model weights and inputs in channels_last (NHWC) memory format: faster convolutions
     # with oneDNN on many CPUs (the CPU post's knob).
     channels_last: bool = False
+    # The memory allocator the trial process runs with: "glibc" (malloc as it is),
+    # "jemalloc" or "tcmalloc" (preloaded, run_cpu's way: LD_PRELOAD at process start).
+    # None: whatever the process has, unchecked. A set value is checked in the trial
+    # against the libraries its process has mapped.
+    allocator: Optional[str] = None
+    # Pin each data-parallel worker's threads to the CPUs of one NUMA node (worker rank
+    # r on node r mod nodes), so that its memory is node-local (Linux allocates on the
+    # node of the CPU that first touches a page): the seed's NUMA DDP (ipexrun binds so).
+    numa_bind: bool = False
 
     def __post_init__(self) -> None:
         if self.threads is not None:
             positive_int("threads", self.threads)
         boolean("channels_last", self.channels_last)
+        if self.allocator is not None:
+            one_of("allocator", self.allocator, ALLOCATORS)
+        boolean("numa_bind", self.numa_bind)
+
+    def process_env(self) -> dict[str, str]:
+        """The variables a trial process must be started with for these knobs (read by
+        the dynamic loader at exec: setting them later changes nothing)."""
+        if self.allocator in (None, "glibc"):
+            return {}
+        path = find_allocator(self.allocator)
+        if path is None:
+            raise ConfigError("allocator", f"one of {', '.join(available_allocators())} (found on this machine)",
+                              self.allocator, f"No {' or '.join(ALLOCATOR_LIBRARIES[self.allocator])} in "
+                              f"{', '.join(allocator_search_path())}. {ALLOCATOR_INSTALL_HINT}.")
+        env = {"LD_PRELOAD": path}
+        if self.allocator == "jemalloc":
+            env["MALLOC_CONF"] = JEMALLOC_CONF
+        return env
 
 
 class CpuPlatform(Platform):
     name = "cpu"
     description = "host CPU, eager or torch.compile (inductor)"
     precisions = ("fp32", "bf16-autocast", "bf16")
-    compile_modes = ("none", "inductor")
+    compile_modes = ("none", "inductor", "max-autotune")
     Knobs = CpuKnobs
     autocast_device_type = "cpu"
     cost_unit = "CPU"
@@ -70,6 +200,10 @@ class CpuPlatform(Platform):
         if threads is not None and threads > config.cpus_per_worker:
             raise ConfigError("threads", f"<= cpus_per_worker ({config.cpus_per_worker})", threads,
                               "More intra-op threads than CPUs held only oversubscribes the cores.")
+        config.knobs.process_env()  # an allocator this machine lacks is refused here, before any trial
+
+    def trial_env(self, config: "TrialConfig") -> dict[str, str]:
+        return config.knobs.process_env()
 
     def threads(self, config: "TrialConfig") -> int:
         """The intra-op threads a trial runs with: the knob, else every CPU it holds."""
@@ -82,9 +216,37 @@ class CpuPlatform(Platform):
     def device(self, config: "TrialConfig") -> "torch.device":
         import torch
 
+        self.check_allocator(config)
+        if config.knobs.numa_bind:
+            self.bind_to_numa_node()
         # Set per trial: a reused trial process keeps whatever the last trial chose.
         torch.set_num_threads(self.threads(config))
         return self.torch_device()
+
+    def check_allocator(self, config: "TrialConfig", maps: str = "/proc/self/maps") -> None:
+        """Refuse to train in a process whose allocator is not the config's: the library
+        is preloaded when a process starts, so a reused process keeps the one it began with."""
+        wanted = config.knobs.allocator
+        if wanted is None:
+            return
+        loaded = loaded_allocators(maps)
+        has = ", ".join(f"{name} ({path})" for name, path in loaded.items()) or "glibc's malloc only"
+        if (wanted == "glibc" and loaded) or (wanted != "glibc" and wanted not in loaded):
+            raise PlatformUnavailable(
+                f"allocator {wanted!r} was asked for, but this process has {has} (it was started with "
+                f"LD_PRELOAD={_start_environment().get('LD_PRELOAD', '')!r}). The dynamic loader reads LD_PRELOAD "
+                f"only when a process starts: start the trial's process with "
+                f"{self.trial_env(config) or 'no LD_PRELOAD'} (sweeps/cpu_resnet.py runs each trial in a fresh "
+                "process so), not a reused one.")
+
+    def bind_to_numa_node(self) -> None:
+        """Pin this process to the CPUs of NUMA node (data-parallel rank mod nodes)."""
+        import torch.distributed as dist
+
+        rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+        nodes = numa_nodes()
+        node = sorted(nodes)[rank % len(nodes)]
+        os.sched_setaffinity(0, nodes[node])
 
     def torch_device(self) -> "torch.device":
         import torch
@@ -124,4 +286,27 @@ class CpuPlatform(Platform):
     def describe_device(self, device: "torch.device") -> str:
         import torch
 
-        return f"cpu: {cpu_model_name()}, {torch.get_num_threads()} intra-op threads"
+        allocator = ", ".join(f"{name} {path}" for name, path in loaded_allocators().items()) or "glibc"
+        return (f"cpu: {cpu_model_name()}, {torch.get_num_threads()} intra-op threads, allocator {allocator}, "
+                f"CPUs {_cpu_ranges(sorted(os.sched_getaffinity(0)))}")
+
+
+def _start_environment() -> dict[str, str]:
+    """The environment this process was started with (what its dynamic loader read)."""
+    try:
+        with open("/proc/self/environ", "rb") as environ:
+            entries = environ.read().split(b"\0")
+    except OSError:
+        return {}
+    return dict(entry.decode(errors="replace").partition("=")[::2] for entry in entries if b"=" in entry)
+
+
+def _cpu_ranges(cpus: list[int]) -> str:
+    """CPU ids as the kernel writes them: "0-3,8"."""
+    ranges: list[list[int]] = []
+    for cpu in cpus:
+        if ranges and cpu == ranges[-1][1] + 1:
+            ranges[-1][1] = cpu
+        else:
+            ranges.append([cpu, cpu])
+    return ",".join(f"{a}-{b}" if b > a else f"{a}" for a, b in ranges)
