@@ -111,13 +111,15 @@ CASES = [
     ("optlevel 4", lambda: TrialConfig.make(platform="neuron", neuron_optlevel=4),
      "neuron_optlevel must be one of 1, 2, 3; got 4"),
     ("neuron compiler flag on cpu", lambda: TrialConfig.make(neuron_model_type="transformer"),
-     "neuron_model_type must be None on platform 'cpu' (its knobs: allocator, channels_last, numa_bind, threads); got 'transformer'. "
+     "neuron_model_type must be None on platform 'cpu' (its knobs: allocator, channels_last, numa_bind, threads); "
+     "got 'transformer'. "
      "neuron_model_type does not apply to cpu: it is a knob of neuron."),
     ("neuron compiler flag on cuda", lambda: TrialConfig.make(platform="cuda", neuron_optlevel=3),
      "neuron_optlevel must be None on platform 'cuda' (its knobs: accelerator_type, channels_last); got 3. "
      "neuron_optlevel does not apply to cuda: it is a knob of neuron."),
     ("torch.compile backend the cpu has not", lambda: TrialConfig.make(torch_compile="openxla"),
-     "torch_compile must be one of none, inductor, max-autotune; got 'openxla'. Platform 'cpu' supports these torch.compile modes."),
+     "torch_compile must be one of none, inductor, max-autotune; got 'openxla'. "
+     "Platform 'cpu' supports these torch.compile modes."),
     ("empty define-by-run space", lambda: plan(space=lambda trial: None),
      "search space must be at least one searched knob (suggest_* call or Tune domain); got {}"),
     ("empty dict space", lambda: plan(space={}), "search space must be at least one searched knob; got {}"),
@@ -132,7 +134,8 @@ CASES = [
      "batch_size must be an integer >= 1; got 0"),
     ("space proposing a neuron knob on cpu", lambda: plan(space=categorical("neuron_optlevel", [None, 3])),
      "neuron_optlevel must be valid for every config the search space can propose; got {'neuron_optlevel': 3}. "
-     "Refused: neuron_optlevel must be None on platform 'cpu' (its knobs: allocator, channels_last, numa_bind, threads); got 3. "
+     "Refused: neuron_optlevel must be None on platform 'cpu' (its knobs: allocator, channels_last, numa_bind, "
+     "threads); got 3. "
      "neuron_optlevel does not apply to cpu: it is a knob of neuron."),
     ("time budget 0", lambda: plan(time_budget_s=0), "time_budget_s must be a number of seconds > 0, or None; got 0"),
     ("time budget < 0", lambda: plan(time_budget_s=-5.0),

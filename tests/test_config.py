@@ -84,7 +84,8 @@ def test_flat_dict_round_trip_keeps_the_knob_names_of_each_platform(flat):
 
 @pytest.mark.parametrize("flat, message", [
     ({"platform": "cpu", "batches_per_execution": 4},
-     "batches_per_execution must be 1 on platform 'cpu' (its knobs: allocator, channels_last, numa_bind, threads); got 4. "
+     "batches_per_execution must be 1 on platform 'cpu' (its knobs: allocator, channels_last, numa_bind, threads); "
+     "got 4. "
      "batches_per_execution does not apply to cpu: it is a knob of xla, neuron, tpu."),
     ({"platform": "xla", "threads": 2},
      "threads must be None on platform 'xla' (its knobs: batches_per_execution, compile_cache); got 2. "

@@ -52,8 +52,9 @@ def run_in_fresh_process(config: TrialConfig, usd_per_hour: float = math.nan) ->
     (so the sweep counts its cause: oom, compile, ...); the child dies with this thread."""
     read_end, write_end = os.pipe()
     code = "from accelsweep.trainables.fresh_process import trial_process; trial_process()"
+    env = {**os.environ, **get_platform(config.platform).trial_env(config)}
     child = subprocess.Popen([sys.executable, "-c", code, str(write_end), str(os.getpid())], stdin=subprocess.PIPE,
-                             env={**os.environ, **get_platform(config.platform).trial_env(config)}, pass_fds=(write_end,))
+                             env=env, pass_fds=(write_end,))
     os.close(write_end)
     try:
         child.stdin.write(json.dumps({"config": config.to_dict(), "usd_per_hour": usd_per_hour}).encode())
