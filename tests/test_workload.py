@@ -301,3 +301,12 @@ def test_a_script_is_named_by_its_package_when_it_lives_in_one(tmp_path):
     named = [subprocess.run([sys.executable, str(tmp_path / script)], env=env, capture_output=True, text=True,
                             check=True).stdout.strip() for script in ("studies/study.py", "loose.py")]
     assert named == ["studies.study", "loose"]
+
+
+def test_a_reused_process_measures_the_same_workload_memory_again():
+    """What an earlier trial freed but the C allocator kept is handed back before the
+    baseline: else the next trial reuses it unseen and reports almost no memory."""
+    config = TrialConfig.make(model="vit-tiny", batch_size=64, warmup_steps=1, window_min_steps=2, window_min_s=0.0,
+                              windows=1, cpus_per_worker=2)
+    first, again = (run_training(config)["workload_memory_mb"] for _ in range(2))
+    assert first > 100 and again > 0.5 * first

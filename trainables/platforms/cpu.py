@@ -11,6 +11,8 @@ in a process whose allocator is not the one asked for (what is loaded is read fr
 
 from __future__ import annotations
 
+import ctypes
+import gc
 import glob
 import importlib.util
 import os
@@ -39,6 +41,14 @@ def cpu_model_name() -> str:
     except OSError:
         pass
     return host.processor() or host.machine()
+
+
+def _trim_c_heap() -> None:
+    """glibc's malloc_trim(0): free heap pages go back to the OS (absent elsewhere: no-op)."""
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (AttributeError, OSError):
+        pass
 
 
 def _read_status_mb(field: str) -> float:
@@ -257,6 +267,11 @@ class CpuPlatform(Platform):
         pass  # nothing is queued: CPU ops have finished when they return
 
     def reset_peak_memory(self, device: "torch.device") -> None:
+        # An earlier trial's memory, freed but kept by the C allocator, is still resident:
+        # the next trial would reuse it without RSS growing (workload memory 0). Give it
+        # back to the OS first (glibc's malloc_trim), so RSS is what is live.
+        gc.collect()
+        _trim_c_heap()
         # Linux: writing 5 to clear_refs resets VmHWM (peak RSS) for this process, so a
         # reused trial process reports this trial's peak, not an earlier trial's. Where it
         # cannot (a sandbox without clear_refs), the peak is the process's lifetime one.
