@@ -145,7 +145,15 @@ def native_bf16(cpuinfo: str = "/proc/cpuinfo") -> tuple[bool, str]:
 
 
 def numa_node_count(root: str = "/sys/devices/system/node") -> int:
-    return max(1, len(glob.glob(os.path.join(root, "node[0-9]*"))))
+    """NUMA nodes with CPUs (a memory-only node, CXL say, runs no worker)."""
+    def has_cpus(node: str) -> bool:
+        try:
+            with open(os.path.join(node, "cpulist")) as cpulist:
+                return bool(cpulist.read().strip())
+        except OSError:
+            return False
+
+    return max(1, sum(has_cpus(node) for node in glob.glob(os.path.join(root, "node[0-9]*"))))
 
 
 def allocators_here(platform: str) -> list[str]:

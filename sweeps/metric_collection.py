@@ -44,11 +44,14 @@ At the end the study prints, per trial, its throughput cost against the "none" t
 (the share of that throughput lost) and the would-be syncs per step of its mode
 (``count_syncs``, below), and logs both on each trial's MLflow run
 (``throughput_cost_vs_baseline``, ``would_be_syncs_per_step``). Counted: naive 7,
-explicit-weights 6, no-nan-check 3, tensor-updates 3, host-placement 3, all-fixes 0. The
+explicit-weights 6, no-nan-check 3, tensor-updates 3, host-placement 3, all-fixes 0 (on
+the CPU; the counter cannot see a host tensor copied to a device, a no-op here: on CUDA the
+step time's host tensor handed to a device metric, in tensor-updates and all-fixes, is such
+a copy, not counted). The
 classification metrics add none (their ``validate_args`` check runs ``torch.unique`` only on
 integer predictions; micro averaging, the default, needs no ``bincount``).
 
-What was verified where: this project's 2-core CPU VM only. On a CPU nothing waits for a
+What was verified where: this project's 2-core AMD EPYC VM only. On a CPU nothing waits for a
 device, so what the CPU trials measure is the metrics' host work (Python, dispatch, small
 kernels: about a millisecond a step here), against a small CNN whose step is short enough
 for it to show; what the syncs cost is the GPU's, and the seed's figures are the seed's.

@@ -83,7 +83,7 @@ VOCAB = 1024  # the seed's NUM_TOKENS
 LENGTHS = ("uniform", "lognormal")
 PRESETS = {  # (width, heads, layers)
     "gpt-micro": (64, 2, 1),  # smoke runs
-    "gpt-small": (128, 4, 2),  # this 2-core CPU
+    "gpt-small": (128, 4, 2),  # this project's 2-core AMD EPYC VM
     "gpt-seed": (1024, 16, 24),  # the seed's
 }
 

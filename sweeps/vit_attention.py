@@ -74,7 +74,7 @@ MEASUREMENT = {
     # The seed skipped 20 steps and averaged about 80.
     "accelerator": dict(warmup_steps=20, window_min_steps=20, window_min_s=5.0, windows=3),
 }
-CPU_TIME_BUDGET_S = 480  # a net under the local default run (4.5 min on 2 shared cores, 2026-11-23)
+CPU_TIME_BUDGET_S = 480  # a net under the local default run (4.5 min on the 2-core AMD EPYC VM, shared, 2026-11-23)
 
 
 def default_model(platform: str, smoke: bool) -> str:

@@ -147,6 +147,9 @@ def test_numa_nodes_and_workers_across_them(tmp_path):
         (tmp_path / node / "cpulist").write_text(cpus + "\n")
     assert cpu_platform.numa_nodes(str(tmp_path)) == {0: [0, 1, 2, 3, 8, 9, 10, 11], 1: [4, 5, 6, 7, 12, 13, 14, 15]}
     assert cpu_resnet.numa_node_count(str(tmp_path)) == 2
+    (tmp_path / "node2").mkdir()  # memory only (CXL): no CPUs, no worker
+    (tmp_path / "node2" / "cpulist").write_text("\n")
+    assert cpu_resnet.numa_node_count(str(tmp_path)) == 2
     assert "workers" not in space_choices(make_space(False, False, 16, True, ["glibc"], 1))
     study = optuna.create_study()
     study.enqueue_trial({"workers": 2})

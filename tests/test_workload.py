@@ -310,3 +310,20 @@ def test_a_reused_process_measures_the_same_workload_memory_again():
                               windows=1, cpus_per_worker=2)
     first, again = (run_training(config)["workload_memory_mb"] for _ in range(2))
     assert first > 100 and again > 0.5 * first
+
+
+class KilledBySignal(Tokens):
+    def build_model(self, config):
+        import os
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)  # as the kernel's OOM killer would
+
+
+def test_a_fresh_process_killed_by_a_signal_is_a_lost_process_not_a_plain_error():
+    from accelsweep.trainables.failures import KILLED, failure_cause
+    from accelsweep.trainables.fresh_process import run_in_fresh_process
+
+    with pytest.raises(RuntimeError, match="killed by SIGKILL") as caught:
+        list(run_in_fresh_process(TrialConfig.make(workload=import_path(KilledBySignal), **QUICK)))
+    assert failure_cause(caught.value) == KILLED

@@ -66,7 +66,12 @@ def run_in_fresh_process(config: TrialConfig, usd_per_hour: float = math.nan) ->
                     name, text = message["error"]
                     raise type(name, (RuntimeError,), {})(f"{text}\n(in the trial's process)\n{message['trace']}")
                 yield message["result"]
-        if child.wait() != 0:
+        if child.wait() < 0:  # killed by a signal: the kernel's OOM killer, a crash
+            name = signal.Signals(-child.returncode).name
+            hint = " (the OOM killer sends it when memory runs out)" if name == "SIGKILL" else ""
+            # The class name the sweep counts as a lost process (failures.py: cause "killed").
+            raise type("WorkerCrashedError", (RuntimeError,), {})(f"the trial's process was killed by {name}{hint}")
+        if child.returncode != 0:
             raise RuntimeError(f"the trial's process ended with exit status {child.returncode}")
     finally:
         if child.poll() is None:  # stopped early (ASHA, the time budget): so is the trial's process
