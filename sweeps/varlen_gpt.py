@@ -58,6 +58,7 @@ us (no GPU); the seed's figures above are the seed's. XLA and Neuron: not this s
 
 from __future__ import annotations
 
+import abc
 import functools
 import importlib.util
 import math
@@ -144,15 +145,16 @@ def _heads_first(*tensors: torch.Tensor) -> list[torch.Tensor]:
     return [t.transpose(1, 2) for t in tensors]
 
 
-class Attention:
+class Attention(abc.ABC):
     """One layout's attention: ``prepare`` once per forward (masks, lengths), then
     ``__call__`` in every layer."""
 
     def prepare(self, inputs: dict[str, torch.Tensor], max_len: int) -> Any:
         return None
 
+    @abc.abstractmethod
     def __call__(self, q, k, v, context) -> torch.Tensor:
-        raise NotImplementedError
+        """The attention output, (batch, tokens, heads, head_dim)."""
 
 
 class CausalSDPA(Attention):

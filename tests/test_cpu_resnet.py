@@ -3,7 +3,6 @@ process, and the whole study run as CI runs it."""
 
 from __future__ import annotations
 
-import importlib
 import os
 import subprocess
 import sys
@@ -23,7 +22,7 @@ from accelsweep.trainables.platforms import cpu as cpu_platform
 from accelsweep.trainables.platforms import get_platform
 from accelsweep.trainables.platforms.base import PlatformUnavailable
 from accelsweep.trainables.workload import import_path
-from tests.test_examples import PUBLIC_MODULES, _public_section, accelsweep_imports
+from tests.test_examples import _public_section, accelsweep_imports, assert_public_imports, run_smoke
 
 SCRIPT = Path(cpu_resnet.__file__)
 TINY = dict(workload=import_path(CpuResNet), model="resnet18", image_size=32, batch_size=4, warmup_steps=1,
@@ -34,11 +33,8 @@ needs_jemalloc = pytest.mark.skipif(JEMALLOC is None, reason="no jemalloc librar
 
 def test_the_study_uses_the_public_api_only():
     section = _public_section()
-    imports = accelsweep_imports(SCRIPT)
-    assert imports
-    for module, name in imports:
-        assert module in PUBLIC_MODULES, f"{module} is not a public module"
-        assert name in importlib.import_module(module).__all__, f"{module}.{name} is not public"
+    assert_public_imports(SCRIPT)
+    for module, name in accelsweep_imports(SCRIPT):
         assert f"`{module}`" in section
 
 
@@ -204,12 +200,7 @@ def test_dry_run_shows_the_cpu_space_and_says_other_platforms_are_not_its(tmp_pa
 def test_the_smoke_study_runs_and_logs_to_mlflow(tmp_path):
     from mlflow.tracking import MlflowClient
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "MLFLOW_DISABLE_TELEMETRY": "true"}
-    run = subprocess.run([sys.executable, str(SCRIPT), "--smoke", "--platform", "cpu", "--tracking-uri", uri,
-                          "--storage-path", str(tmp_path / "ray"), "--instance-type", "c7i.2xlarge", "--spot"],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=420)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    run, uri = run_smoke(SCRIPT, tmp_path, "--instance-type", "c7i.2xlarge", "--spot")
     client = MlflowClient(uri)
     [experiment] = [e for e in client.search_experiments() if e.name != "Default"]
     runs = client.search_runs([experiment.experiment_id])

@@ -42,6 +42,27 @@ def accelsweep_imports(path: Path) -> list[tuple[str, str]]:
     return found
 
 
+def assert_public_imports(path: Path) -> None:
+    """Every accelsweep name ``path`` imports is public: its module's ``__all__`` names it."""
+    imports = accelsweep_imports(path)
+    assert imports, f"{path.name} imports nothing of accelsweep"
+    for module, name in imports:
+        assert module in PUBLIC_MODULES, f"{path.name}: {module} is not a public module"
+        assert name in importlib.import_module(module).__all__, f"{path.name}: {module}.{name} is not public"
+
+
+def run_smoke(script: Path, tmp_path: Path, *flags: str) -> tuple[subprocess.CompletedProcess, str]:
+    """``script --smoke --platform cpu`` with its MLflow store and Ray storage in ``tmp_path``;
+    it must exit 0. Returns the run and the tracking URI."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "MLFLOW_DISABLE_TELEMETRY": "true"}
+    run = subprocess.run([sys.executable, str(script), "--smoke", "--platform", "cpu", "--tracking-uri", uri,
+                          "--storage-path", str(tmp_path / "ray"), *flags],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=420)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    return run, uri
+
+
 def test_there_are_three_examples():
     assert {p.stem for p in EXAMPLES} == {"user_model", "user_trainable", "user_kernel_op"}
 
@@ -49,11 +70,8 @@ def test_there_are_three_examples():
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_an_example_imports_only_documented_public_names(path):
     section = _public_section()
-    imports = accelsweep_imports(path)
-    assert imports, f"{path.name} imports nothing of accelsweep"
-    for module, name in imports:
-        assert module in PUBLIC_MODULES, f"{path.name}: {module} is not a public module"
-        assert name in importlib.import_module(module).__all__, f"{path.name}: {module}.{name} is not public"
+    assert_public_imports(path)
+    for module, name in accelsweep_imports(path):
         assert f"`{module}`" in section and re.search(rf"\b{name}\b", section), \
             f"{path.name}: {module}.{name} is not documented in the README's 'Write your own sweep'"
     assert len(path.read_text().splitlines()) < 60, f"{path.name} is 60 lines or more"
@@ -77,12 +95,7 @@ def test_the_import_check_finds_a_private_name(tmp_path):
 def test_an_example_runs_and_logs_like_a_built_in_study(path, tmp_path):
     from mlflow.tracking import MlflowClient
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "MLFLOW_DISABLE_TELEMETRY": "true"}
-    run = subprocess.run([sys.executable, str(path), "--smoke", "--platform", "cpu", "--tracking-uri", uri,
-                          "--storage-path", str(tmp_path / "ray")],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=420)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    run, uri = run_smoke(path, tmp_path)
     assert "No trial produced a measurement" not in run.stdout
     client = MlflowClient(uri)
     [experiment] = [e for e in client.search_experiments() if e.name != "Default"]

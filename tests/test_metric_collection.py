@@ -2,8 +2,6 @@
 metrics_mode changes what the seed says it changes, counted as would-be host-device syncs;
 every mode computes the same metrics; the study runs end to end and logs its figures."""
 
-import importlib
-import os
 import subprocess
 import sys
 import warnings
@@ -18,18 +16,14 @@ from accelsweep.sweeps import metric_collection as study  # noqa: E402
 from accelsweep.trainables.config import TrialConfig  # noqa: E402
 from accelsweep.trainables.train_loop import run_training  # noqa: E402
 from accelsweep.trainables.workload import load_workload  # noqa: E402
-from tests.test_examples import PUBLIC_MODULES, accelsweep_imports  # noqa: E402
+from tests.test_examples import assert_public_imports, run_smoke  # noqa: E402
 
 SCRIPT = Path(study.__file__)
 FIXED = [mode for mode in study.MODES if mode not in ("none", "naive")]
 
 
 def test_the_study_imports_only_public_names():
-    imports = accelsweep_imports(SCRIPT)
-    assert imports
-    for module, name in imports:
-        assert module in PUBLIC_MODULES, f"{module} is not a public module"
-        assert name in importlib.import_module(module).__all__, f"{module}.{name} is not public"
+    assert_public_imports(SCRIPT)
 
 
 def test_the_workload_path_is_what_import_path_gives():
@@ -161,12 +155,7 @@ def test_on_cuda_the_naive_way_synchronizes_more_than_all_fixes():
 def test_the_study_runs_and_logs_each_trials_cost_against_no_metrics(tmp_path):
     from mlflow.tracking import MlflowClient
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "MLFLOW_DISABLE_TELEMETRY": "true"}
-    run = subprocess.run([sys.executable, str(SCRIPT), "--smoke", "--platform", "cpu", "--tracking-uri", uri,
-                          "--storage-path", str(tmp_path / "ray")],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=420)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    run, uri = run_smoke(SCRIPT, tmp_path)
     table = run.stdout[run.stdout.index("Throughput cost of each way"):]
     assert all(f"\n{mode} " in table for mode in study.MODES), table
     client = MlflowClient(uri)

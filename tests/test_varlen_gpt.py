@@ -19,7 +19,7 @@ from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.train_loop import run_training
 from accelsweep.trainables.workload import Workload, import_path
-from tests.test_examples import PUBLIC_MODULES, accelsweep_imports
+from tests.test_examples import assert_public_imports, run_smoke
 
 SCRIPT = Path(study.__file__)
 WORKLOAD = import_path(study.VarlenGPT)
@@ -32,11 +32,7 @@ def batch_of(documents: int = 6, max_len: int = 32, lengths: str = "uniform", se
 
 
 def test_the_script_imports_only_the_public_api():
-    imports = accelsweep_imports(SCRIPT)
-    assert imports
-    for module, name in imports:
-        assert module in PUBLIC_MODULES, module
-        assert name in __import__(module, fromlist=["__all__"]).__all__, f"{module}.{name}"
+    assert_public_imports(SCRIPT)
 
 
 def test_the_docstring_opens_with_the_seeds_table():
@@ -212,12 +208,7 @@ def test_xla_and_neuron_say_why_not():
 def test_the_smoke_sweep_runs_and_logs_to_mlflow(tmp_path):
     from mlflow.tracking import MlflowClient
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "MLFLOW_DISABLE_TELEMETRY": "true"}
-    run = subprocess.run([sys.executable, str(SCRIPT), "--smoke", "--platform", "cpu", "--tracking-uri", uri,
-                          "--storage-path", str(tmp_path / "ray")],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=420)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    run, uri = run_smoke(SCRIPT, tmp_path)
     client = MlflowClient(uri)
     [experiment] = [e for e in client.search_experiments() if e.name == "varlen_gpt"]
     runs = client.search_runs([experiment.experiment_id])

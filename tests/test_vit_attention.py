@@ -21,7 +21,7 @@ from accelsweep.sweeps import vit_attention as study
 from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.workloads.vision_models import ATTENTIONS, build_model
-from tests.test_examples import PUBLIC_MODULES, accelsweep_imports
+from tests.test_examples import assert_public_imports, run_smoke
 
 SCRIPT = Path(study.__file__)
 CPU_TRAINS = ("naive", "sdpa", "sdpa-math", "sdpa-flash")
@@ -49,11 +49,7 @@ def ops_of_a_training_step(model: torch.nn.Module) -> set[str]:
 
 
 def test_the_script_imports_only_the_public_api():
-    imports = accelsweep_imports(SCRIPT)
-    assert imports
-    for module, name in imports:
-        assert module in PUBLIC_MODULES, module
-        assert name in __import__(module, fromlist=["__all__"]).__all__, f"{module}.{name}"
+    assert_public_imports(SCRIPT)
 
 
 def test_the_study_has_a_row_for_every_attention_the_workload_has():
@@ -221,10 +217,7 @@ def test_the_dry_run_shows_the_space_for_cpu_and_cuda(tmp_path):
 def test_the_smoke_study_runs_and_logs_every_attention_to_mlflow(tmp_path):
     from mlflow.tracking import MlflowClient
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    run = run_script("--smoke", "--platform", "cpu", "--tracking-uri", uri, "--storage-path", str(tmp_path / "ray"),
-                     cwd=tmp_path, timeout=420)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    run, uri = run_smoke(SCRIPT, tmp_path)
     client = MlflowClient(uri)
     [experiment] = [e for e in client.search_experiments() if e.name == "vit_attention"]
     runs = client.search_runs([experiment.experiment_id])
