@@ -30,7 +30,7 @@ _BY_CLASS = {
     "OutOfMemoryError": OOM, "MemoryError": OOM,
     "NonFiniteLoss": NAN, "NonFiniteGradient": NAN,
     # neuronx-cc (trainables.platforms.neuron_errors), torch.compile's backends
-    "NeuronCompileError": COMPILE, "BackendCompilerFailed": COMPILE, "InductorError": COMPILE,
+    "NeuronCompileError": COMPILE, "CompileTimeout": COMPILE, "BackendCompilerFailed": COMPILE, "InductorError": COMPILE,
     # the trial's process or its node went away
     "ActorDiedError": KILLED, "RayActorError": KILLED, "WorkerCrashedError": KILLED, "NodeDiedError": KILLED,
     "ActorUnavailableError": KILLED,
@@ -63,7 +63,7 @@ def one_line(error: BaseException) -> str:
     return lines[-1] if lines else type(error).__name__
 
 
-def run_isolated(searched, *, trainable, objective_metrics, **parameters) -> None:
+def run_isolated(searched, *, trainable, objective_metrics, limits=None, **parameters) -> None:
     """Run a Tune trainable so that its own errors end the trial as a reported failure.
 
     An exception in the trial (an OOM, a non-finite loss, a compile failure, a bad
@@ -72,12 +72,19 @@ def run_isolated(searched, *, trainable, objective_metrics, **parameters) -> Non
     objective as NaN (Optuna records the trial as failed and samples away from it), the
     error's class, message and cause. Tune's retries are left for what a retry can fix:
     a process or node that went away (the trial never gets to report that itself).
+
+    ``limits``: the sweep's rejection rule and compile limit (trainables.rejection
+    BoardLimits), made the trial's own (with the best so far) while it runs.
     """
     from ray import tune
 
+    from accelsweep.trainables.rejection import trial_limits
+    from accelsweep.trainables.watchdog import TrialAborted
+
     try:
-        trainable(searched, **parameters)
-    except Exception as error:  # noqa: BLE001 - every trial error is a result; Ctrl-C is not
+        with trial_limits(limits.for_trial() if limits is not None else None):
+            trainable(searched, **parameters)
+    except (Exception, TrialAborted) as error:  # noqa: BLE001 - every trial error is a result; Ctrl-C is not
         tune.report({**{metric: float("nan") for metric in objective_metrics}, "trial_failed": 1,
                      "error_class": type(error).__name__, "error": one_line(error),
                      "error_cause": failure_cause(error)})

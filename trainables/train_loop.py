@@ -25,25 +25,33 @@ from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.cost import usd_per_1m_samples
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.failures import NonFiniteGradient, NonFiniteLoss
-from accelsweep.trainables.measure import WindowStats, time_window, torch_compile_seconds
+from accelsweep.trainables.measure import (WindowStats, coefficient_of_variation, host_probe_s, percentile,
+                                           time_window, torch_compile_seconds)
 from accelsweep.trainables.metrics import DRIVER_METRICS, TRAINING_METRICS
 from accelsweep.trainables.platforms import get_platform
 from accelsweep.trainables.precision import get_precision
+from accelsweep.trainables.rejection import SlowTrial, StepGuard, TrialLimits, current_limits
+from accelsweep.trainables.watchdog import TrialAborted
 from accelsweep.trainables.workload import Workload, load_workload
 
 __all__ = ["NonFiniteGradient", "NonFiniteLoss", "run_training"]
 
 
 def run_training(config: TrialConfig, report: Optional[Callable[[dict], None]] = None,
-                 usd_per_hour: float = float("nan"), capture_dir: Optional[str] = None) -> dict:
+                 usd_per_hour: float = float("nan"), capture_dir: Optional[str] = None,
+                 limits: Optional[TrialLimits] = None) -> dict:
     """Train ``config`` for its warm-up and windows; call ``report`` after each window
     with the cumulative result, and return the last one. ``usd_per_hour`` is what the
     resources this trial holds cost (NaN: no price basis, so no cost metrics).
     ``capture_dir``: where ``nan_capture`` saves its file (default: the Tune trial's
-    directory inside a Tune trial, else the working directory)."""
+    directory inside a Tune trial, else the working directory). ``limits``: when to give
+    up on the trial (trainables/rejection.py; default: the sweep's, inside a sweep's
+    trial): a hopeless projection ends it with a ``rejected`` result, a compile past the
+    limit with CompileTimeout."""
     since = time.time()
     try:
-        return _run_training(config, report, usd_per_hour, capture_dir)
+        return _run_training(config, report, usd_per_hour, capture_dir,
+                             limits if limits is not None else current_limits())
     except Exception as error:
         # The platform may know better words for its own failures (neuronx-cc's log).
         explained = get_platform(config.platform).explain_failure(error, config, since)
@@ -53,7 +61,7 @@ def run_training(config: TrialConfig, report: Optional[Callable[[dict], None]] =
 
 
 def _run_training(config: TrialConfig, report: Optional[Callable[[dict], None]],
-                  usd_per_hour: float, capture_dir: Optional[str]) -> dict:
+                  usd_per_hour: float, capture_dir: Optional[str], limits: Optional[TrialLimits]) -> dict:
     from accelsweep.trainables.distributed import World
 
     started = time.perf_counter()
@@ -88,19 +96,51 @@ def _run_training(config: TrialConfig, report: Optional[Callable[[dict], None]],
     setup_s = time.perf_counter() - started
 
     loop_start = time.perf_counter()
-    first_step_s, warmup_step_s = trial.warm_up()
+    # Rejection and the compile limit need every worker to agree on stopping (a step is a
+    # collective): a trial of several workers runs without them.
+    guard = StepGuard(limits if world.size == 1 else None, samples_per_step=config.batch_size,
+                      units_per_step=lambda: trial.units_done / trial.steps_done if trial.steps_done else float("nan"),
+                      unit=workload.unit, usd_per_hour=usd_per_hour,
+                      compiling=config.torch_compile != "none" or platform.torch_on_xla)
+    try:
+        with guard:
+            return _measure(config, report, usd_per_hour, platform, workload, device, world, trial, compiles,
+                            guard, setup_s, loop_start, memory_before_mb)
+    except TrialAborted as error:
+        reason = guard.reason_of(error)  # raised by the watchdog, the exception has no message of its own
+        if not isinstance(error, SlowTrial):
+            raise type(error)(reason) from None
+        rejected = guard.rejected_result(reason, setup_s=setup_s, loop_s=time.perf_counter() - loop_start,
+                                         compile_s=compiles.seconds(), device=platform.describe_device(device))
+        if report is not None:
+            report(rejected)
+        return rejected
+
+
+def _measure(config: TrialConfig, report, usd_per_hour: float, platform, workload, device, world, trial: "_Trial",
+             compiles: "_CompileClock", guard: StepGuard, setup_s: float, loop_start: float,
+             memory_before_mb: float) -> dict:
+    """Warm-up, then the measured windows, each reported."""
+    first_step_s, warmup_step_s = trial.warm_up(guard)
     compiles.warmed_up()
     min_steps, min_seconds = trial.window_bounds(warmup_step_s)
     global_samples = global_units = global_seconds = 0.0
     unit = workload.unit
     stats = WindowStats(samples_per_step=config.batch_size,
                         host_clock_times_steps=platform.host_clock_times_steps)
+    # The machine's own speed, probed between windows (outside them): a figure taken
+    # while the host was loaded shows as a slow probe, not only as a slow trial.
+    probes = [host_probe_s()]
+    window_throughputs = []
     trial.counting = True  # the workload's counts cover the measured steps only
     for index in range(1, config.windows + 1):
         units_before = trial.units_done
+        # Only the first window can still reject the trial (a hopeless one never gets further).
+        step = guard.watching(trial.step) if index == 1 else trial.step
         with trial.segment():  # its own work on entry and exit stays outside the window's timer
-            window = time_window(trial.step, trial.sync, min_steps, min_seconds, step_multiple=trial.group)
+            window = time_window(step, trial.sync, min_steps, min_seconds, step_multiple=trial.group)
         stats.add(window)
+        probes.append(host_probe_s())
         final_loss = float(trial.last_loss[0])  # the window already synced: this read waits for nothing
         if not math.isfinite(final_loss):
             raise NonFiniteLoss(f"loss is {final_loss} after window {index} ({stats.steps} measured steps)")
@@ -109,15 +149,22 @@ def _run_training(config: TrialConfig, report: Optional[Callable[[dict], None]],
             [window.steps * config.batch_size, trial.units_done - units_before, 1], "sum", device)
         global_samples += samples
         global_units += units
-        global_seconds += world.reduce([window.seconds], "max", device)[0]
+        window_seconds = world.reduce([window.seconds], "max", device)[0]
+        global_seconds += window_seconds
+        window_throughputs.append(samples / window_seconds)
         throughput = global_samples / global_seconds
         peak_memory_mb = platform.peak_memory_mb(device)
         result = {
             "throughput_samples_per_s": throughput,
             "window_throughput_samples_per_s": samples / window.seconds,
+            # Noise: how much the windows disagree, and how much the machine's speed moved.
+            "throughput_cv": coefficient_of_variation(window_throughputs),
+            "host_probe_s": percentile(probes, 50),
+            "host_cv": coefficient_of_variation(probes),
             "step_time_p50_s": stats.step_time(50),
             "step_time_p90_s": stats.step_time(90),
             "first_step_s": first_step_s,
+            "warmup_step_s": warmup_step_s,
             "compile_s": compiles.seconds(),
             "peak_memory_mb": peak_memory_mb,
             "workload_memory_mb": peak_memory_mb - memory_before_mb,
@@ -184,6 +231,7 @@ class _Trial:
         # MpDeviceLoader prefetches).
         self.batch_counts: collections.deque = collections.deque()
         self.units_done = 0
+        self.steps_done = 0
         self.counts_done: collections.Counter = collections.Counter()  # the workload's, measured steps only
         self.counting = False  # on from the first measured window
         counted = _counted(loader, workload, self.batch_counts)
@@ -231,6 +279,7 @@ class _Trial:
 
     def step(self) -> None:
         self.train_step(*next(self.batches))
+        self.steps_done += 1
         units, counts = self.batch_counts.popleft()
         self.units_done += units
         if self.counting:
@@ -239,24 +288,37 @@ class _Trial:
     def sync(self) -> None:
         self.platform.sync(self.device)
 
-    def warm_up(self) -> tuple[float, float]:
+    def warm_up(self, guard: StepGuard) -> tuple[float, float]:
         """The first step, timed on its own (compilation, first touch), then the rest of
-        the warm-up, untimed but for its mean step time. Returns both."""
+        the warm-up, untimed but for its mean step time. Returns both. ``guard`` may end
+        the trial on the way (SlowTrial, CompileTimeout)."""
         start = time.perf_counter()
         with self.segment():
+            guard.expect_first_step()
             self.step()
             self.sync()
+            guard.clear()
         first_step_s = time.perf_counter() - start
+        guard.first_step_done(first_step_s)
         self.initial_loss = float(self.last_loss[0])
         rest = self.config.warmup_steps - 1
         if self.group > 1:  # whole groups, at least one, so the k-step graph compiles in warm-up
             rest = -(-max(rest, self.group) // self.group) * self.group
         start = time.perf_counter()
         with self.segment():
-            for _ in range(rest):
-                self.step()
-            self.sync()
-        return first_step_s, (time.perf_counter() - start) / rest if rest else first_step_s
+            if self.platform.host_clock_times_steps:
+                for _ in range(rest):  # each step is its own evidence: judged as it ends
+                    guard.watching(self.step, abandon=True)()
+            else:  # an asynchronous device: only the sync at the end tells how long the steps took
+                guard.expect_steps(rest)
+                for _ in range(rest):
+                    self.step()
+                self.sync()
+                guard.clear()
+        warmup_step_s = (time.perf_counter() - start) / rest if rest else first_step_s
+        if rest and not self.platform.host_clock_times_steps:
+            guard.judge(warmup_step_s)
+        return first_step_s, warmup_step_s
 
     def window_bounds(self, warmup_step_s: float) -> tuple[int, float]:
         """Each window's minimum steps and seconds."""

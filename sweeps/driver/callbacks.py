@@ -24,8 +24,14 @@ from accelsweep.trainables.tracking import SweepTracker
 
 FINISHED, STOPPED_EARLY, FAILED, CUT_BY_BUDGET = "finished", "stopped early", "failed", "cut by time budget"
 INTERRUPTED = "interrupted"  # the sweep stopped (Ctrl-C) while it ran: --resume runs it again
+# Stopped by its own first steps: their projection was hopeless (trainables/rejection.py).
+REJECTED = "rejected"
+# Proposed again after it was measured: the earlier result stands, nothing ran (searchers.py).
+REUSED = "reused"
+NOT_RANKED = (FAILED, REJECTED, REUSED)  # a projection or a copy is not a measurement of its own
 
-__all__ = ["CUT_BY_BUDGET", "FAILED", "FINISHED", "INTERRUPTED", "STOPPED_EARLY", "SweepCallback", "TrialRecord"]
+__all__ = ["CUT_BY_BUDGET", "FAILED", "FINISHED", "INTERRUPTED", "REJECTED", "REUSED", "STOPPED_EARLY",
+           "SweepCallback", "TrialRecord"]
 
 
 @dataclass
@@ -46,6 +52,8 @@ class TrialRecord:
     wall_s: float = float("nan")
     retries: int = 0  # restarts after its process or node went away
     measured_by: str = ""  # the sweep's first objective (SweepCallback sets it): what ranks the trial
+    reused_from: Optional[int] = None  # REUSED: the number of the trial whose result this is
+    ordinal: int = 0  # among the trials that ran (not REUSED): how far the sweep's num_samples it is
 
     def metric(self, name: str) -> float:
         value = self.result.get(name, float("nan"))
@@ -53,7 +61,7 @@ class TrialRecord:
 
     def measured(self, metric: str) -> bool:
         """It did not fail, and ``metric`` has a finite value: it can be ranked by it."""
-        return self.status != FAILED and not self.error and math.isfinite(self.metric(metric))
+        return self.status not in NOT_RANKED and not self.error and math.isfinite(self.metric(metric))
 
     @property
     def has_measurement(self) -> bool:
@@ -90,7 +98,8 @@ class SweepCallback(Callback):
                  resources_of: Callable[[Mapping], dict], baseline: Mapping[str, Any],
                  cost: Optional[CostBasis], trial_tags: Mapping[str, str], total_trials: int,
                  print_line: Optional[Callable[[str], None]] = None, time_budget_s: Optional[float] = None,
-                 metrics: Optional[MetricSet] = None, objective_metrics: Sequence[str] = ()):
+                 metrics: Optional[MetricSet] = None, objective_metrics: Sequence[str] = (),
+                 board_name: Optional[str] = None, sweep_token: str = ""):
         self._tracker = tracker
         self.metrics = metrics or TRAINING_METRICS  # the sweep's (its trainable's): curves, progress lines
         # The first objective ranks a trial (TrialRecord.has_measurement); every objective
@@ -112,11 +121,29 @@ class SweepCallback(Callback):
         # On --resume: MLflow runs of trials Tune's saved state does not know (run id ->
         # searched config): a killed driver started them after Tune's last save.
         self.orphans: dict[str, str] = {}
+        # The sweep's best so far, for its trials' rejection rule (trainables/rejection.py),
+        # a Ray actor looked up by name; and where its searcher leaves reused proposals.
+        self.board_name, self._board = board_name, None
+        self.sweep_token = sweep_token
 
     def __getstate__(self):
-        # Tune pickles its callbacks with the experiment state. The MLflow client and
-        # the output function belong to this driver process, not to the saved state.
-        return {**self.__dict__, "_tracker": None, "print_line": None}
+        # Tune pickles its callbacks with the experiment state. The MLflow client, the
+        # output function and the board's handle belong to this driver process.
+        return {**self.__dict__, "_tracker": None, "print_line": None, "_board": None}
+
+    def _offer_best(self, record: TrialRecord) -> None:
+        """A measured result: the board keeps the best for the trials that start next."""
+        if self.board_name is None or not record.measured(self.measured_by):
+            return
+        if self._board is None:
+            import ray
+
+            try:
+                self._board = ray.get_actor(self.board_name)
+            except ValueError:  # the board is gone: trials then run without a best to beat
+                self.board_name = None
+                return
+        self._board.offer.remote(record.metric(self.measured_by))
 
     @property
     def tracker(self) -> SweepTracker:
@@ -138,6 +165,7 @@ class SweepCallback(Callback):
         for record in self.records.values():
             record.created_at = now
             self.orphans.pop(record.run_id, None)  # Tune knows this trial: not an orphan
+            self._offer_best(record)  # this driver's board starts empty
 
     # Tune creates a trial when a slot frees; its clock starts then, so actor start-up
     # and imports count toward the trial's wall time and overhead.
@@ -145,6 +173,41 @@ class SweepCallback(Callback):
         for trial in trials:
             if trial.trial_id not in self.records:
                 self._record(trial)
+        self._record_reuses()
+
+    def _record_reuses(self) -> None:
+        """Each proposal the searcher answered from an earlier trial becomes a run of its
+        own, tagged with the trial it reused: the search's path stays complete in MLflow,
+        and nothing ran (no cost, no time)."""
+        from accelsweep.sweeps.driver.searchers import config_key, take_reuses
+
+        for searched, original_id in take_reuses(self.sweep_token):
+            original = self.records.get(original_id)
+            number = len(self.records) + 1
+            try:
+                config = self.complete_config(searched)
+            except ValueError:
+                config = dict(searched)
+            record = TrialRecord(number=number, trial_id=f"{original_id}-reuse-{number}", searched=dict(searched),
+                                 config=config, resources={}, is_baseline=False, created_at=time.monotonic(),
+                                 measured_by=self.measured_by, status=REUSED, wall_s=0.0,
+                                 reused_from=original.number if original else None)
+            if original is not None:
+                record.result = {k: v for k, v in original.result.items() if k not in ("wall_s", "overhead_s")}
+                record.error, record.error_class, record.error_cause = (original.error, original.error_class,
+                                                                       original.error_cause)
+            record.result.update({"wall_s": 0.0, "trial_cost_usd": 0.0})
+            self.records[record.trial_id] = record
+            of = f"trial {original.number}" if original else "an earlier trial"
+            tags = {**self.trial_tags, "trial_id": record.trial_id, "trial_number": str(number),
+                    "searched": config_key(searched), "baseline": "false", "status": REUSED,
+                    "reused_from_trial": str(original.number) if original else "unknown",
+                    "reused_from_run": (original.run_id or "") if original else ""}
+            record.run_id = self.tracker.start_trial(f"trial-{number:03d} (reuse of {of})", config, tags)
+            numeric = {k: v for k, v in record.result.items()
+                       if isinstance(v, (int, float)) and not isinstance(v, bool) and not k.startswith("time")}
+            self.tracker.finish(record.run_id, "FINISHED", metrics=numeric, tags={"status": REUSED})
+            self._say(self.progress_line(record))
 
     def _record(self, trial) -> TrialRecord:
         searched = dict(trial.config)
@@ -155,6 +218,7 @@ class SweepCallback(Callback):
             config, resources = dict(searched), {}
         record = TrialRecord(
             number=len(self.records) + 1, trial_id=trial.trial_id, searched=searched, config=config,
+            ordinal=sum(r.status != REUSED for r in self.records.values()) + 1,
             resources=resources, created_at=time.monotonic(), measured_by=self.measured_by,
             is_baseline=not any(r.is_baseline for r in self.records.values()) and searched == self.baseline,
         )
@@ -196,6 +260,8 @@ class SweepCallback(Callback):
             record.result = {**record.result, **{k: v for k, v in result.items() if k in ("loop_s",)}}
             return
         record.result = dict(result)
+        if not result.get("rejected"):
+            self._offer_best(record)
         window_metrics = {name: result[name] for name in self.curves if name in result}
         self.tracker.log_metrics(record.run_id, window_metrics, step=int(result.get("training_iteration", 0)))
 
@@ -207,7 +273,10 @@ class SweepCallback(Callback):
         # A trainable of a user's own may count its reports only through Tune's iteration.
         done = record.result.get("windows_done", record.result.get("training_iteration", 0))
         expected = record.config.get("windows", done)
-        self._finish(record, FINISHED if done >= expected else STOPPED_EARLY)
+        if record.result.get("rejected"):
+            self._finish(record, REJECTED)
+        else:
+            self._finish(record, FINISHED if done >= expected else STOPPED_EARLY)
 
     def on_trial_error(self, iteration, trials, trial, **info):
         record = self.records.get(trial.trial_id) or self._record(trial)
@@ -225,6 +294,7 @@ class SweepCallback(Callback):
                   f"(retry {record.retries})")
 
     def on_experiment_end(self, trials, **info):
+        self._record_reuses()
         # Trials still running at the end: the time budget ran out (keep what they
         # measured), or the sweep was interrupted (--resume will run them again).
         out_of_time = self.time_budget_s is not None and time.time() - self.started_at >= self.time_budget_s * 0.98
@@ -243,7 +313,7 @@ class SweepCallback(Callback):
         final["trial_cost_usd"] = trial_cost_usd(rate, record.wall_s)
         record.result.update(final)
         tags = {"status": status}
-        for key in ("device", "step_time_source", "unit"):
+        for key in ("device", "step_time_source", "unit", "rejection"):
             if key in record.result:
                 tags[key] = str(record.result[key])
         if record.error:
@@ -267,11 +337,18 @@ class SweepCallback(Callback):
 
     def progress_line(self, record: TrialRecord) -> str:
         knobs = " ".join(f"{k}={v}" for k, v in record.searched.items())
-        head = f"[trial {record.number}/{self.total_trials}{' baseline' if record.is_baseline else ''}] {knobs}"
+        count = f"{record.ordinal}/{self.total_trials}"
+        number = count if record.ordinal in (0, record.number) else f"{record.number} ({count})"
+        head = f"[trial {number}{' baseline' if record.is_baseline else ''}] {knobs}"
         if record.status == FAILED:
             return f"{head} -> FAILED ({record.error_cause or ERROR}): {record.error_class}: {record.error}"
         if record.status == INTERRUPTED:
             return f"{head} -> interrupted (--resume runs it again)"
+        if record.status == REUSED:
+            of = f"trial {record.reused_from}" if record.reused_from else "an earlier trial"
+            return f"[reuse] {knobs} -> measured already ({of}): its result stands, not run again"
+        if record.status == REJECTED:
+            return f"{head} -> rejected after {record.wall_s:.1f} s: {record.result.get('rejection', '')}"
         figures = []
         for name in self.metrics.headline:  # formatted as the trainable declares them
             metric, value = self.metrics[name], record.metric(name)

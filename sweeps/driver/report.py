@@ -14,7 +14,8 @@ import math
 from collections import Counter
 from typing import Iterable, Mapping, Optional, Sequence
 
-from accelsweep.sweeps.driver.callbacks import TrialRecord
+from accelsweep.sweeps.driver.callbacks import CUT_BY_BUDGET, REJECTED, REUSED, TrialRecord
+from accelsweep.sweeps.driver.verdict import verdict
 from accelsweep.trainables.metrics import TRAINING_METRICS, MetricSet
 from accelsweep.trainables.microbench import NOISY_CV
 
@@ -92,11 +93,12 @@ def table(rows: Sequence[Sequence[str]]) -> str:
 
 def summary(title: str, records: Sequence[TrialRecord], metric: str, mode: str, knobs: Sequence[str],
             cost_note: str, ui_command: str, elapsed_s: float, metrics: Optional[MetricSet] = None,
-            objectives: Sequence[tuple[str, str]] = ()) -> str:
+            objectives: Sequence[tuple[str, str]] = (), planned_trials: Optional[int] = None) -> str:
     """``metric``/``mode``: the first objective, whose best trial the table sets against the
     baseline. ``metrics``: the sweep's declaration (its trainable's MetricSet), a row per
     summarised metric; None: the training loop's rows. ``objectives``: every (metric,
-    mode) of the sweep; with more than one, the Pareto set follows the table."""
+    mode) of the sweep; with more than one, the Pareto set follows the table.
+    ``planned_trials``: the sweep's num_samples, to say whether the search finished."""
     objectives = list(objectives) or [(metric, mode)]
     declared = metrics or TRAINING_METRICS
     baseline = next((r for r in records if r.is_baseline), None)
@@ -104,6 +106,7 @@ def summary(title: str, records: Sequence[TrialRecord], metric: str, mode: str, 
     outcomes = Counter(r.status for r in records)
     lines = [f"== {title}: {len(records)} trials in {elapsed_s:.0f} s ("
              + ", ".join(f"{n} {status}" for status, n in sorted(outcomes.items())) + ") =="]
+    lines += _search_lines(records, planned_trials)
     failures = Counter(r.error_cause or "error" for r in records if r.status == "failed")
     if failures:
         classes: dict[str, set] = {}
@@ -134,6 +137,9 @@ def summary(title: str, records: Sequence[TrialRecord], metric: str, mode: str, 
             best_value = best.metric(name)
             rows.append([label, _format(fmt, base_value), _format(fmt, best_value), _change(base_value, best_value)])
         lines += ["", table(rows), ""]
+        judged = verdict(base, best, metric, mode, records)
+        if judged is not None:
+            lines.append(f"verdict: {judged.text}")
         if "device" in best.result:
             timing = f"; step times from {best.result['step_time_source']}" if "step_time_source" in best.result else ""
             lines.append(f"best device: {best.result['device']}{timing}")
@@ -149,6 +155,37 @@ def summary(title: str, records: Sequence[TrialRecord], metric: str, mode: str, 
     lines.append(cost_note)
     lines.append(f"results: {ui_command}")
     return "\n".join(lines)
+
+
+def _search_lines(records: Sequence[TrialRecord], planned: Optional[int]) -> list[str]:
+    """How far the search got, and what it did not spend time on: a summary must tell
+    "no better config exists" from "the search ran out of time"."""
+    ran = [r for r in records if r.status != REUSED]
+    lines = []
+    if planned is not None:
+        cut = sum(r.status == CUT_BY_BUDGET for r in records)
+        if len(ran) >= planned and not cut:
+            lines.append(f"search: all {planned} planned trials ran")
+        else:
+            searched_out = not cut and any(r.status == REUSED for r in records)
+            if searched_out:
+                lines.append(f"search: {len(ran)} of {planned} planned trials ran; the searcher ran out of new "
+                             "configs (its proposals repeated measured ones): the space is searched out")
+            else:
+                lines.append(f"search: {len(ran) - cut} of {planned} planned trials ran to their end "
+                             + (f"({cut} cut while running) " if cut else "")
+                             + "before the sweep stopped (time budget, or interrupted): a better config may "
+                               "exist among those not run")
+    rejected = [r for r in records if r.status == REJECTED]
+    if rejected:
+        spent = sum(r.wall_s for r in rejected if math.isfinite(r.wall_s))
+        lines.append(f"rejected in their first steps: {len(rejected)} trial(s), {spent:.1f} s in all (a projection "
+                     "hopeless against the best so far; their figures are projections, not ranked)")
+    reused = [r for r in records if r.status == REUSED]
+    if reused:
+        lines.append(f"proposed again after being measured: {len(reused)} proposal(s); the earlier results were "
+                     "reused, not run again")
+    return lines
 
 
 def _rows(metrics: MetricSet, objectives: Sequence[tuple[str, str]]) -> list[tuple[str, str, str]]:

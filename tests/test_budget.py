@@ -1,0 +1,221 @@
+"""The budget goes where it can pay: slow configs rejected in their first steps, a
+compile cut at its limit, no config measured twice, and verdicts with noise bounds."""
+
+import json
+import math
+import threading
+import time
+
+import pytest
+
+from accelsweep.sweeps.driver.callbacks import REJECTED, REUSED, TrialRecord
+from accelsweep.sweeps.driver.verdict import verdict
+from accelsweep.trainables.config import TrialConfig
+from accelsweep.trainables.errors import ConfigError
+from accelsweep.trainables.rejection import CompileTimeout, SlowTrial, StepGuard, TrialLimits
+from accelsweep.trainables.train_loop import run_training
+from accelsweep.trainables.watchdog import TrialAborted, Watchdog
+
+SLEEPY = "tests.budget_workload:Sleepy"
+QUICK = dict(workload=SLEEPY, batch_size=8, warmup_steps=3, window_min_steps=3, window_min_s=0.05, windows=2)
+
+
+# ---- the rule ------------------------------------------------------------------------
+
+def test_the_rule_rejects_a_projection_worse_than_the_best_by_more_than_the_ratio():
+    limits = TrialLimits("throughput_samples_per_s", "max", best=90.0, ratio=3.0)
+    assert limits.verdict({"throughput_samples_per_s": 29.0}) == (
+        "projected 29 throughput_samples_per_s, best so far 90: more than 3x worse")
+    assert limits.verdict({"throughput_samples_per_s": 31.0}) is None
+    cheaper = TrialLimits("usd_per_1m_samples", "min", best=2.0, ratio=3.0)
+    assert cheaper.verdict({"usd_per_1m_samples": 6.5}) and cheaper.verdict({"usd_per_1m_samples": 5.0}) is None
+    # No best yet (the baseline), or an objective the loop does not project: nothing rejected.
+    assert TrialLimits("throughput_samples_per_s").verdict({"throughput_samples_per_s": 0.001}) is None
+    assert limits.verdict({"gflops": 1.0}) is None
+
+
+def test_the_step_deadline_is_where_the_projection_turns_hopeless():
+    limits = TrialLimits("throughput_samples_per_s", "max", best=100.0, ratio=4.0)
+    deadline = limits.step_deadline_s(lambda step_s: {"throughput_samples_per_s": 16 / step_s})
+    assert deadline == pytest.approx(16 * 4.0 / 100.0, rel=1e-6)  # batch 16 at 25 samples/s
+    assert limits.step_deadline_s(lambda step_s: {"other": step_s}) is None
+
+
+@pytest.mark.parametrize("field, value", [("ratio", 1.0), ("ratio", "3"), ("max_compile_s", 0.0)])
+def test_bad_limits_are_refused_by_name(field, value):
+    with pytest.raises(ConfigError) as error:
+        TrialLimits("throughput_samples_per_s", **{field: value})
+    assert error.value.field in ("reject_ratio", "max_compile_s") and repr(value) in str(error.value)
+
+
+# ---- the watchdog ----------------------------------------------------------------------
+
+def busy(seconds: float) -> int:
+    """Pure Python for ``seconds``: where an asynchronous exception lands."""
+    end, spins = time.monotonic() + seconds, 0
+    while time.monotonic() < end:
+        spins += 1
+    return spins
+
+
+def test_the_watchdog_abandons_a_stretch_that_runs_past_its_deadline():
+    finished = False
+    with Watchdog() as dog:
+        with pytest.raises(SlowTrial):
+            dog.expect(0.2, SlowTrial, "too slow")
+            busy(30.0)
+            finished = True
+        assert dog.reason == "too slow"
+    assert not finished
+
+
+def test_a_stretch_cleared_in_time_raises_nothing_later():
+    with Watchdog() as dog:
+        dog.expect(0.3, SlowTrial, "too slow")
+        busy(0.01)
+        dog.clear()
+        busy(0.6)  # past the old deadline: nothing may arrive
+    busy(0.3)
+
+
+def test_the_watchdog_watches_only_its_own_thread():
+    caught = []
+
+    def other():
+        try:
+            busy(0.6)
+        except TrialAborted as error:  # pragma: no cover - the failure this test looks for
+            caught.append(error)
+
+    thread = threading.Thread(target=other)
+    with Watchdog() as dog:
+        thread.start()
+        with pytest.raises(SlowTrial):
+            dog.expect(0.1, SlowTrial, "mine")
+            busy(30.0)
+    thread.join()
+    assert caught == []
+
+
+def test_a_compile_past_its_limit_ends_as_compile_timeout():
+    limits = TrialLimits("throughput_samples_per_s", max_compile_s=0.2)
+    guard = StepGuard(limits, samples_per_step=8, units_per_step=lambda: 8.0, unit="samples",
+                      usd_per_hour=float("nan"), compiling=True)
+    with guard, pytest.raises(CompileTimeout):
+        guard.expect_first_step()
+        busy(30.0)  # a compile that would not end
+    assert "ran past the limit of 0.2 s (--max-compile-s)" in guard.reason_of(CompileTimeout())
+
+
+# ---- the loop ------------------------------------------------------------------------
+
+def test_a_hopeless_config_is_rejected_in_its_first_steps_with_its_projection():
+    free = run_training(TrialConfig.make(**QUICK))
+    assert not free.get("rejected") and free["windows_done"] == 2
+    assert free["throughput_cv"] >= 0 and free["host_probe_s"] > 0 and free["warmup_step_s"] > 0
+
+    best = free["throughput_samples_per_s"]
+    limits = TrialLimits("throughput_samples_per_s", "max", best=best)
+    slow = run_training(TrialConfig.make(**QUICK, sleep_s=0.3), limits=limits)
+    assert slow["rejected"] == 1 and slow["windows_done"] == 0 and slow["measured_steps"] == 0
+    assert slow["throughput_samples_per_s"] < best / 3  # its projection, what the searcher is told
+    assert "more than 3x worse" in slow["rejection"] and f"best so far {best:.4g}" in slow["rejection"]
+
+    # The same config against a best it can reach runs to its end.
+    reachable = run_training(TrialConfig.make(**QUICK), limits=limits.with_best(best * 1.5))
+    assert not reachable.get("rejected") and reachable["windows_done"] == 2
+
+
+# ---- no config twice -------------------------------------------------------------------
+
+def test_a_repeated_proposal_is_answered_from_its_first_result():
+    import optuna
+
+    from accelsweep.sweeps.driver.searchers import FailureAwareOptunaSearch, config_key, take_reuses
+
+    def space(trial):
+        trial.suggest_categorical("a", [1, 2])
+
+    searcher = FailureAwareOptunaSearch(space, metric="score", mode="max", sweep_token="unit",
+                                        sampler=optuna.samplers.RandomSampler(seed=0))
+    ran = []
+    for number in range(4):
+        config = searcher.suggest(f"t{number}")
+        if config == "FINISHED":
+            break
+        ran.append(config_key(config))
+        searcher.on_trial_result(f"t{number}", {"score": float(config["a"]), "training_iteration": 1})
+        searcher.on_trial_complete(f"t{number}", {"score": float(config["a"])})
+    assert sorted(ran) == sorted({config_key({"a": 1}), config_key({"a": 2})})  # each once, then searched out
+    reused = take_reuses("unit")
+    assert reused and all(config in ({"a": 1}, {"a": 2}) for config, _ in reused)
+    told = [t for t in searcher._ot_study.trials if t.state.name == "COMPLETE"]
+    assert len(told) == 2 + len(reused)  # Optuna heard every reuse, with the first result's value
+    assert {t.params["a"]: t.value for t in told} == {1: 1.0, 2: 2.0}
+
+
+# ---- verdicts -------------------------------------------------------------------------
+
+def record(number, value, cv, probe=0.001, baseline=False):
+    return TrialRecord(number, f"t{number}", {}, {}, {}, baseline, 0.0, status="finished",
+                       result={"throughput_samples_per_s": value, "throughput_cv": cv, "host_probe_s": probe},
+                       measured_by="throughput_samples_per_s")
+
+
+def test_a_lead_beyond_the_noise_beats_the_baseline_and_one_within_it_does_not():
+    base = record(1, 100.0, 0.02, baseline=True)
+    clear_win = verdict(base, record(2, 120.0, 0.02), "throughput_samples_per_s", "max", [base])
+    assert clear_win.beats_baseline and "beats it beyond the measured noise of +-5.7%" in clear_win.text
+    within = verdict(base, record(2, 104.0, 0.02), "throughput_samples_per_s", "max", [base])
+    assert not within.beats_baseline
+    assert within.text.startswith("no config beat the baseline by more than the measured noise of +-5.7%")
+    itself = verdict(base, base, "throughput_samples_per_s", "max", [base])
+    assert not itself.beats_baseline and "measured best itself" in itself.text
+
+
+def test_a_figure_taken_on_a_loaded_host_is_not_trusted():
+    base = record(1, 100.0, 0.01, probe=0.001, baseline=True)
+    lucky = record(2, 150.0, 0.01, probe=0.002)  # the machine ran at half speed meanwhile
+    judged = verdict(base, lucky, "throughput_samples_per_s", "max", [base, lucky])
+    assert not judged.beats_baseline and judged.text.startswith("not trusted: trial 2 ran while the host was loaded")
+
+
+# ---- a tiny sweep ---------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_a_tiny_sweep_rejects_the_slow_config_and_runs_no_config_twice(tmp_path):
+    from accelsweep.sweeps.driver.api import Objective, Sweep, run_sweep
+    from accelsweep.sweeps.driver.searchers import config_key
+    from accelsweep.trainables.trainable import train_trainable
+    from tests.test_sweep_e2e import mlflow_runs
+
+    def space(trial):
+        trial.suggest_categorical("width", [8, 16])
+        trial.suggest_categorical("sleep_s", [0.0, 0.3])
+
+    uri = f"sqlite:///{tmp_path}/m.db"
+    lines = []
+    result = run_sweep(Sweep(name="budget", trainable=train_trainable, base=TrialConfig.make(**QUICK), space=space,
+                             objectives=[Objective("throughput_samples_per_s", "max")], num_samples=6,
+                             tracking_uri=uri, storage_path=str(tmp_path / "ray"), print_line=lines.append))
+    ran = [r for r in result.records if r.status != REUSED]
+    keys = [config_key(r.searched) for r in ran]
+    assert len(keys) == len(set(keys)) == 4  # the space's four configs, each run once
+    reused = [r for r in result.records if r.status == REUSED]
+    assert reused and all(r.reused_from in {o.number for o in ran} for r in reused)
+    slow = [r for r in ran if r.searched["sleep_s"] == 0.3]
+    assert slow and all(r.status == REJECTED and r.result["windows_done"] == 0 for r in slow)
+    assert all("more than 3x worse" in r.result["rejection"] for r in slow)
+    assert result.best is not None and result.best.searched["sleep_s"] == 0.0
+    assert "verdict: " in result.summary and "rejected in their first steps: 2 trial(s)" in result.summary
+
+    parents, children = mlflow_runs(uri, "budget")
+    tags = {run.data.tags["trial_number"]: run.data.tags for run in children}
+    for r in slow:
+        assert tags[str(r.number)]["status"] == REJECTED and "more than 3x worse" in tags[str(r.number)]["rejection"]
+    for r in reused:
+        assert tags[str(r.number)]["reused_from_trial"] == str(r.reused_from)
+    parent = parents[0].data
+    assert parent.metrics["rejected_trials"] == 2 and parent.metrics["reused_proposals"] == len(reused)
+    assert parent.tags["verdict"] and math.isfinite(parent.metrics["verdict_noise_pct"])
+    assert json.loads(tags[str(slow[0].number)]["searched"])["sleep_s"] == 0.3
