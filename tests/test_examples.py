@@ -21,7 +21,7 @@ PUBLIC_MODULES = (
     "accelsweep.trainables.workload", "accelsweep.trainables.config", "accelsweep.trainables.trainable",
     "accelsweep.trainables.metrics", "accelsweep.trainables.errors", "accelsweep.trainables.measure",
     "accelsweep.trainables.train_loop", "accelsweep.trainables.fresh_process",
-    "accelsweep.trainables.microbench", "accelsweep.kernels.registry",
+    "accelsweep.trainables.microbench", "accelsweep.trainables.rejection", "accelsweep.kernels.registry",
 )
 
 

@@ -24,8 +24,8 @@ from typing import Any, Callable, Iterator, Mapping, Optional
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.watchdog import TrialAborted, Watchdog
 
-__all__ = ["BoardLimits", "CompileTimeout", "REJECT_RATIO", "SlowTrial", "StepGuard", "SweepBoard", "TrialLimits",
-           "current_limits", "trial_limits"]
+# The driver's side (SweepBoard, BoardLimits, trial_limits) is not a user's: not listed.
+__all__ = ["CompileTimeout", "REJECT_RATIO", "SlowTrial", "StepGuard", "TrialLimits", "current_limits"]
 
 # Reject when the projection is worse than the best so far by more than this factor.
 # From the recorded grid (benchmarks/search_efficiency.py, README "Rejecting slow

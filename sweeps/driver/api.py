@@ -67,13 +67,15 @@ import logging
 import math
 import os
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, Union
 
-from accelsweep.sweeps.driver.callbacks import INTERRUPTED, SweepCallback, TrialRecord
+from accelsweep.sweeps.driver.callbacks import FAILED, INTERRUPTED, REJECTED, REUSED, SweepCallback, TrialRecord
 from accelsweep.sweeps.driver.preflight import check_fits_locally, check_ray_address, check_running_ray
 from accelsweep.sweeps.driver.report import best_record, mean_overhead_s, pareto_set, summary
-from accelsweep.sweeps.driver.space import SearchSpace, SpaceSpec, quiet_optuna
+from accelsweep.sweeps.driver.space import SearchSpace, SpaceSpec, describe_reasons, quiet_optuna
+from accelsweep.sweeps.driver.verdict import verdict
 from accelsweep.trainables.config import DictConfig, TrialConfig
 from accelsweep.trainables.errors import ConfigError, one_of, positive_int
 from accelsweep.trainables.cost import NO_BASIS_HINT, CostBasis
@@ -82,6 +84,8 @@ from accelsweep.trainables.failures import run_isolated
 from accelsweep.trainables.metrics import MetricSet
 from accelsweep.trainables import ray_adapter
 from accelsweep.trainables.platforms import get_platform
+from accelsweep.trainables.platforms.capabilities import Capabilities, not_known
+from accelsweep.trainables.rejection import REJECT_RATIO, BoardLimits, SweepBoard, TrialLimits
 from accelsweep.trainables.tracking import validate_tracking_uri
 
 __all__ = ["Objective", "Plan", "Sweep", "SweepConfig", "SweepResult", "declare_metrics", "plan_sweep", "preflight",
@@ -187,6 +191,19 @@ class Sweep:
     # precompile): (plan) -> figures logged on the parent run with parent_metrics. Not run
     # again on resume.
     before_trials: Optional[Callable[["Plan"], Mapping[str, float]]] = None
+    # Keep the values the hardware only emulates (the base platform's ``capabilities``: bf16
+    # on a CPU without bf16 instructions, ...) in the space; by default they are removed.
+    keep_emulated: bool = False
+    # A trial whose first steps project the first objective worse than the best so far by
+    # more than this factor stops itself (trainables/rejection.py); None: never. Only with
+    # one objective (with several, a trial slow on one may be on the Pareto set).
+    reject_ratio: Optional[float] = REJECT_RATIO
+    # Seconds a trial's compile (its first step, when it compiles) may take; past it the
+    # trial fails with cause "compile". None: no limit.
+    max_compile_s: Optional[float] = None
+    # Run a config again when the searcher proposes it again; by default its earlier
+    # result is reused (tagged so in MLflow) and the searcher is told it.
+    repeats: bool = False
 
 
 @dataclass
@@ -241,6 +258,51 @@ class Plan:
     baseline_point: dict[str, Any]
     base_dict: dict[str, Any]
     metrics: Optional[MetricSet] = None  # what the trainable reports (declared)
+    # What the base platform's hardware does natively; the space lacks what it only emulates.
+    capabilities: Optional[Capabilities] = None
+
+    def kept_emulated(self) -> dict[str, dict[Any, str]]:
+        """The values the hardware only emulates that the space still offers (knob ->
+        {value: why, and why it is kept}): the baseline's own, or all of them as asked."""
+        if self.capabilities is None:
+            return {}
+        if not self.sweep.keep_emulated:
+            return {knob: {value: f"{why}; kept: the baseline's value" for value, why in values.items()}
+                    for knob, values in self.space.kept.items()}
+        choices = {name: getattr(d, "choices", ()) for name, d in self.space.distributions.items()}
+        kept = {knob: {value: f"{why}; kept, as asked" for value, why in values.items()
+                       if value in choices.get(knob, ())}
+                for knob, values in self.capabilities.emulated.items()}
+        return {knob: values for knob, values in kept.items() if values}
+
+    def capability_lines(self) -> list[str]:
+        """The hardware, where it was read, and the values removed from the space (or kept),
+        each with why: what --dry-run prints and the sweep's start says."""
+        if self.capabilities is None:
+            return []
+        lines = [f"hardware: {self.capabilities.describe()}"]
+        removed = "; ".join(f"{knob} {describe_reasons(values)}" for knob, values in self.space.removed.items())
+        kept = self.kept_emulated()
+        if removed:
+            lines.append(f"removed from the space (only emulated here; --keep-emulated keeps them): {removed}")
+        elif not kept:
+            lines.append("removed from the space: nothing"
+                         + ("" if self.capabilities.known else " (what this hardware emulates is not known)"))
+        lines += [f"kept in the space: {knob} {describe_reasons(values)}" for knob, values in kept.items()]
+        return lines
+
+    def capability_tags(self) -> dict[str, str]:
+        """The parent MLflow run's record of the same: hardware, source, and each removed
+        (``removed.<knob>``) or kept (``kept.<knob>``) value with why."""
+        if self.capabilities is None:
+            return {}
+        removed = self.space.removed
+        tags = {"hardware": self.capabilities.hardware, "capability_source": self.capabilities.source,
+                "removed_values": ", ".join(f"{knob}={value}" for knob, values in removed.items() for value in values)
+                or "none"}
+        tags.update({f"removed.{knob}": describe_reasons(values) for knob, values in removed.items()})
+        tags.update({f"kept.{knob}": describe_reasons(values) for knob, values in self.kept_emulated().items()})
+        return tags
 
     @property
     def objectives(self) -> list[tuple[str, str]]:
@@ -273,6 +335,7 @@ class Plan:
         lines = [f"sweep {sweep.name!r} on platform {sweep.base.platform!r}"]
         if sweep.platform_note:
             lines.append(f"  ({sweep.platform_note})")
+        lines += self.capability_lines()
         lines.append("search space:")
         lines += [f"  {line}" for line in self.space.describe()]
         lines.append("objectives: " + ", ".join(f"{o.mode} {o.metric}" for o in sweep.objectives))
@@ -381,9 +444,17 @@ def plan_sweep(sweep: Sweep) -> Plan:
     if sweep.max_concurrent_trials is not None:
         positive_int("max_concurrent_trials", sweep.max_concurrent_trials)
     validate_tracking_uri(sweep.tracking_uri)
+    trial_limits_of(sweep)  # checks reject_ratio and max_compile_s
 
-    space = SearchSpace(sweep.space)
-    plan = Plan(sweep=sweep, space=space, baseline_point={}, base_dict=base_dict, metrics=metrics)
+    # Values the base platform's hardware only emulates leave the space (the baseline's own
+    # stay: it must be a point of it), unless the sweep keeps them.
+    capabilities = get_platform(sweep.base.platform).capabilities(_as_sized(sweep.base))
+    if capabilities.read_here and sweep.address and sweep.address != "local":
+        capabilities = not_known(capabilities.hardware, f"read on this driver, but trials run on the cluster at "
+                                                        f"{sweep.address}, whose nodes may have other hardware")
+    space = SearchSpace(sweep.space, remove=None if sweep.keep_emulated else capabilities.emulated, keep=base_dict)
+    plan = Plan(sweep=sweep, space=space, baseline_point={}, base_dict=base_dict, metrics=metrics,
+                capabilities=capabilities)
     # Proposals first: a knob the platform refuses is named with the platform's reason,
     # before the baseline's value of it is looked up.
     for point in space.sample(64, seed=sweep.seed):
@@ -465,7 +536,7 @@ def startup_trials(sweep: Sweep) -> int:
     return min(10, max(2, sweep.num_samples // 3))
 
 
-def _searcher(plan: Plan):
+def _searcher(plan: Plan, sweep_token: str = ""):
     import optuna
 
     from accelsweep.sweeps.driver.searchers import FailureAwareOptunaSearch
@@ -483,18 +554,20 @@ def _searcher(plan: Plan):
     first = [plan.baseline_point] if sweep.sampler == "tpe" else None
     return FailureAwareOptunaSearch(plan.space.define_by_run, metric=metrics if len(metrics) > 1 else metrics[0],
                         mode=modes if len(modes) > 1 else modes[0], sampler=sampler,
-                        points_to_evaluate=first, seed=sweep.seed)
+                        points_to_evaluate=first, seed=sweep.seed, repeats=sweep.repeats, sweep_token=sweep_token)
 
 
 def early_stopping(sweep: Sweep) -> str:
     """The early stopping the sweep gets, in words (the plan and the start say it)."""
     if sweep.scheduler == "none":
         return "none"
+    rejection = (f"; a trial projected more than {sweep.reject_ratio:g}x worse than the best so far in its first "
+                 "steps stops then" if rejects(sweep) else "")
     if getattr(sweep.base, "windows", 1) < 2:
-        return f"none ({sweep.scheduler} needs a config with windows >= 2: a trial reports once)"
+        return f"none ({sweep.scheduler} needs a config with windows >= 2: a trial reports once){rejection}"
     if len(sweep.objectives) > 1:
         return "Pareto rule (several objectives: a trial stops when most at its rung dominate it)"
-    return sweep.scheduler
+    return sweep.scheduler + rejection
 
 
 def _scheduler(plan: Plan):
@@ -646,12 +719,18 @@ def _run(plan: Plan, started: float) -> SweepResult:
     parent_metrics = dict(sweep.parent_metrics)  # the Sweep is the caller's: not changed
     if sweep.before_trials is not None and not sweep.resume:
         parent_metrics.update(sweep.before_trials(plan))
-    trainable = _tune_trainable(plan)
+    # The sweep's best so far, which each trial reads as it starts (rejection); one per run
+    # of the driver: a resumed sweep's is filled again from the records Tune restores.
+    board_name = f"accelsweep-board-{uuid.uuid4().hex[:12]}" if rejects(sweep) else None
+    # Held here for the sweep's duration: Ray ends a named actor with its last handle.
+    board = SweepBoard.start(board_name, sweep.objectives[0].mode) if board_name else None
+    trainable = _tune_trainable(plan, board_name)
     storage = os.path.abspath(os.path.expanduser(sweep.storage_path or "~/ray_results"))
     if sweep.resume:
         run = _resume(plan, trainable, storage, tracker, say)
     else:
         run = _start(plan, trainable, storage, tracker, concurrency)
+    run.callback.board_name, run.callback._board = board_name, board
     status = "FAILED"
     try:
         run.tuner.fit()
@@ -675,18 +754,41 @@ def _connect_and_announce(plan: Plan, say: Callable[[str], None]) -> int:
         f"each trial holds {baseline_resources}; early stopping: {early_stopping(sweep)}")
     if sweep.platform_note:
         say(f"platform: {sweep.platform_note}")
+    for line in plan.capability_lines():
+        say(line)
     say(sweep.cost_note)
     return concurrency
 
 
-def _tune_trainable(plan: Plan):
+def trial_limits_of(sweep: Sweep) -> TrialLimits:
+    """What each trial of ``sweep`` may cost before it stops itself (without the best so
+    far: trials read it from the sweep's board when they start)."""
+    if sweep.reject_ratio is not None and not (isinstance(sweep.reject_ratio, (int, float))
+                                               and sweep.reject_ratio > 1 and math.isfinite(sweep.reject_ratio)):
+        raise ConfigError("reject_ratio", "a number > 1 (how many times worse than the best so far a projection "
+                                          "may be), or None to never reject", sweep.reject_ratio)
+    first = sweep.objectives[0]
+    return TrialLimits(first.metric, first.mode, ratio=sweep.reject_ratio or REJECT_RATIO,
+                       max_compile_s=sweep.max_compile_s)
+
+
+def rejects(sweep: Sweep) -> bool:
+    """Whether trials stop themselves on a hopeless projection: early stopping of a kind,
+    so not with scheduler "none" (a study that measures every config), nor with several
+    objectives (a trial slow on the first may be on the Pareto set)."""
+    return sweep.reject_ratio is not None and sweep.scheduler != "none" and len(sweep.objectives) == 1
+
+
+def _tune_trainable(plan: Plan, board_name: Optional[str]):
     """The sweep's trainable as Tune runs it: isolated (its failures become results),
     with the base config and cost basis bound, and each trial's own resources."""
     from ray import tune
 
     sweep = plan.sweep
     objective_metrics = [o.metric for o in sweep.objectives]
-    isolated = functools.partial(run_isolated, trainable=sweep.trainable, objective_metrics=objective_metrics)
+    limits = BoardLimits(board_name, trial_limits_of(sweep))
+    isolated = functools.partial(run_isolated, trainable=sweep.trainable, objective_metrics=objective_metrics,
+                                 limits=limits)
     baseline_actor = _trial_resources(plan.config_for, {}, plan.baseline_point)
     resources = functools.partial(_trial_resources, plan.config_for, baseline_actor)
     return tune.with_resources(tune.with_parameters(isolated, base=plan.base_dict, cost=sweep.cost), resources)
@@ -719,24 +821,27 @@ def _start(plan: Plan, trainable, storage: str, tracker, concurrency: int) -> _R
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     sweep_tags = {**env_tags, "sweep": sweep.name, "platform": sweep.base.platform, "kind": "sweep",
                   "instance_type": (sweep.cost.instance_type if sweep.cost else None) or "unknown",
-                  "cost_basis": sweep.cost_note, "status": "running"}
+                  "cost_basis": sweep.cost_note, "status": "running", **plan.capability_tags()}
     parent_params = {f"base.{k}": v for k, v in plan.base_dict.items()}
     parent_params.update({"num_samples": sweep.num_samples, "time_budget_s": sweep.time_budget_s,
                           "scheduler": sweep.scheduler, "seed": sweep.seed, "max_concurrent_trials": concurrency,
                           "objectives": ", ".join(f"{o.mode} {o.metric}" for o in sweep.objectives),
-                          "search_space": "; ".join(plan.space.describe())})
+                          "reject_ratio": sweep.reject_ratio if rejects(sweep) else None,
+                          "max_compile_s": sweep.max_compile_s, "repeats": sweep.repeats,
+                          "search_space": "; ".join(plan.space.describe()), "keep_emulated": sweep.keep_emulated})
     parent_run_id = tracker.start_sweep(f"{sweep.name}-{stamp}", parent_params, sweep_tags)
     trial_tags = {**env_tags, "sweep": sweep.name, "platform": sweep.base.platform,
                   "instance_type": sweep_tags["instance_type"]}
     callback = SweepCallback(tracker, plan.complete_config, plan.resources_of, plan.baseline_point,
                              sweep.cost, trial_tags, sweep.num_samples, print_line=sweep.print_line,
                              time_budget_s=sweep.time_budget_s, metrics=plan.metrics,
-                             objective_metrics=[metric for metric, _ in plan.objectives])
+                             objective_metrics=[metric for metric, _ in plan.objectives],
+                             sweep_token=f"{sweep.name}-{stamp}-{uuid.uuid4().hex[:8]}")
     experiment_dir = os.path.join(storage, f"{sweep.name}-{stamp}")
     _write_sweep_marker(experiment_dir, parent_run_id, "running")
     tuner = tune.Tuner(
         trainable,
-        tune_config=tune.TuneConfig(search_alg=_searcher(plan), scheduler=_scheduler(plan),
+        tune_config=tune.TuneConfig(search_alg=_searcher(plan, callback.sweep_token), scheduler=_scheduler(plan),
                                     num_samples=sweep.num_samples, time_budget_s=sweep.time_budget_s,
                                     max_concurrent_trials=concurrency,
                                     reuse_actors=get_platform(sweep.base.platform).reuses_processes),
@@ -765,10 +870,16 @@ def _finish(plan: Plan, run: _Run, tracker, status: str, elapsed_s: float,
     pareto = pareto_set(records, plan.objectives)
     text = summary(f"{sweep.name} on {sweep.base.platform}", records, first_metric, first_mode,
                    list(plan.space.distributions), sweep.cost_note, tracker.ui_command(),
-                   elapsed_s, metrics=plan.metrics, objectives=plan.objectives)
+                   elapsed_s, metrics=plan.metrics, objectives=plan.objectives, planned_trials=sweep.num_samples)
     figures = {**parent_metrics, "trials": len(records),
-               "failed_trials": sum(r.status == "failed" for r in records),
+               "failed_trials": sum(r.status == FAILED for r in records),
+               "rejected_trials": sum(r.status == REJECTED for r in records),
+               "rejected_s": sum(r.wall_s for r in records if r.status == REJECTED and math.isfinite(r.wall_s)),
+               "reused_proposals": sum(r.status == REUSED for r in records),
                "mean_overhead_s": mean_overhead_s(records), "pareto_trials": len(pareto)}
+    judged = verdict(baseline, best, first_metric, first_mode, records)
+    if judged is not None:
+        figures.update(judged.figures())
     for metric, mode in plan.objectives:  # each objective's own best, and the baseline's
         best_of_it = best_record(records, metric, mode)
         if best_of_it is not None:
@@ -778,7 +889,8 @@ def _finish(plan: Plan, run: _Run, tracker, status: str, elapsed_s: float,
     tracker.finish(run.parent_run_id, status, metrics=figures,
                    tags={"status": "interrupted" if status == "KILLED" else status.lower(),
                          "best_trial": str(best.number) if best else "none",
-                         "pareto_trials": ", ".join(str(r.number) for r in pareto) or "none"})
+                         "pareto_trials": ", ".join(str(r.number) for r in pareto) or "none",
+                         "verdict": judged.text if judged is not None else "none: no baseline or best measured"})
     return SweepResult(records=records, best=best, baseline=baseline, parent_run_id=run.parent_run_id,
                        experiment_id=tracker.experiment_id, summary=text, pareto=pareto,
                        tracking_uri=tracker.tracking_uri, mean_overhead_s=mean_overhead_s(records))

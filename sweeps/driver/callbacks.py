@@ -28,7 +28,11 @@ INTERRUPTED = "interrupted"  # the sweep stopped (Ctrl-C) while it ran: --resume
 REJECTED = "rejected"
 # Proposed again after it was measured: the earlier result stands, nothing ran (searchers.py).
 REUSED = "reused"
-NOT_RANKED = (FAILED, REJECTED, REUSED)  # a projection or a copy is not a measurement of its own
+NOT_RANKED = (FAILED, REJECTED, REUSED)
+# A trial whose host speed probe (trainables/measure.py host_probe_s) ran this much slower
+# than the sweep's fastest was measured on a loaded machine: flagged, not trusted.
+HOST_LOADED = 0.25
+NOISE_METRICS = ("throughput_cv", "latency_cv")  # a trial's window-to-window spread, by trainable  # a projection or a copy is not a measurement of its own
 
 __all__ = ["CUT_BY_BUDGET", "FAILED", "FINISHED", "INTERRUPTED", "REJECTED", "REUSED", "STOPPED_EARLY",
            "SweepCallback", "TrialRecord"]
@@ -64,6 +68,16 @@ class TrialRecord:
         return self.status not in NOT_RANKED and not self.error and math.isfinite(self.metric(metric))
 
     @property
+    def noise(self) -> float:
+        """Its window-to-window spread (cv) of what ranks it: a training trial's throughput,
+        a kernel's latency; NaN with one window."""
+        for name in NOISE_METRICS:
+            value = self.metric(name)
+            if math.isfinite(value):
+                return value
+        return float("nan")
+
+    @property
     def has_measurement(self) -> bool:
         """Measured on the sweep's first objective (``measured_by``)."""
         return bool(self.measured_by) and self.measured(self.measured_by)
@@ -87,6 +101,16 @@ def _error_of(trial) -> tuple[str, str]:
             name = name[len("RayTaskError("):-1]
         return name, one_line(cause), failure_cause(cause)
     return "UnknownError", "the trial failed and Tune left no error file", ERROR
+
+
+def host_slowdown(record: TrialRecord, records: Sequence[TrialRecord]) -> float:
+    """How much slower the machine ran during ``record`` than at its fastest in the sweep
+    (0.3: its host probe took 30% longer); NaN where trials carry no probe."""
+    probes = [r.metric("host_probe_s") for r in records if r.metric("host_probe_s") > 0]
+    own = record.metric("host_probe_s")
+    if not probes or not own > 0:
+        return float("nan")
+    return own / min(probes) - 1
 
 
 def _searched_key(searched: Mapping[str, Any]) -> str:
@@ -321,6 +345,9 @@ class SweepCallback(Callback):
                          "error_cause": record.error_cause or ERROR})
         if record.retries:
             tags["retries"] = str(record.retries)
+        loaded = self.host_slowdown(record)
+        if loaded > HOST_LOADED:
+            tags["host_loaded"] = f"its speed probe ran {loaded:.0%} slower than the sweep's fastest"
         capture = record.result.get("nan_capture_path")
         if capture:
             # The NaN capture (trainables.nan_capture) travels with its trial's run.
@@ -331,6 +358,9 @@ class SweepCallback(Callback):
         mlflow_status = {FAILED: "FAILED", CUT_BY_BUDGET: "KILLED", INTERRUPTED: "KILLED"}.get(status, "FINISHED")
         self.tracker.finish(record.run_id, mlflow_status, metrics=final, tags=tags)
         self._say(self.progress_line(record))
+
+    def host_slowdown(self, record: TrialRecord) -> float:
+        return host_slowdown(record, list(self.records.values()))
 
     def _say(self, line: str) -> None:
         (self.print_line or (lambda text: print(text, flush=True)))(line)
@@ -356,8 +386,11 @@ class SweepCallback(Callback):
                 figures.append(metric.shown(value))
         interpreted = " (interpreted: not ranked)" if record.result.get("interpreted") else ""
         noisy = ""
-        if record.metric("latency_cv") > NOISY_CV:  # a kernel's windows (trainables/microbench.py)
+        if record.noise > NOISY_CV:  # its windows disagree (trainables/microbench.py, train_loop.py)
             host_cv = record.metric("host_cv")
             noisy = (f" (noisy: the machine's own speed moved too, host cv {host_cv:.0%})" if host_cv > NOISY_CV
                      else " (noisy: its windows disagree)")
+        loaded = self.host_slowdown(record)
+        if loaded > HOST_LOADED:
+            noisy += f" (host loaded: its speed probe ran {loaded:.0%} slower than the sweep's fastest; not trusted)"
         return f"{head} -> {', '.join(figures)}{interpreted}{noisy} [{record.status}]"

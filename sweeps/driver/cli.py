@@ -23,6 +23,7 @@ from typing import Any, Callable, Optional, Sequence
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.cost import CostBasis, resolve_cost_basis
 from accelsweep.trainables.platforms import PLATFORM_NAMES, get_platform, resolve_platform
+from accelsweep.trainables.rejection import REJECT_RATIO
 
 __all__ = ["common_parser", "cost_basis", "main_guard", "platform_from_args", "sweep_options"]
 
@@ -45,6 +46,7 @@ def checked(convert: Callable, accept: Callable, allowed: str) -> Callable[[str]
 
 at_least_one = checked(int, lambda n: n >= 1, "an integer >= 1")
 positive_seconds = checked(float, lambda s: s > 0 and math.isfinite(s), "a number of seconds > 0")
+above_one = checked(float, lambda r: r > 1 and math.isfinite(r), "a number > 1")
 
 
 def common_parser(description: str, default_samples: int) -> argparse.ArgumentParser:
@@ -78,20 +80,36 @@ def common_parser(description: str, default_samples: int) -> argparse.ArgumentPa
     parser.add_argument("--retries", type=int, default=1,
                         help="restarts of a trial whose process or node was lost (default: 1); a trial's "
                              "own errors are recorded, never retried")
+    parser.add_argument("--reject-ratio", type=above_one, default=REJECT_RATIO,
+                        help="a trial whose first steps project the objective more than this many times worse "
+                             f"than the best so far stops itself (default: {REJECT_RATIO:g})")
+    parser.add_argument("--no-reject", action="store_true", help="never reject a trial by its first steps")
+    parser.add_argument("--max-compile-s", type=positive_seconds, default=None,
+                        help="a trial whose compile (its first step, when it compiles) runs longer fails with "
+                             "cause compile (default: the study's, else no limit)")
+    parser.add_argument("--repeat-configs", action="store_true",
+                        help="run a config again when the searcher proposes it again (default: reuse its "
+                             "result, tagged reused in MLflow)")
+    parser.add_argument("--keep-emulated", action="store_true",
+                        help="keep the values the hardware only emulates (bf16 on a CPU without bf16 "
+                             "instructions, ...) in the search space; by default they are removed, with the reason")
     parser.add_argument("--dry-run", action="store_true",
                         help="print the search space, resources and environment per trial, then exit")
     return parser
 
 
 def sweep_options(args: argparse.Namespace, *, default_samples: int, default_time_budget_s: Optional[float] = None,
-                  **fixed: Any) -> dict[str, Any]:
+                  default_max_compile_s: Optional[float] = None, **fixed: Any) -> dict[str, Any]:
     """The Sweep options the common flags set (common_parser), for ``Sweep(**...)``.
     ``fixed``: options the study decides whatever the flags say (a grid's scheduler)."""
     options = dict(num_samples=args.num_samples or default_samples,
                    time_budget_s=args.time_budget_s or default_time_budget_s,
                    tracking_uri=args.tracking_uri, experiment=args.experiment, storage_path=args.storage_path,
                    address=args.address, seed=args.seed, scheduler=args.scheduler,
-                   max_concurrent_trials=args.max_concurrent_trials, resume=args.resume, retries=args.retries)
+                   max_concurrent_trials=args.max_concurrent_trials, resume=args.resume, retries=args.retries,
+                   keep_emulated=args.keep_emulated,
+                   reject_ratio=None if args.no_reject else args.reject_ratio,
+                   max_compile_s=args.max_compile_s or default_max_compile_s, repeats=args.repeat_configs)
     return {**options, **fixed}
 
 

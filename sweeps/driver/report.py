@@ -115,9 +115,9 @@ def summary(title: str, records: Sequence[TrialRecord], metric: str, mode: str, 
                 classes.setdefault(r.error_cause or "error", set()).add(r.error_class)
         lines.append("failures by cause: " + ", ".join(
             f"{cause} x{n} ({', '.join(sorted(classes[cause]))})" for cause, n in failures.most_common()))
-    noisy = [r for r in records if r.metric("latency_cv") > NOISY_CV]
+    noisy = [r for r in records if r.noise > NOISY_CV]
     if noisy:
-        lines.append(f"{len(noisy)} trial(s) noisy (window-to-window latency cv > {NOISY_CV:.0%}): differences of a "
+        lines.append(f"{len(noisy)} trial(s) noisy (window-to-window cv > {NOISY_CV:.0%}): differences of a "
                      "few times their cv are not significant; rerun, or lengthen windows (window_min_s)")
         machine = sum(1 for r in noisy if r.metric("host_cv") > NOISY_CV)
         if machine:

@@ -8,12 +8,16 @@
 A define-by-run space may branch on earlier choices and may return a dict of fixed
 values. It is sampled here (cheaply, without running anything) to list its knobs for
 ``--dry-run`` and to validate the configs it can propose before any trial starts.
+
+Categorical values the hardware only emulates (a platform's ``capabilities``) can be
+removed from every ``suggest_categorical`` (``remove``), except the baseline's own values
+(``keep``), which must stay points of the space.
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Iterator, Mapping, Optional, Union
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, Union
 
 import optuna
 from optuna.distributions import (BaseDistribution, CategoricalDistribution, FloatDistribution,
@@ -21,10 +25,12 @@ from optuna.distributions import (BaseDistribution, CategoricalDistribution, Flo
 
 from accelsweep.trainables.errors import ConfigError
 
-__all__ = ["DefineByRun", "SearchSpace", "SpaceSpec", "describe_distribution", "quiet_optuna"]
+__all__ = ["DefineByRun", "Reasons", "SearchSpace", "SpaceSpec", "describe_distribution", "describe_reasons",
+           "quiet_optuna"]
 
 DefineByRun = Callable[[optuna.Trial], Optional[Mapping[str, Any]]]
 SpaceSpec = Union[DefineByRun, Mapping[str, Any]]
+Reasons = Mapping[str, Mapping[Any, str]]  # knob -> {value: why}
 
 INTROSPECTION_SAMPLES = 128
 
@@ -53,6 +59,14 @@ def _suggest(trial: optuna.Trial, name: str, distribution: BaseDistribution) -> 
     raise ConfigError("search space", "categorical, int or float distributions", distribution)
 
 
+def describe_reasons(reasons: Mapping[Any, str]) -> str:
+    """Values and why ({value: why}), values of one reason together: "bf16, bf16-autocast (no bf16 units)"."""
+    by_reason: dict[str, list[str]] = {}
+    for value, why in reasons.items():
+        by_reason.setdefault(why, []).append(str(value))
+    return "; ".join(f"{', '.join(values)} ({why})" for why, values in by_reason.items())
+
+
 def describe_distribution(distribution: BaseDistribution) -> str:
     if isinstance(distribution, CategoricalDistribution):
         return "one of " + ", ".join(repr(c) for c in distribution.choices)
@@ -62,36 +76,69 @@ def describe_distribution(distribution: BaseDistribution) -> str:
     return f"{kind} in [{distribution.low}, {distribution.high}]{step}{scale}"
 
 
+class _PrunedTrial:
+    """An optuna.Trial whose suggest_categorical leaves out the values in ``drop`` (knob ->
+    {value: why}), and notes each knob's full choices in ``offered``."""
+
+    def __init__(self, trial: optuna.Trial, drop: Reasons, offered: dict[str, tuple]):
+        self._trial, self._drop, self._offered = trial, drop, offered
+
+    def suggest_categorical(self, name: str, choices: Sequence[Any]) -> Any:
+        self._offered[name] = tuple(choices)
+        dropped = self._drop.get(name, {})
+        kept = [choice for choice in choices if choice not in dropped]
+        if not kept:
+            raise ConfigError(f"search space knob {name}", "at least one choice this hardware runs natively",
+                              list(choices), f"Every one is only emulated here: {describe_reasons(dropped)}. "
+                                             "Keep them with --keep-emulated (Sweep(keep_emulated=True)).")
+        return self._trial.suggest_categorical(name, kept)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._trial, name)
+
+
 class _DefineByRun:
     """A define-by-run function that plain pickle can save: Tune checkpoints the
-    searcher with pickle, and users' spaces are often closures."""
+    searcher with pickle, and users' spaces are often closures. ``drop``: the categorical
+    values left out of every proposal (knob -> {value: why}); ``offered``: each categorical
+    knob's choices as the function offered them, before any was dropped."""
 
-    def __init__(self, function: DefineByRun):
+    def __init__(self, function: DefineByRun, drop: Optional[Reasons] = None):
         self.function = function
+        self.drop = {knob: dict(values) for knob, values in (drop or {}).items()}
+        self.offered: dict[str, tuple] = {}
 
     def __call__(self, trial: optuna.Trial) -> Optional[Mapping[str, Any]]:
-        return self.function(trial)
+        return self.function(_PrunedTrial(trial, self.drop, self.offered) if self.drop else trial)
 
     def __reduce__(self):
         import cloudpickle
 
-        return (_load_define_by_run, (cloudpickle.dumps(self.function),))
+        return (_load_define_by_run, (cloudpickle.dumps(self.function), self.drop))
 
 
-def _load_define_by_run(payload: bytes) -> _DefineByRun:
+def _load_define_by_run(payload: bytes, drop: Optional[Reasons] = None) -> _DefineByRun:
     import cloudpickle
 
-    return _DefineByRun(cloudpickle.loads(payload))
+    return _DefineByRun(cloudpickle.loads(payload), drop)
 
 
 class SearchSpace:
-    def __init__(self, spec: SpaceSpec):
+    """``remove``: categorical values to leave out of the space (knob -> {value: reason});
+    ``keep``: the baseline config's dict, whose values are never removed. ``removed`` then
+    says what was (knobs of this space, values among their choices); ``kept`` what would
+    have been but is the baseline's."""
+
+    def __init__(self, spec: SpaceSpec, remove: Optional[Reasons] = None, keep: Optional[Mapping[str, Any]] = None):
+        remove, keep = remove or {}, keep or {}
+        drop = {knob: {value: why for value, why in values.items() if not (knob in keep and keep[knob] == value)}
+                for knob, values in remove.items()}
         if callable(spec):
-            self.define_by_run = _DefineByRun(spec)
+            self.define_by_run = _DefineByRun(spec, drop)
         elif isinstance(spec, Mapping):
             distributions = self._from_mapping(spec)
             self.define_by_run = _DefineByRun(
-                lambda trial: {n: _suggest(trial, n, d) for n, d in distributions.items()})
+                lambda trial: {n: _suggest(trial, n, d) for n, d in distributions.items()}, drop)
         else:
             raise ConfigError("search space", "an Optuna define-by-run function or a dict of Tune domains",
                               type(spec).__name__)
@@ -101,6 +148,12 @@ class SearchSpace:
         if not self.distributions:
             raise ConfigError("search space", "at least one searched knob (suggest_* call or Tune domain)",
                               {} if not self.constants else self.constants)
+        self.removed: dict[str, dict[Any, str]] = {}
+        self.kept: dict[str, dict[Any, str]] = {}
+        for knob, values in remove.items():
+            for value, why in values.items():
+                if value in self.define_by_run.offered.get(knob, ()):  # a choice of this space's knob
+                    (self.removed if value in drop[knob] else self.kept).setdefault(knob, {})[value] = why
 
     @staticmethod
     def _from_mapping(spec: Mapping[str, Any]) -> dict[str, BaseDistribution]:

@@ -20,12 +20,10 @@ import math
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from accelsweep.sweeps.driver.callbacks import TrialRecord
+from accelsweep.sweeps.driver.callbacks import HOST_LOADED, TrialRecord, host_slowdown
 
-__all__ = ["HOST_LOADED", "NOISE_METRICS", "Verdict", "host_slowdown", "verdict"]
+__all__ = ["HOST_LOADED", "Verdict", "host_slowdown", "verdict"]
 
-NOISE_METRICS = ("throughput_cv", "latency_cv")  # a trial's window-to-window spread, by trainable
-HOST_LOADED = 0.25
 
 
 @dataclass(frozen=True)
@@ -41,24 +39,6 @@ class Verdict:
                 "beats_baseline": float(self.beats_baseline)}
 
 
-def relative_noise(record: TrialRecord) -> float:
-    for name in NOISE_METRICS:
-        value = record.metric(name)
-        if math.isfinite(value):
-            return value
-    return float("nan")
-
-
-def host_slowdown(record: TrialRecord, records: Sequence[TrialRecord]) -> float:
-    """How much slower the machine ran during ``record`` than at its fastest in the sweep
-    (0.3: its host probe took 30% longer); NaN where trials carry no probe."""
-    probes = [r.metric("host_probe_s") for r in records if r.metric("host_probe_s") > 0]
-    own = record.metric("host_probe_s")
-    if not probes or not own > 0:
-        return float("nan")
-    return own / min(probes) - 1
-
-
 def verdict(baseline: Optional[TrialRecord], best: Optional[TrialRecord], metric: str, mode: str,
             records: Sequence[TrialRecord]) -> Optional[Verdict]:
     """The verdict on ``best`` against ``baseline`` by ``metric`` (the first objective);
@@ -69,7 +49,7 @@ def verdict(baseline: Optional[TrialRecord], best: Optional[TrialRecord], metric
     if base_value == 0:
         return None
     change = (best_value - base_value) / abs(base_value) * (1 if mode == "max" else -1)
-    noise = 2 * math.sqrt(relative_noise(baseline) ** 2 + relative_noise(best) ** 2)
+    noise = 2 * math.sqrt(baseline.noise ** 2 + best.noise ** 2)
     pair = [baseline] if best is baseline else [baseline, best]
     loaded = [r for r in pair if host_slowdown(r, records) > HOST_LOADED]
     noise_text = f"+-{noise:.1%}" if math.isfinite(noise) else "unknown (one window per trial: windows >= 2 measure it)"

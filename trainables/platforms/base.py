@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Optional, TYPE_CHECKING, Any, Callable, ClassVar, Iterable
 
 from accelsweep.trainables.batches import map_tensors
+from accelsweep.trainables.platforms.capabilities import Capabilities, not_known
 from accelsweep.trainables.errors import one_of
 from accelsweep.trainables.measure import Window, time_window
 from accelsweep.trainables.precision import get_precision
@@ -113,6 +114,13 @@ class Platform(abc.ABC):
                f"Platform {self.name!r} supports these torch.compile modes.")
         # Each knob checked its own value (self.Knobs.__post_init__); what is left here and
         # in the subclasses are the checks that need the generic fields too.
+
+    def capabilities(self, config: Any) -> Capabilities:
+        """What the hardware of this config's trials does natively, and the knob values it
+        only emulates (removed from a sweep's space unless kept). ``config`` may be any
+        sweep config (a kernel's, a user's): read its fields with getattr defaults.
+        Here: nothing known, nothing removed."""
+        return not_known(self.description, f"platform {self.name!r} does not read its hardware")
 
     def worker_resources(self, config: "TrialConfig") -> dict[str, float]:
         """What one worker process of a trial asks Ray for: its devices, and a sliver of

@@ -3,20 +3,94 @@ trial's GPU is always cuda:0 inside it."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import shutil
+import subprocess
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 from accelsweep.trainables.measure import Window
 from accelsweep.trainables.errors import boolean, optional_str
 from accelsweep.trainables.platforms.base import (Detection, Platform, PlatformKnobs, PlatformUnavailable,
                                                   channels_last_format)
+from accelsweep.trainables.platforms.capabilities import Capabilities, emulated_bf16, not_known
 
 if TYPE_CHECKING:
     import torch
 
     from accelsweep.trainables.config import TrialConfig
+
+
+SM = tuple[int, int]  # a compute capability: (major, minor)
+
+# What a compute capability gives, as PyTorch and NVIDIA check it:
+# - bf16 arithmetic from sm80: torch.cuda.is_bf16_supported(including_emulation=False) is
+#   `major >= 8`; below it torch only emulates bf16. TF32 likewise (torch.cuda.is_tf32_supported).
+# - fp8 matmuls from sm89: torch._scaled_mm "is only supported on CUDA devices with compute
+#   capability >= 9.0 or 8.9" (aten/src/ATen/native/cuda/Blas.cpp).
+BF16_SM = TF32_SM = (8, 0)
+FP8_SM = (8, 9)
+# The attention implementations (the image-classification workload's ``attention`` knob)
+# that need a newer GPU than some have: SDPA's backends by their check_*_hardware_support in
+# aten/src/ATen/native/transformers/cuda/sdp_utils.cpp (flash and cuDNN sm80+, memory-
+# efficient sm50+; their upper bound, sm121 in torch 2.14, moves with each release), and
+# FlashAttention-2, which supports "Ampere, Ada, or Hopper GPUs" (Dao-AILab/flash-attention's
+# README). SDPA's math backend and timm's own module run on any GPU.
+ATTENTION_MIN_SM: dict[str, tuple[SM, str]] = {
+    "sdpa-flash": ((8, 0), "SDPA's flash backend"),
+    "sdpa-cudnn": ((8, 0), "SDPA's cuDNN backend"),
+    "sdpa-efficient": ((5, 0), "SDPA's memory-efficient backend"),
+    "flash-attn": ((8, 0), "FlashAttention-2"),
+}
+# Compute capability by Ray accelerator type (CudaKnobs.accelerator_type), from NVIDIA's
+# lists (developer.nvidia.com/cuda-gpus and /cuda-legacy-gpus). AWS's A10G is not on them.
+COMPUTE_CAPABILITY: dict[str, SM] = {
+    "P100": (6, 0), "V100": (7, 0), "T4": (7, 5), "A100": (8, 0), "L4": (8, 9), "L40S": (8, 9), "H100": (9, 0),
+    "H200": (9, 0), "B200": (10, 0), "GB200": (10, 0), "B300": (10, 3), "GB300": (10, 3),
+}
+
+
+def cuda_capabilities(capability: SM, name: str, source: str) -> Capabilities:
+    """What a GPU of compute capability ``capability`` does natively, and the precisions
+    and attention implementations it only emulates or lacks."""
+    sm = f"{capability[0]}.{capability[1]}"
+    facts = {"gpu": name, "compute_capability": sm, "bf16_native": capability >= BF16_SM,
+             "tf32": capability >= TF32_SM, "fp8": capability >= FP8_SM}
+    facts.update({attention.replace("-", "_"): capability >= needs
+                  for attention, (needs, _) in ATTENTION_MIN_SM.items()})
+    emulated = {}
+    if capability < BF16_SM:
+        emulated.update(emulated_bf16(f"no native bf16 on {name} (compute capability {sm}): bf16 arithmetic needs "
+                                      "sm80 or newer (torch.cuda.is_bf16_supported(including_emulation=False))"))
+    lacking = {attention: f"{what} needs compute capability {needs[0]}.{needs[1]} or newer; {name} has {sm}"
+               for attention, (needs, what) in ATTENTION_MIN_SM.items() if capability < needs}
+    if lacking:
+        emulated["attention"] = lacking
+    return Capabilities(f"{name} (compute capability {sm})", source, facts, emulated)
+
+
+def local_gpu() -> Union[tuple[SM, str], str]:
+    """GPU 0 of this machine: (compute capability, name), from torch when it sees a GPU,
+    else from nvidia-smi; or why neither could say."""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return tuple(torch.cuda.get_device_capability(0)), torch.cuda.get_device_name(0)
+    except ImportError:
+        pass
+    if shutil.which("nvidia-smi") is None:
+        return "no GPU visible to torch and no nvidia-smi on this machine"
+    try:
+        answer = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap,name", "--format=csv,noheader"],
+                                capture_output=True, text=True, timeout=30, check=True).stdout
+        capability, name = answer.splitlines()[0].split(",", 1)  # "9.0, NVIDIA H100 80GB HBM3"
+        major, minor = capability.strip().split(".")
+        return (int(major), int(minor)), name.strip()
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError) as error:
+        return f"nvidia-smi did not give GPU 0's compute capability ({error})"
 
 
 @dataclass(frozen=True)
@@ -52,6 +126,24 @@ class CudaPlatform(Platform):
             return Detection(False, "torch.cuda.is_available() is False (no NVIDIA GPU or driver)")
         names = sorted({torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())})
         return Detection(True, f"{torch.cuda.device_count()} GPU(s): {', '.join(names)}")
+
+    def capabilities(self, config) -> Capabilities:
+        # A config pinned to a GPU model runs there, whatever this machine has.
+        pinned = getattr(getattr(config, "knobs", None), "accelerator_type", None)
+        if pinned in COMPUTE_CAPABILITY:
+            return cuda_capabilities(COMPUTE_CAPABILITY[pinned], pinned,
+                                     f"the table for accelerator type {pinned} (NVIDIA's compute capability list)")
+        if pinned:
+            return not_known(f"NVIDIA {pinned}", f"accelerator type {pinned!r} is not in the compute capability table "
+                                                 f"({', '.join(COMPUTE_CAPABILITY)}), and this machine's GPU need not "
+                                                 "be one")
+        found = local_gpu()
+        if isinstance(found, str):
+            return not_known("NVIDIA GPU", found)
+        capability, name = found
+        return dataclasses.replace(cuda_capabilities(capability, name, f"GPU 0 on this machine (compute capability "
+                                                                       f"{capability[0]}.{capability[1]})"),
+                                   read_here=True)
 
     def device_resources(self, config: "TrialConfig") -> dict[str, float]:
         resources = {"CPU": config.cpus_per_worker, "GPU": 1}

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Optional
 
 from accelsweep.trainables.errors import ConfigError, one_of
 from accelsweep.trainables.platforms.base import Detection
+from accelsweep.trainables.platforms.capabilities import Capabilities, not_known
 from accelsweep.trainables.platforms.xla import XlaKnobs, XlaPlatform
 from accelsweep.trainables.precision import get_precision
 
@@ -29,6 +30,17 @@ NEURON_TARGETS = ("inf2", "trn1", "trn1n", "trn2")
 
 # Instance family -> neuronx-cc --target.
 _TARGET_BY_FAMILY = {"inf2": "inf2", "trn1": "trn1", "trn1n": "trn1n", "trn2": "trn2"}
+
+# Each target's NeuronCore and the data types its engines compute in, from the Neuron
+# docs (aws-neuron/aws-neuron-sdk): NeuronCore-v2 (Trn1, Inf2) supports FP32, FP16, TF32,
+# BF16 and cFP8 including FP8_e4m3 (about-neuron/arch/neuron-features/data-types.rst);
+# NeuronCore-v3 (Trn2): "Tensor Engines support mixed-precision computations, including
+# cFP8, FP16, BF16, TF32, and FP32" (neuron-hardware/neuron-core-v3). So on every target
+# here each --auto-cast-type and each precision is native: nothing is removed.
+NEURON_CORE_BY_TARGET = {"inf2": "NeuronCore-v2", "trn1": "NeuronCore-v2", "trn1n": "NeuronCore-v2",
+                         "trn2": "NeuronCore-v3"}
+NATIVE_TYPES = {"NeuronCore-v2": ("fp32", "tf32", "bf16", "fp16", "fp8_e4m3"),
+                "NeuronCore-v3": ("fp32", "tf32", "bf16", "fp16", "fp8_e4m3")}
 
 
 @dataclass(frozen=True)
@@ -57,6 +69,24 @@ def neuron_target_for_instance(instance_type: Optional[str]) -> Optional[str]:
     if not instance_type:
         return None
     return _TARGET_BY_FAMILY.get(instance_type.split(".", 1)[0])
+
+
+def neuron_capabilities(target: str, probed_here: bool = False) -> Capabilities:
+    """What a Neuron target's NeuronCores compute natively (NATIVE_TYPES): the
+    --auto-cast-type values and precisions they would only emulate (none on any target
+    NEURON_TARGETS lists)."""
+    core = NEURON_CORE_BY_TARGET[target]
+    native = NATIVE_TYPES[core]
+    facts = {"target": target, "neuron_core": core,
+             **{f"{dtype}_native": dtype in native for dtype in NEURON_AUTO_CAST_TYPES}}
+    emulated = {}
+    not_native = {dtype: f"{core} ({target}) has no {dtype} arithmetic" for dtype in NEURON_AUTO_CAST_TYPES
+                  if dtype not in native}
+    if not_native:
+        emulated["neuron_auto_cast_type"] = not_native
+    where = "the NeuronCore here is not probed" if probed_here else "no NeuronCore here to probe"
+    return Capabilities(f"Neuron target {target} ({core})", f"the table for Neuron target {target} ({where})",
+                        facts, emulated)
 
 
 def neuron_cc_flags(config: "TrialConfig") -> str:
@@ -101,6 +131,14 @@ class NeuronPlatform(XlaPlatform):
         if not devices:
             return Detection(False, "torch_neuronx is importable but no /dev/neuron* device is present")
         return Detection(True, f"{len(devices)} Neuron device(s): {', '.join(devices)}")
+
+    def capabilities(self, config) -> Capabilities:
+        target = (getattr(getattr(config, "knobs", None), "neuron_target", None)
+                  or neuron_target_for_instance(getattr(config, "instance_type", None)))
+        if target is None:
+            return not_known("AWS NeuronCores", "the config names no Neuron target (neuron_target, or a Neuron "
+                                                "instance_type such as trn1.2xlarge)")
+        return neuron_capabilities(target, probed_here=self.detect().available)
 
     def validate(self, config: "TrialConfig") -> None:
         super().validate(config)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.platforms.base import Detection
+from accelsweep.trainables.platforms.capabilities import Capabilities
 from accelsweep.trainables.platforms.xla import XlaPlatform
 
 if TYPE_CHECKING:
@@ -39,6 +40,13 @@ class TpuPlatform(XlaPlatform):
     @staticmethod
     def pjrt_device() -> str:
         return "TPU"
+
+    def capabilities(self, config) -> Capabilities:
+        # "By default, TPUs perform matrix multiplication operations with bfloat16 values and
+        # accumulations with IEEE float32 values" (cloud.google.com/tpu/docs/bfloat16): bf16 is
+        # native on every TPU. Nothing else is documented per generation here: nothing removed.
+        return Capabilities("Cloud TPU", "the Cloud TPU docs (bf16 is every TPU's matmul type; no TPU generation "
+                                         "is read)", {"bf16_native": True})
 
     def validate(self, config: "TrialConfig") -> None:
         super().validate(config)

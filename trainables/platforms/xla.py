@@ -29,11 +29,35 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional
 
 from accelsweep.trainables.errors import ConfigError, optional_str, positive_int
 from accelsweep.trainables.platforms.base import Detection, Platform, PlatformKnobs, PlatformUnavailable
+from accelsweep.trainables.platforms.capabilities import Capabilities, not_known
+from accelsweep.trainables.platforms.cpu import CpuPlatform
 
 if TYPE_CHECKING:
     import torch
 
     from accelsweep.trainables.config import TrialConfig
+
+
+# XLA's CPU compiler rewrites bf16 ops as f32 ones ("Convert BF16 and F8 operations to F32
+# ... so that the CPU backend can support BF16/F8 operations without directly implementing
+# a BF16/F8 lowering for most ops": the FloatNormalization pass in openxla/xla
+# xla/service/cpu/cpu_compiler.cc). Only a dot that a library takes (oneDNN, XNNPACK:
+# cpu_float_support.h, which asks the CPU's features) is left in bf16. So on a CPU without
+# bf16 instructions every bf16 op is emulated; on one with them dots may run in bf16, and
+# bf16 is kept there (not known to be slower).
+XLA_CPU_BF16 = "upcast to f32 by XLA's CPU compiler (FloatNormalization), except dots a library runs in bf16"
+
+
+def xla_cpu_capabilities(cpu: Capabilities) -> Capabilities:
+    """The XLA CPU client's capabilities on a CPU with ``cpu`` (CpuPlatform.capabilities)."""
+    hardware = f"XLA CPU client on {cpu.hardware}"
+    if not cpu.known:
+        return Capabilities(hardware, cpu.source, read_here=cpu.read_here)
+    source = f"{cpu.source}, and XLA's CPU compiler (xla/service/cpu/cpu_compiler.cc)"
+    emulated = {knob: {value: f"{reason}; XLA's CPU compiler upcasts bf16 ops to f32 (FloatNormalization)"
+                       for value, reason in values.items()} for knob, values in cpu.emulated.items()}
+    return Capabilities(hardware, source, {**cpu.facts, "xla_cpu_bf16": XLA_CPU_BF16}, emulated,
+                        read_here=cpu.read_here)
 
 
 class _ExecutionGroups:
@@ -107,6 +131,13 @@ class XlaPlatform(Platform):
     @staticmethod
     def pjrt_device() -> str:
         return os.environ.get("PJRT_DEVICE", "CPU")
+
+    def capabilities(self, config) -> Capabilities:
+        device = self.pjrt_device()
+        if device != "CPU":
+            return not_known(f"PJRT_DEVICE={device}", "the xla platform reads only the CPU client's hardware "
+                                                     "(platforms tpu and neuron read theirs)")
+        return xla_cpu_capabilities(CpuPlatform().capabilities(config))
 
     def validate(self, config: "TrialConfig") -> None:
         super().validate(config)
