@@ -63,6 +63,21 @@ def test_a_cpu_with_avx512_bf16_or_amx_runs_bf16_natively(cpuinfo, flags):
     assert capabilities.facts["numa_nodes"] == 2
 
 
+@pytest.mark.parametrize("cap, emulated", [("AVX2", True), ("avx512_core", True), ("AVX512_CORE_BF16", False),
+                                            ("AVX512_CORE_AMX", False), ("ALL", False)])
+def test_onednn_capped_below_its_bf16_instructions_emulates_bf16_on_any_cpu(cap, emulated):
+    capabilities = cpu_capabilities(ZEN4, cores=2, numa_node_count=1, onednn_max_isa=cap)
+    assert set(capabilities.emulated.get("precision", {})) == (NO_BF16 if emulated else set())
+    assert capabilities.facts["onednn_max_cpu_isa"] == cap and f"oneDNN capped at {cap}" in capabilities.hardware
+    if emulated:
+        assert f"ONEDNN_MAX_CPU_ISA={cap} keeps oneDNN below" in capabilities.emulated["precision"]["bf16"]
+
+
+def test_the_cpu_platform_reads_the_onednn_cap_from_the_environment(monkeypatch):
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    assert set(get_platform("cpu").capabilities(TrialConfig.make()).emulated["precision"]) == NO_BF16
+
+
 def test_an_arm_cpu_without_the_bf16_extension_says_so():
     reason = cpu_capabilities(GRAVITON2, cores=4, numa_node_count=1).emulated["precision"]["bf16-autocast"]
     assert reason == "no native bf16 on this CPU: no bf16 in /proc/cpuinfo's Features"

@@ -167,11 +167,12 @@ def test_numa_bind_pins_the_process_to_its_nodes_cpus():
 
 # ---- the trial's process, price, platforms ---------------------------------------------------------------
 def test_a_stopped_trial_ends_its_process():
+    others = set(children_of(os.getpid()))  # an earlier test's Ray may still be winding down
     results = run_in_fresh_process(TrialConfig.make(**{**TINY, "windows": 3}))
     next(results)
-    assert children_of(os.getpid())
+    assert set(children_of(os.getpid())) - others
     results.close()  # Tune stopping the trial: fresh_process_trainable closes the generator
-    assert not children_of(os.getpid())
+    assert not set(children_of(os.getpid())) - others
 
 
 def test_spot_is_the_seeds_quote_for_its_instance_type():
@@ -206,7 +207,8 @@ def test_the_smoke_study_runs_and_logs_to_mlflow(tmp_path):
     runs = client.search_runs([experiment.experiment_id])
     [parent] = [r for r in runs if r.data.tags.get("kind") == "sweep"]
     trials = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
-    assert parent.info.status == "FINISHED" and len(trials) == 4
+    ran = [r for r in trials if r.data.tags["status"] != "reused"]  # a repeated proposal is answered, not run
+    assert parent.info.status == "FINISHED" and len(ran) == 4
     for trial in trials:
         assert trial.info.status == "FINISHED", trial.data.tags.get("error")
         assert trial.data.metrics["throughput_samples_per_s"] > 0 and trial.data.metrics["usd_per_1m_samples"] > 0

@@ -30,7 +30,7 @@ def finished_runs(uri):
     if found is None:
         return []
     return [r for r in client.search_runs([found.experiment_id]) if "mlflow.parentRunId" in r.data.tags
-            and r.info.status == "FINISHED"]
+            and r.info.status == "FINISHED" and r.data.tags.get("status") != "reused"]
 
 
 @pytest.mark.slow
@@ -64,6 +64,9 @@ def test_a_killed_driver_resumes_with_one_run_per_trial(tmp_path):
 
     parents, children = mlflow_runs(uri, "R")
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    reused = [r for r in children if r.data.tags.get("status") == "reused"]  # repeated proposals: not run
+    assert all(r.data.tags["reused_from_trial"] != "unknown" for r in reused)
+    children = [r for r in children if r not in reused]
     trial_ids = [r.data.tags["trial_id"] for r in children]
     assert len(trial_ids) == len(set(trial_ids)) == TRIALS  # one run per trial, no duplicates
     assert not [r for r in children if r.info.status == "RUNNING"]  # no orphans

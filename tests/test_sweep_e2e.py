@@ -37,16 +37,23 @@ def test_main_job_smoke_sweep_lands_in_mlflow(tmp_path):
     assert f"mlflow ui --backend-store-uri {uri}" in out
 
     parents, children = mlflow_runs(uri, "X")
-    assert len(parents) == 1 and len(children) == 4
+    reused = [r for r in children if r.data.tags["status"] == "reused"]  # repeated proposals: answered, not run
+    assert all(r.data.tags["reused_from_trial"] for r in reused)
+    assert len(parents) == 1 and len(children) - len(reused) == 4
     parent_id = parents[0].info.run_id
     searched = ["batch_size", "num_workers", "precision", "patch_embed", "threads", "channels_last"]
     for run in children:
+        if run in reused:
+            continue
         metrics, params, tags = run.data.metrics, run.data.params, run.data.tags
         assert tags["mlflow.parentRunId"] == parent_id
         assert run.info.status == "FINISHED", tags.get("error")
         assert metrics["throughput_samples_per_s"] > 0
         assert math.isfinite(metrics["usd_per_1m_samples"])
         assert metrics["step_time_p50_s"] > 0
+        if tags["status"] == "rejected":  # stopped by its first steps: a projection, and why
+            assert "more than 3x worse" in tags["rejection"] and metrics["windows_done"] == 0
+            continue
         assert math.isfinite(metrics["final_loss"])
         assert metrics["trial_cost_usd"] > 0 and metrics["overhead_s"] >= 0
         for knob in searched:
@@ -86,13 +93,15 @@ def test_failed_trials_are_recorded_and_the_sweep_goes_on(ray_session, tracking_
         num_samples=3, scheduler="none", tracking_uri=tracking_uri, cost=basis, cost_note=note,
         print_line=lines.append,
     ))
-    statuses = sorted(r.status for r in result.records)
-    assert len(result.records) == 3 and "failed" in statuses and "finished" in statuses
+    statuses = sorted(r.status for r in result.records if r.status != "reused")
+    # Two configs: each runs once (the failing one is not run again), then the space is used up.
+    assert statuses == ["failed", "finished"]
+    assert "search: 2 of 3 planned trials ran; the searcher ran out of new configs" in result.summary
     assert result.baseline is not None and result.baseline.status == "finished"
     assert re.search(r"failures by cause: error x\d \(RuntimeError\)", result.summary), result.summary
     _, children = mlflow_runs(tracking_uri, "failing")
     failed = [r for r in children if r.info.status == "FAILED"]
-    assert len(children) == 3 and failed
+    assert len([r for r in children if r.data.tags["status"] != "reused"]) == 2 and failed
     for run in failed:
         assert run.data.tags["error_class"] == "RuntimeError"
         assert "injected failure for batch_size=8" in run.data.tags["error"]

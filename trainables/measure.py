@@ -114,6 +114,11 @@ def fixed_cpu_work() -> int:
     return total
 
 
+# A figure taken while the host's speed probe ran this much slower than the sweep's
+# fastest was measured on a loaded machine: flagged, not trusted, not used to reject.
+HOST_LOADED = 0.25
+
+
 def host_probe_s(seconds: float = 0.02) -> float:
     """Median time of ``fixed_cpu_work`` over a short window. Taken between a benchmark's
     windows, the probes' spread tells a kernel's own noise from the machine's: on a shared

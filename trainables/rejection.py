@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator, Mapping, Optional
 
 from accelsweep.trainables.errors import ConfigError
+from accelsweep.trainables.measure import host_probe_s
 from accelsweep.trainables.watchdog import TrialAborted, Watchdog
 
 # The driver's side (SweepBoard, BoardLimits, trial_limits) is not a user's: not listed.
@@ -31,9 +32,21 @@ __all__ = ["CompileTimeout", "REJECT_RATIO", "SlowTrial", "StepGuard", "TrialLim
 # From the recorded grid (benchmarks/search_efficiency.py, README "Rejecting slow
 # configs"): see there for the measurements it was chosen from.
 REJECT_RATIO = 3.0
-# The first step also pays for first-touch allocation and lazy initialisation: it may run
-# this many times the rejection deadline of a later step before it is abandoned.
+# A host whose speed probe runs this much slower than the sweep's fastest (half speed) is
+# too loaded to judge a trial by: laxer than HOST_LOADED, which flags a figure as not
+# trusted, because a rejection needs a projection several times worse anyway.
+LOADED_FOR_REJECTION = 1.0
+# A step is abandoned mid-way only past this many times the step time at which its
+# projection turns hopeless: the first step also pays for first-touch allocation and lazy
+# initialisation (1.02-1.83x a steady step over the recorded grid), and any one step can
+# be slowed by the host. Steps that end are judged by their mean instead.
 FIRST_STEP_ALLOWANCE = 3.0
+# Deadlines shorter than this are not watched: such a step ends soon anyway, and on a
+# shared VM one step of a few milliseconds can take several times its usual time.
+MIN_WATCHED_S = 0.05
+# Timed steps (after the first) a mean must cover before it can reject a trial: one step
+# alone can be a hiccup of the host.
+MIN_JUDGED_STEPS = 2
 
 
 class SlowTrial(TrialAborted):
@@ -55,6 +68,9 @@ class TrialLimits:
     best: float = float("nan")
     ratio: float = REJECT_RATIO
     max_compile_s: Optional[float] = None
+    # The sweep's fastest host speed probe so far (trainables/measure.py host_probe_s):
+    # a trial on a host slower than it by LOADED_FOR_REJECTION is not judged. NaN: none yet.
+    fastest_probe_s: float = float("nan")
 
     def __post_init__(self) -> None:
         if not (isinstance(self.ratio, (int, float)) and self.ratio > 1):
@@ -92,36 +108,40 @@ class TrialLimits:
             low, high = (low, middle) if self.verdict(project(middle)) else (middle, high)
         return high
 
-    def with_best(self, best: Optional[float]) -> "TrialLimits":
-        return replace(self, best=float("nan") if best is None else float(best))
+    def with_board(self, best: Optional[float], fastest_probe_s: Optional[float]) -> "TrialLimits":
+        """These limits with what the sweep's board holds now (None: nothing yet)."""
+        nan = float("nan")
+        return replace(self, best=nan if best is None else float(best),
+                       fastest_probe_s=nan if fastest_probe_s is None else float(fastest_probe_s))
 
 
 class SweepBoard:
-    """The best value of the sweep's first objective so far. Run as a Ray actor (``actor``):
-    the driver offers every measured result, a trial reads it when it starts."""
+    """The best value of the sweep's first objective so far, and the fastest host speed
+    probe of its trials. Run as a Ray actor (``start``): the driver offers every measured
+    result, a trial reads both when it starts."""
 
     def __init__(self, mode: str):
         self.mode = mode
         self.value: Optional[float] = None
+        self.fastest_probe_s: Optional[float] = None
 
-    def offer(self, value: float) -> None:
-        if not math.isfinite(value):
-            return
-        if self.value is None or (value > self.value if self.mode == "max" else value < self.value):
+    def offer(self, value: float, probe_s: float = float("nan")) -> None:
+        if math.isfinite(value) and (self.value is None or (value > self.value if self.mode == "max"
+                                                             else value < self.value)):
             self.value = value
+        if probe_s > 0 and (self.fastest_probe_s is None or probe_s < self.fastest_probe_s):
+            self.fastest_probe_s = probe_s
 
-    def best(self) -> Optional[float]:
-        return self.value
+    def best(self) -> tuple[Optional[float], Optional[float]]:
+        return self.value, self.fastest_probe_s
 
     @classmethod
-    def start(cls, name: str, mode: str, best: Optional[float] = None) -> Any:
-        """The sweep's board as a named Ray actor (no CPU: it holds one float)."""
+    def start(cls, name: str, mode: str) -> Any:
+        """The sweep's board as a named Ray actor (no CPU: it holds two numbers). Ray ends
+        a named actor with its last handle: the caller keeps this one for the sweep."""
         import ray
 
-        board = ray.remote(num_cpus=0)(cls).options(name=name, get_if_exists=True).remote(mode)
-        if best is not None:
-            board.offer.remote(best)
-        return board
+        return ray.remote(num_cpus=0)(cls).options(name=name, get_if_exists=True).remote(mode)
 
 
 @dataclass(frozen=True)
@@ -129,15 +149,17 @@ class BoardLimits:
     """The sweep's limits as they travel to its trials: its board's actor name, read
     when a trial starts (``for_trial``)."""
 
-    board_name: str
+    board_name: Optional[str]  # None: no rejection, only the compile limit
     limits: TrialLimits
 
     def for_trial(self) -> TrialLimits:
         import ray
 
+        if self.board_name is None:
+            return self.limits
         try:
             board = ray.get_actor(self.board_name)
-            return self.limits.with_best(ray.get(board.best.remote(), timeout=10))
+            return self.limits.with_board(*ray.get(board.best.remote(), timeout=10))
         except Exception:  # noqa: BLE001 - no board (it died, a stale name): the trial runs unlimited by it
             return self.limits
 
@@ -171,16 +193,30 @@ class StepGuard:
 
     def __init__(self, limits: Optional[TrialLimits], *, samples_per_step: int, units_per_step: Callable[[], float],
                  unit: str, usd_per_hour: float, compiling: bool):
-        self.limits = limits
         self.samples_per_step, self.units_per_step = samples_per_step, units_per_step
         self.unit, self.usd_per_hour, self.compiling = unit, usd_per_hour, compiling
-        self.step_times: list[float] = []  # timed steps after the first
-        self.projected: dict[str, float] = {}  # the latest projection judged
-        self.deadline_s: Optional[float] = None
+        self.note = ""  # why rejection is off for this trial, when it is
+        self.limits = self._unless_loaded(limits)
+        self.deadline_s: Optional[float] = None  # a step slower than this is hopeless
         self.first_step_s = float("nan")
-        self._abandoned_after_s: Optional[float] = None
-        watching = limits is not None and (limits.rejects or (compiling and limits.max_compile_s is not None))
+        self._timed_s, self._timed_steps = 0.0, 0  # steps after the first
+        self._abandoned_after_s: Optional[float] = None  # a step the watchdog abandoned ran at least this
+        watching = self.limits is not None and (self.limits.rejects or (compiling and self.limits.max_compile_s))
         self._dog = Watchdog() if watching else None
+
+    def _unless_loaded(self, limits: Optional[TrialLimits]) -> Optional[TrialLimits]:
+        """No rejection on a loaded host: the best so far was measured on a quiet one, and a
+        good config measured now would project slow (this VM once ran a config 24x slower
+        under load). Told by the machine's speed probe against the sweep's fastest."""
+        if limits is None or not limits.rejects or not limits.fastest_probe_s > 0:
+            return limits
+        # The best of two probes: a process just started (this trial's) probes slow once.
+        slowdown = min(host_probe_s(), host_probe_s()) / limits.fastest_probe_s - 1
+        if slowdown <= LOADED_FOR_REJECTION:
+            return limits
+        self.note = (f"not judged for rejection: the host's speed probe ran {slowdown:.0%} slower than the sweep's "
+                     "fastest (a loaded host)")
+        return replace(limits, best=float("nan"))
 
     def __enter__(self) -> "StepGuard":
         if self._dog is not None:
@@ -204,81 +240,90 @@ class StepGuard:
             figures[f"usd_per_1m_{self.unit}"] = usd_per_1m_samples(self.usd_per_hour, units)
         return figures
 
-    def _past_deadline(self, seconds: float) -> str:
-        self._abandoned_after_s = seconds  # what a step abandoned now projects at best
+    @contextlib.contextmanager
+    def _deadline(self, seconds: Optional[float], exception: type[TrialAborted], reason: str) -> Iterator[None]:
+        """The stretch inside is abandoned with ``exception`` past ``seconds`` (None: no deadline)."""
+        if self._dog is None or seconds is None or (exception is SlowTrial and seconds < MIN_WATCHED_S):
+            yield
+            return
+        self._dog.expect(seconds, exception, reason)
+        try:
+            yield
+        except BaseException:
+            self._dog.disarm()  # the stretch's own error (an OOM, a NaN) is what the trial ends with
+            raise
+        self._dog.clear()
+
+    def _abandon_after(self, seconds: float) -> str:
+        self._abandoned_after_s = seconds
         return f"a step still ran after {seconds:.3g} s, so at best {self.limits.verdict(self.project(seconds))}"
 
-    def expect_first_step(self) -> None:
+    def first_step(self):
+        """The first step: on a compiling config, the compile limit; else a deadline of
+        FIRST_STEP_ALLOWANCE later steps' (where the objective's deadline is known yet)."""
         if self._dog is None:
-            return
-        if self.compiling and self.limits.max_compile_s is not None:
-            self._dog.expect(self.limits.max_compile_s, CompileTimeout,
-                             f"compile (the first step) ran past the limit of {self.limits.max_compile_s:g} s "
-                             "(--max-compile-s)")
-            return
-        # Samples-based objectives have a deadline before any step; a unit's need its count.
-        deadline = self.limits.step_deadline_s(self.project)
-        if deadline is not None and not self.compiling:
-            self._dog.expect(FIRST_STEP_ALLOWANCE * deadline, SlowTrial,
-                             self._past_deadline(FIRST_STEP_ALLOWANCE * deadline))
-
-    def reason_of(self, error: TrialAborted) -> str:
-        """An abort's reason: its message, or (raised by the watchdog, with none) the watchdog's."""
-        return str(error) or (self._dog.reason if self._dog is not None else "") or type(error).__name__
-
-    def clear(self) -> None:
-        if self._dog is not None:
-            self._dog.clear()
+            return self._deadline(None, SlowTrial, "")
+        if self.compiling:
+            limit = self.limits.max_compile_s
+            return self._deadline(limit, CompileTimeout,
+                                  f"compile (the first step) ran past the limit of {limit:g} s (--max-compile-s)")
+        deadline = self.limits.step_deadline_s(self.project)  # a unit's objective needs a step's count first
+        if deadline is None:
+            return self._deadline(None, SlowTrial, "")
+        return self._deadline(FIRST_STEP_ALLOWANCE * deadline, SlowTrial,
+                              self._abandon_after(FIRST_STEP_ALLOWANCE * deadline))
 
     def first_step_done(self, seconds: float) -> None:
         self.first_step_s = seconds
         if self.limits is not None:
             self.deadline_s = self.limits.step_deadline_s(self.project)
 
+    def steps(self, count: int):
+        """A run of ``count`` steps on an asynchronous device, judged as a whole at its sync."""
+        if self.deadline_s is None or not count:
+            return self._deadline(None, SlowTrial, "")
+        limit = FIRST_STEP_ALLOWANCE * self.deadline_s * count  # XLA may compile a k-step graph here too
+        return self._deadline(limit, SlowTrial, self._abandon_after(limit / count))
+
     def watching(self, step: Callable[[], None], abandon: bool = False) -> Callable[[], None]:
         """``step``, judged as it ends; with ``abandon`` (the warm-up's steps), abandoned
         past the deadline too. The watchdog stays out of measured windows: it would cost
-        each of their steps a wake-up of its thread."""
+        each of their steps a wake-up of its thread; there the judgement is a comparison."""
         if self.deadline_s is None:
             return step
 
         def judged() -> None:
             start = time.perf_counter()
-            if abandon and self._dog is not None:
-                self._dog.expect(self.deadline_s, SlowTrial, self._past_deadline(self.deadline_s))
-                step()
-                self._dog.clear()
+            if abandon:
+                limit = FIRST_STEP_ALLOWANCE * self.deadline_s
+                with self._deadline(limit, SlowTrial, self._abandon_after(limit)):
+                    step()
             else:
                 step()
-            self.judge_step(time.perf_counter() - start)
+            self.judge_steps(time.perf_counter() - start)
 
         return judged
 
-    def expect_steps(self, count: int) -> None:
-        """A run of ``count`` steps on an asynchronous device, judged as a whole at its sync."""
-        if self._dog is not None and self.deadline_s is not None and count:
-            allowance = FIRST_STEP_ALLOWANCE if self.compiling else 1.0  # XLA compiles a k-step graph here
-            self._dog.expect(allowance * self.deadline_s * count, SlowTrial,
-                             self._past_deadline(allowance * self.deadline_s))
+    def judge_steps(self, seconds: float, count: int = 1) -> None:
+        """``count`` more timed steps took ``seconds``: SlowTrial when their mean so far is
+        past the deadline (the projection is monotonic in it: one comparison per step)."""
+        self._timed_s += seconds
+        self._timed_steps += count
+        mean = self._timed_s / self._timed_steps
+        if self.deadline_s is not None and self._timed_steps >= MIN_JUDGED_STEPS and mean > self.deadline_s:
+            raise SlowTrial(self.limits.verdict(self.project(mean)))
 
-    def judge_step(self, seconds: float) -> None:
-        self.step_times.append(seconds)
-        self.judge(sum(self.step_times) / len(self.step_times))
+    def reason_of(self, error: TrialAborted) -> str:
+        """An abort's reason: its message, or (raised by the watchdog, with none) the watchdog's."""
+        return str(error) or (self._dog.reason if self._dog is not None else "") or type(error).__name__
 
-    def judge(self, step_s: float) -> None:
-        """Raise SlowTrial when a trial stepping at ``step_s`` is hopeless."""
-        if self.limits is None:
-            return
-        self.projected = self.project(step_s)
-        reason = self.limits.verdict(self.projected)
-        if reason is not None:
-            raise SlowTrial(reason)
-
-    def rejected_result(self, reason: str, **fields: Any) -> dict[str, Any]:
+    def rejected_result(self, error: SlowTrial, **fields: Any) -> dict[str, Any]:
         """What a rejected trial reports: its projection (the searcher learns the region is
         slow), marked rejected with the reason, and the times it did measure."""
-        if not self.projected and self._abandoned_after_s is not None:
-            self.projected = self.project(self._abandoned_after_s)  # stopped mid-step: at best this
-        return {**self.projected, "rejected": 1, "rejection": reason, "first_step_s": self.first_step_s,
+        timed_s, timed_steps = self._timed_s, self._timed_steps
+        if not str(error) and self._abandoned_after_s is not None:  # the watchdog abandoned a step
+            timed_s, timed_steps = timed_s + self._abandoned_after_s, timed_steps + 1
+        projected = self.project(timed_s / timed_steps) if timed_steps else {}
+        return {**projected, "rejected": 1, "rejection": self.reason_of(error), "first_step_s": self.first_step_s,
                 "windows_done": 0, "measured_steps": 0, "unit": self.unit, "usd_per_hour": self.usd_per_hour,
                 **fields}

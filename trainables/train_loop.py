@@ -105,12 +105,11 @@ def _run_training(config: TrialConfig, report: Optional[Callable[[dict], None]],
     try:
         with guard:
             return _measure(config, report, usd_per_hour, platform, workload, device, world, trial, compiles,
-                            guard, setup_s, loop_start, memory_before_mb)
+                            guard, setup_s, loop_start, memory_before_mb, latest=result)
     except TrialAborted as error:
-        reason = guard.reason_of(error)  # raised by the watchdog, the exception has no message of its own
-        if not isinstance(error, SlowTrial):
-            raise type(error)(reason) from None
-        rejected = guard.rejected_result(reason, setup_s=setup_s, loop_s=time.perf_counter() - loop_start,
+        if not isinstance(error, SlowTrial):  # raised by the watchdog, it has no message of its own
+            raise type(error)(guard.reason_of(error)) from None
+        rejected = guard.rejected_result(error, setup_s=setup_s, loop_s=time.perf_counter() - loop_start,
                                          compile_s=compiles.seconds(), device=platform.describe_device(device))
         if report is not None:
             report(rejected)
@@ -119,8 +118,9 @@ def _run_training(config: TrialConfig, report: Optional[Callable[[dict], None]],
 
 def _measure(config: TrialConfig, report, usd_per_hour: float, platform, workload, device, world, trial: "_Trial",
              compiles: "_CompileClock", guard: StepGuard, setup_s: float, loop_start: float,
-             memory_before_mb: float) -> dict:
-    """Warm-up, then the measured windows, each reported."""
+             memory_before_mb: float, latest: dict) -> dict:
+    """Warm-up, then the measured windows, each reported. ``latest`` is kept equal to the
+    cumulative result of the windows done so far (a NaN capture reports it)."""
     first_step_s, warmup_step_s = trial.warm_up(guard)
     compiles.warmed_up()
     min_steps, min_seconds = trial.window_bounds(warmup_step_s)
@@ -182,6 +182,7 @@ def _measure(config: TrialConfig, report, usd_per_hour: float, platform, workloa
             "workers": world.size,
             "workers_reporting": workers_reporting,
             "unit": unit,
+            **({"rejection_off": guard.note} if guard.note else {}),
             **compiles.xla_counts(),
         }
         if unit != "samples":  # the workload's own unit beside samples: tokens/s, $ per 1M tokens
@@ -192,6 +193,8 @@ def _measure(config: TrialConfig, report, usd_per_hour: float, platform, workloa
         result.update(_workload_figures(workload, trial.counts_done, result, world, device))
         if report is not None:
             report(result)
+        latest.clear()
+        latest.update(result)
     return result
 
 
@@ -293,11 +296,9 @@ class _Trial:
         the warm-up, untimed but for its mean step time. Returns both. ``guard`` may end
         the trial on the way (SlowTrial, CompileTimeout)."""
         start = time.perf_counter()
-        with self.segment():
-            guard.expect_first_step()
+        with self.segment(), guard.first_step():
             self.step()
             self.sync()
-            guard.clear()
         first_step_s = time.perf_counter() - start
         guard.first_step_done(first_step_s)
         self.initial_loss = float(self.last_loss[0])
@@ -310,15 +311,14 @@ class _Trial:
                 for _ in range(rest):  # each step is its own evidence: judged as it ends
                     guard.watching(self.step, abandon=True)()
             else:  # an asynchronous device: only the sync at the end tells how long the steps took
-                guard.expect_steps(rest)
-                for _ in range(rest):
-                    self.step()
-                self.sync()
-                guard.clear()
-        warmup_step_s = (time.perf_counter() - start) / rest if rest else first_step_s
+                with guard.steps(rest):
+                    for _ in range(rest):
+                        self.step()
+                    self.sync()
+        elapsed = time.perf_counter() - start
         if rest and not self.platform.host_clock_times_steps:
-            guard.judge(warmup_step_s)
-        return first_step_s, warmup_step_s
+            guard.judge_steps(elapsed, rest)
+        return first_step_s, elapsed / rest if rest else first_step_s
 
     def window_bounds(self, warmup_step_s: float) -> tuple[int, float]:
         """Each window's minimum steps and seconds."""

@@ -46,8 +46,10 @@ def metrics_of(base: TrialConfig) -> MetricSet:
     return dataclasses.replace(declared, metrics=declared.metrics + tuple(workload.metrics))
 
 
-# The driver reads a trainable's declared metrics here (Sweep.metrics when not given).
+# The driver reads a trainable's declared metrics here (Sweep.metrics when not given), and
+# whether it applies the sweep's rejection rule and compile limit (the loop reads them).
 train_trainable.metrics = metrics_of
+train_trainable.reads_trial_limits = True
 
 
 def run_workers(config: TrialConfig, usd_per_hour: float) -> None:

@@ -49,11 +49,17 @@ class Watchdog:
         return self
 
     def __exit__(self, *exc_info) -> None:
-        with self._lock:
-            self._closed = True
-            self._deadline = None
-            self._cancel_pending()
-            self._lock.notify()
+        # A resend may land in here before the watch is closed: close again until it is.
+        while True:
+            try:
+                with self._lock:
+                    self._closed = True
+                    self._deadline = None
+                    self._cancel_pending()
+                    self._lock.notify()
+                break
+            except TrialAborted:
+                continue
         self._thread.join()
 
     def expect(self, seconds: float, exception: type[TrialAborted], reason: str) -> None:
@@ -73,6 +79,19 @@ class Watchdog:
                 self._cancel_pending()
                 self._fired = False
                 raise self._exception(self.reason)
+
+    def disarm(self) -> None:
+        """End the stretch without a verdict (it ended in an error of its own): nothing more
+        is sent, and what was sent but not yet raised is withdrawn."""
+        while True:
+            try:
+                with self._lock:
+                    self._deadline = None
+                    self._fired = False
+                    self._cancel_pending()
+                return
+            except TrialAborted:
+                continue
 
     def _cancel_pending(self) -> None:
         ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self.thread_id), None)

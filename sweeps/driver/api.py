@@ -767,16 +767,28 @@ def trial_limits_of(sweep: Sweep) -> TrialLimits:
                                                and sweep.reject_ratio > 1 and math.isfinite(sweep.reject_ratio)):
         raise ConfigError("reject_ratio", "a number > 1 (how many times worse than the best so far a projection "
                                           "may be), or None to never reject", sweep.reject_ratio)
+    if sweep.max_compile_s is not None and not reads_trial_limits(sweep.trainable):
+        raise ConfigError("max_compile_s", "None for a trainable that does not apply the trial limits "
+                                           "(set reads_trial_limits = True on one that reads current_limits())",
+                          sweep.max_compile_s)
     first = sweep.objectives[0]
     return TrialLimits(first.metric, first.mode, ratio=sweep.reject_ratio or REJECT_RATIO,
                        max_compile_s=sweep.max_compile_s)
 
 
+def reads_trial_limits(trainable: Callable) -> bool:
+    """Whether the trainable applies the sweep's limits (accelsweep.trainables.rejection
+    current_limits: the built-in training loop does; a kernel's microbenchmark does not)."""
+    return bool(getattr(trainable, "reads_trial_limits", False))
+
+
 def rejects(sweep: Sweep) -> bool:
     """Whether trials stop themselves on a hopeless projection: early stopping of a kind,
     so not with scheduler "none" (a study that measures every config), nor with several
-    objectives (a trial slow on the first may be on the Pareto set)."""
-    return sweep.reject_ratio is not None and sweep.scheduler != "none" and len(sweep.objectives) == 1
+    objectives (a trial slow on the first may be on the Pareto set), nor for a trainable
+    that does not read the limits."""
+    return (sweep.reject_ratio is not None and sweep.scheduler != "none" and len(sweep.objectives) == 1
+            and reads_trial_limits(sweep.trainable))
 
 
 def _tune_trainable(plan: Plan, board_name: Optional[str]):
@@ -856,6 +868,8 @@ def _finish(plan: Plan, run: _Run, tracker, status: str, elapsed_s: float,
             parent_metrics: Mapping[str, float]) -> SweepResult:
     """Close what the driver left running, mark the sweep ended, and summarise it on
     its parent run (also after a failed or interrupted fit)."""
+    from accelsweep.sweeps.driver.searchers import searched_out
+
     sweep = plan.sweep
     for run_id in tracker.trial_runs(only_running=True):
         # A run left RUNNING by a driver that died, whose trial Tune did not run again.
@@ -870,7 +884,8 @@ def _finish(plan: Plan, run: _Run, tracker, status: str, elapsed_s: float,
     pareto = pareto_set(records, plan.objectives)
     text = summary(f"{sweep.name} on {sweep.base.platform}", records, first_metric, first_mode,
                    list(plan.space.distributions), sweep.cost_note, tracker.ui_command(),
-                   elapsed_s, metrics=plan.metrics, objectives=plan.objectives, planned_trials=sweep.num_samples)
+                   elapsed_s, metrics=plan.metrics, objectives=plan.objectives, planned_trials=sweep.num_samples,
+                   searched_out=searched_out(run.callback.sweep_token))
     figures = {**parent_metrics, "trials": len(records),
                "failed_trials": sum(r.status == FAILED for r in records),
                "rejected_trials": sum(r.status == REJECTED for r in records),

@@ -18,6 +18,7 @@ from ray.tune import Callback
 
 from accelsweep.trainables.cost import CostBasis, trial_cost_usd
 from accelsweep.trainables.failures import ERROR, failure_cause, one_line
+from accelsweep.trainables.measure import HOST_LOADED
 from accelsweep.trainables.metrics import TRAINING_METRICS, MetricSet
 from accelsweep.trainables.microbench import NOISY_CV
 from accelsweep.trainables.tracking import SweepTracker
@@ -28,11 +29,9 @@ INTERRUPTED = "interrupted"  # the sweep stopped (Ctrl-C) while it ran: --resume
 REJECTED = "rejected"
 # Proposed again after it was measured: the earlier result stands, nothing ran (searchers.py).
 REUSED = "reused"
-NOT_RANKED = (FAILED, REJECTED, REUSED)
-# A trial whose host speed probe (trainables/measure.py host_probe_s) ran this much slower
-# than the sweep's fastest was measured on a loaded machine: flagged, not trusted.
-HOST_LOADED = 0.25
-NOISE_METRICS = ("throughput_cv", "latency_cv")  # a trial's window-to-window spread, by trainable  # a projection or a copy is not a measurement of its own
+NOT_RANKED = (FAILED, REJECTED, REUSED)  # a projection or a copy is not a measurement of its own
+# A trial's window-to-window spread (cv) of what ranks it, by trainable: training, kernels.
+NOISE_METRICS = ("throughput_cv", "latency_cv")
 
 __all__ = ["CUT_BY_BUDGET", "FAILED", "FINISHED", "INTERRUPTED", "REJECTED", "REUSED", "STOPPED_EARLY",
            "SweepCallback", "TrialRecord"]
@@ -157,17 +156,18 @@ class SweepCallback(Callback):
 
     def _offer_best(self, record: TrialRecord) -> None:
         """A measured result: the board keeps the best for the trials that start next."""
+        import ray
+
         if self.board_name is None or not record.measured(self.measured_by):
             return
         if self._board is None:
-            import ray
-
             try:
                 self._board = ray.get_actor(self.board_name)
             except ValueError:  # the board is gone: trials then run without a best to beat
                 self.board_name = None
                 return
-        self._board.offer.remote(record.metric(self.measured_by))
+        # Waited for: the next trial may start as soon as this returns, and must read it.
+        ray.get(self._board.offer.remote(record.metric(self.measured_by), record.metric("host_probe_s")), timeout=30)
 
     @property
     def tracker(self) -> SweepTracker:
@@ -230,7 +230,9 @@ class SweepCallback(Callback):
             record.run_id = self.tracker.start_trial(f"trial-{number:03d} (reuse of {of})", config, tags)
             numeric = {k: v for k, v in record.result.items()
                        if isinstance(v, (int, float)) and not isinstance(v, bool) and not k.startswith("time")}
-            self.tracker.finish(record.run_id, "FINISHED", metrics=numeric, tags={"status": REUSED})
+            tags = {"status": REUSED, **{key: str(record.result[key]) for key in ("device", "step_time_source", "unit")
+                                         if key in record.result}}
+            self.tracker.finish(record.run_id, "FINISHED", metrics=numeric, tags=tags)
             self._say(self.progress_line(record))
 
     def _record(self, trial) -> TrialRecord:
@@ -337,7 +339,7 @@ class SweepCallback(Callback):
         final["trial_cost_usd"] = trial_cost_usd(rate, record.wall_s)
         record.result.update(final)
         tags = {"status": status}
-        for key in ("device", "step_time_source", "unit", "rejection"):
+        for key in ("device", "step_time_source", "unit", "rejection", "rejection_off"):
             if key in record.result:
                 tags[key] = str(record.result[key])
         if record.error:
@@ -367,7 +369,7 @@ class SweepCallback(Callback):
 
     def progress_line(self, record: TrialRecord) -> str:
         knobs = " ".join(f"{k}={v}" for k, v in record.searched.items())
-        count = f"{record.ordinal}/{self.total_trials}"
+        count = f"{record.ordinal or record.number}/{self.total_trials}"
         number = count if record.ordinal in (0, record.number) else f"{record.number} ({count})"
         head = f"[trial {number}{' baseline' if record.is_baseline else ''}] {knobs}"
         if record.status == FAILED:

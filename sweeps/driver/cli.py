@@ -107,9 +107,11 @@ def sweep_options(args: argparse.Namespace, *, default_samples: int, default_tim
                    tracking_uri=args.tracking_uri, experiment=args.experiment, storage_path=args.storage_path,
                    address=args.address, seed=args.seed, scheduler=args.scheduler,
                    max_concurrent_trials=args.max_concurrent_trials, resume=args.resume, retries=args.retries,
-                   keep_emulated=args.keep_emulated,
-                   reject_ratio=None if args.no_reject else args.reject_ratio,
-                   max_compile_s=args.max_compile_s or default_max_compile_s, repeats=args.repeat_configs)
+                   # A study's own parser (or a test's namespace) may lack the budget flags.
+                   keep_emulated=getattr(args, "keep_emulated", False),
+                   reject_ratio=None if getattr(args, "no_reject", False) else getattr(args, "reject_ratio", REJECT_RATIO),
+                   max_compile_s=getattr(args, "max_compile_s", None) or default_max_compile_s,
+                   repeats=getattr(args, "repeat_configs", False))
     return {**options, **fixed}
 
 

@@ -93,12 +93,14 @@ def table(rows: Sequence[Sequence[str]]) -> str:
 
 def summary(title: str, records: Sequence[TrialRecord], metric: str, mode: str, knobs: Sequence[str],
             cost_note: str, ui_command: str, elapsed_s: float, metrics: Optional[MetricSet] = None,
-            objectives: Sequence[tuple[str, str]] = (), planned_trials: Optional[int] = None) -> str:
+            objectives: Sequence[tuple[str, str]] = (), planned_trials: Optional[int] = None,
+            searched_out: bool = False) -> str:
     """``metric``/``mode``: the first objective, whose best trial the table sets against the
     baseline. ``metrics``: the sweep's declaration (its trainable's MetricSet), a row per
     summarised metric; None: the training loop's rows. ``objectives``: every (metric,
     mode) of the sweep; with more than one, the Pareto set follows the table.
-    ``planned_trials``: the sweep's num_samples, to say whether the search finished."""
+    ``planned_trials``: the sweep's num_samples, to say whether the search finished;
+    ``searched_out``: the searcher ended it, having run out of new configs."""
     objectives = list(objectives) or [(metric, mode)]
     declared = metrics or TRAINING_METRICS
     baseline = next((r for r in records if r.is_baseline), None)
@@ -106,7 +108,7 @@ def summary(title: str, records: Sequence[TrialRecord], metric: str, mode: str, 
     outcomes = Counter(r.status for r in records)
     lines = [f"== {title}: {len(records)} trials in {elapsed_s:.0f} s ("
              + ", ".join(f"{n} {status}" for status, n in sorted(outcomes.items())) + ") =="]
-    lines += _search_lines(records, planned_trials)
+    lines += _search_lines(records, planned_trials, searched_out)
     failures = Counter(r.error_cause or "error" for r in records if r.status == "failed")
     if failures:
         classes: dict[str, set] = {}
@@ -115,7 +117,8 @@ def summary(title: str, records: Sequence[TrialRecord], metric: str, mode: str, 
                 classes.setdefault(r.error_cause or "error", set()).add(r.error_class)
         lines.append("failures by cause: " + ", ".join(
             f"{cause} x{n} ({', '.join(sorted(classes[cause]))})" for cause, n in failures.most_common()))
-    noisy = [r for r in records if r.noise > NOISY_CV]
+    ran = [r for r in records if r.status != REUSED]  # a reuse carries a copy of another trial's figures
+    noisy = [r for r in ran if r.noise > NOISY_CV]
     if noisy:
         lines.append(f"{len(noisy)} trial(s) noisy (window-to-window cv > {NOISY_CV:.0%}): differences of a "
                      "few times their cv are not significant; rerun, or lengthen windows (window_min_s)")
@@ -145,7 +148,7 @@ def summary(title: str, records: Sequence[TrialRecord], metric: str, mode: str, 
             lines.append(f"best device: {best.result['device']}{timing}")
     if len(objectives) > 1:
         lines += ([""] if lines[-1] else []) + _pareto_lines(records, objectives, knobs, declared)
-    compiled = [r.metric("compile_s") for r in records if math.isfinite(r.metric("compile_s"))]
+    compiled = [r.metric("compile_s") for r in ran if math.isfinite(r.metric("compile_s"))]
     if compiled:
         lines.append(f"compile time, all trials: {sum(compiled):.1f} s")
     overhead = mean_overhead_s(records)
@@ -157,7 +160,7 @@ def summary(title: str, records: Sequence[TrialRecord], metric: str, mode: str, 
     return "\n".join(lines)
 
 
-def _search_lines(records: Sequence[TrialRecord], planned: Optional[int]) -> list[str]:
+def _search_lines(records: Sequence[TrialRecord], planned: Optional[int], searched_out: bool) -> list[str]:
     """How far the search got, and what it did not spend time on: a summary must tell
     "no better config exists" from "the search ran out of time"."""
     ran = [r for r in records if r.status != REUSED]
@@ -167,7 +170,6 @@ def _search_lines(records: Sequence[TrialRecord], planned: Optional[int]) -> lis
         if len(ran) >= planned and not cut:
             lines.append(f"search: all {planned} planned trials ran")
         else:
-            searched_out = not cut and any(r.status == REUSED for r in records)
             if searched_out:
                 lines.append(f"search: {len(ran)} of {planned} planned trials ran; the searcher ran out of new "
                              "configs (its proposals repeated measured ones): the space is searched out")

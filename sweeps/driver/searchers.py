@@ -19,9 +19,11 @@ __all__ = ["FailureAwareOptunaSearch", "MAX_REPEATED_PROPOSALS", "config_key", "
 # out: TPE keeps proposing its best region, and a small space runs out of new points.
 MAX_REPEATED_PROPOSALS = 20
 
-# Reused proposals waiting for the sweep's callback to record them, by sweep: the
-# searcher and the callback are separate objects Tune pickles apart, in one driver process.
+# Reused proposals waiting for the sweep's callback to record them, and the sweeps whose
+# searcher ran out of new configs, by sweep: the searcher and the callback are separate
+# objects Tune pickles apart, in one driver process.
 _REUSES: dict[str, list[tuple[dict, str]]] = {}
+_SEARCHED_OUT: set[str] = set()
 
 
 def config_key(config: Mapping[str, Any]) -> str:
@@ -32,6 +34,12 @@ def config_key(config: Mapping[str, Any]) -> str:
 def _finite(value: Any) -> bool:
     values = value if isinstance(value, list) else [value]
     return all(isinstance(v, (int, float)) and math.isfinite(v) for v in values)
+
+
+def searched_out(sweep_token: str) -> bool:
+    """Whether the sweep's searcher ended the search: its proposals kept repeating
+    measured configs (a grid used up)."""
+    return sweep_token in _SEARCHED_OUT
 
 
 def take_reuses(sweep_token: str) -> list[tuple[dict, str]]:
@@ -62,29 +70,49 @@ class FailureAwareOptunaSearch(OptunaSearch):
         self.reused = 0
 
     def suggest(self, trial_id: str) -> Optional[dict]:
+        # Repeats answered on the way to this trial's config: recorded (once per config)
+        # when it comes; repeats that end the search (its space used up) are not news.
+        answered: dict[str, tuple[dict, str]] = {}
         for _ in range(MAX_REPEATED_PROPOSALS):
             config = super().suggest(trial_id)
             if config is None or config == Searcher.FINISHED or self.repeats:
-                return config
+                return self._publish(answered, config)
             key = config_key(config)
             measured = self._outcomes.get(key)
             running = key in {k for t, k in self._proposed.items() if t not in self._completed_trials}
             if measured is None and not running:
                 self._proposed[trial_id] = key
-                return config
+                return self._publish(answered, config)
             # Answer this proposal from what is known, and ask again for the same Tune trial.
             ot_trial = self._ot_trials.pop(trial_id)
-            if measured is None:  # the same config is running now: its result is not known yet
-                self._ot_study.tell(ot_trial, state=TrialState.FAIL)
-                continue
+            if measured is None:
+                # The same config runs now: its result is not known yet. Withdrawn, and Tune
+                # asks again later (None: no proposal for now), by then it is measured.
+                self._tell(ot_trial, None)
+                return self._publish(answered, None)
             original, value = measured
-            if not _finite(value):
-                self._ot_study.tell(ot_trial, state=TrialState.FAIL)
-            else:
-                self._ot_study.tell(ot_trial, value)
+            if not self._tell(ot_trial, value):
+                break
             self.reused += 1
-            _REUSES.setdefault(self.sweep_token, []).append((dict(config), original))
+            answered[key] = (dict(config), original)
+        _SEARCHED_OUT.add(self.sweep_token)
         return Searcher.FINISHED  # searched out: every recent proposal was measured already
+
+    def _publish(self, answered: Mapping[str, tuple[dict, str]], config: Any) -> Any:
+        _REUSES.setdefault(self.sweep_token, []).extend(answered.values())
+        return config
+
+    def _tell(self, ot_trial, value) -> bool:
+        """Tell Optuna a proposal's value (None or not finite: failed). False when the
+        sampler is done: a grid used up refuses any more (GridSampler stops the study)."""
+        try:
+            if _finite(value):
+                self._ot_study.tell(ot_trial, value)
+            else:
+                self._ot_study.tell(ot_trial, state=TrialState.FAIL)
+        except RuntimeError:
+            return False
+        return True
 
     def on_trial_complete(self, trial_id, result=None, error=False):
         if result and result.get("trial_failed"):

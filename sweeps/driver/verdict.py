@@ -25,7 +25,6 @@ from accelsweep.sweeps.driver.callbacks import HOST_LOADED, TrialRecord, host_sl
 __all__ = ["HOST_LOADED", "Verdict", "host_slowdown", "verdict"]
 
 
-
 @dataclass(frozen=True)
 class Verdict:
     text: str

@@ -52,6 +52,13 @@ BF16_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")
 # in /proc/cpuinfo: x86 "flags", Arm "Features".
 REPORTED_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "bf16", "sve")
 CPUINFO = "/proc/cpuinfo"
+# oneDNN (PyTorch's CPU library for matmuls and convolutions) uses no instruction set above
+# ONEDNN_MAX_CPU_ISA (oneDNN's dev guide, "CPU Dispatcher Control"; DNNL_ was its old
+# prefix). These caps are below its first bf16 set (AVX2_VNNI_2 / AVX512_CORE_BF16): under
+# them bf16 runs through fp32 conversions whatever /proc/cpuinfo says (on this repo's
+# avx512_bf16 EPYC, capped at AVX2: vit-tiny bf16 6.1 samples/s against fp32's 45).
+ONEDNN_CAPS_WITHOUT_BF16 = ("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX512_CORE", "AVX512_CORE_VNNI")
+ONEDNN_ISA_VARIABLES = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")
 
 
 def parse_cpuinfo(text: str) -> tuple[str, set[str]]:
@@ -68,9 +75,10 @@ def parse_cpuinfo(text: str) -> tuple[str, set[str]]:
 
 
 def cpu_capabilities(cpuinfo: str, cores: int, numa_node_count: int,
-                     source: str = f"{CPUINFO} of this machine") -> Capabilities:
+                     source: str = f"{CPUINFO} of this machine", onednn_max_isa: Optional[str] = None) -> Capabilities:
     """What a CPU does natively, from its /proc/cpuinfo text: bf16 precisions are
-    emulated unless it has one of BF16_FLAGS."""
+    emulated unless it has one of BF16_FLAGS, and oneDNN is not capped below them
+    (``onednn_max_isa``: the value of ONEDNN_MAX_CPU_ISA, if set)."""
     model, flags = parse_cpuinfo(cpuinfo)
     reported = list(REPORTED_FLAGS) + sorted(flag for flag in flags if flag.startswith("amx_"))
     present = [flag for flag in reported if flag in flags]
@@ -78,8 +86,16 @@ def cpu_capabilities(cpuinfo: str, cores: int, numa_node_count: int,
     facts = {"model": model, "cores": cores, "numa_nodes": numa_node_count, "bf16_native": bf16_native,
              **{flag: flag in flags for flag in reported}}
     hardware = f"{model or 'CPU'}, {cores} cores, {numa_node_count} NUMA node(s); {' '.join(present) or 'no AVX2'}"
-    if bf16_native:
+    capped = (onednn_max_isa or "").upper() in ONEDNN_CAPS_WITHOUT_BF16
+    if onednn_max_isa:
+        facts["onednn_max_cpu_isa"] = onednn_max_isa
+        hardware += f"; oneDNN capped at {onednn_max_isa}"
+    if bf16_native and not capped:
         return Capabilities(hardware, source, facts, read_here=True)
+    if bf16_native:
+        return Capabilities(hardware, source, facts, read_here=True, emulated=emulated_bf16(
+            f"ONEDNN_MAX_CPU_ISA={onednn_max_isa} keeps oneDNN below its bf16 instructions (AVX512_CORE_BF16): "
+            "bf16 runs through fp32 conversions"))
     if "asimd" in flags:  # every AArch64 CPU lists asimd: an Arm CPU
         missing = f"no bf16 in {CPUINFO}'s Features"
     else:
@@ -256,7 +272,9 @@ class CpuPlatform(Platform):
                 text = cpuinfo.read()
         except OSError as error:
             return not_known(cpu_model_name(), f"{CPUINFO} cannot be read ({error})")
-        return cpu_capabilities(text, cores=len(os.sched_getaffinity(0)), numa_node_count=len(numa_nodes()))
+        cap = next((os.environ[name] for name in ONEDNN_ISA_VARIABLES if os.environ.get(name)), None)
+        return cpu_capabilities(text, cores=len(os.sched_getaffinity(0)), numa_node_count=len(numa_nodes()),
+                                onednn_max_isa=cap)
 
     def validate(self, config: "TrialConfig") -> None:
         super().validate(config)
