@@ -107,10 +107,10 @@ def test_a_stretch_that_ends_in_its_own_error_keeps_that_error():
 
 
 def test_a_trial_starting_on_a_loaded_host_is_not_judged():
-    limits = TrialLimits("throughput_samples_per_s", "max", best=1e9, fastest_probe_s=1e-9)  # the host: far slower
+    limits = TrialLimits("throughput_samples_per_s", "max", best=1e9, typical_probe_s=1e-9)  # the host: far slower
     guard = StepGuard(limits, samples_per_step=8, units_per_step=lambda: 8.0, unit="samples",
                       usd_per_hour=float("nan"), compiling=False)
-    assert not guard.limits.rejects and "slower than the sweep's fastest (a loaded host)" in guard.note
+    assert not guard.limits.rejects and "slower than the sweep's typical (a loaded host)" in guard.note
     quiet = StepGuard(limits.with_board(1e9, 10.0), samples_per_step=8, units_per_step=lambda: 8.0, unit="samples",
                       usd_per_hour=float("nan"), compiling=False)
     assert quiet.limits.rejects and quiet.note == ""
@@ -234,7 +234,8 @@ def test_a_lead_beyond_the_noise_beats_the_baseline_and_one_within_it_does_not()
 def test_a_figure_taken_on_a_loaded_host_is_not_trusted():
     base = record(1, 100.0, 0.01, probe=0.001, baseline=True)
     lucky = record(2, 150.0, 0.01, probe=0.002)  # the machine ran at half speed meanwhile
-    judged = verdict(base, lucky, "throughput_samples_per_s", "max", [base, lucky])
+    others = [record(n, 90.0, 0.01, probe=0.001) for n in (3, 4)]
+    judged = verdict(base, lucky, "throughput_samples_per_s", "max", [base, lucky, *others])
     assert not judged.beats_baseline and judged.text.startswith("not trusted: trial 2 ran while the host was loaded")
 
 

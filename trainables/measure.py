@@ -115,7 +115,7 @@ def fixed_cpu_work() -> int:
 
 
 # A figure taken while the host's speed probe ran this much slower than the sweep's
-# fastest was measured on a loaded machine: flagged, not trusted, not used to reject.
+# typical (median) was measured on a loaded machine: flagged, not trusted, not used to reject.
 HOST_LOADED = 0.25
 
 

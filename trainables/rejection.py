@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import statistics
 import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator, Mapping, Optional
@@ -32,7 +33,7 @@ __all__ = ["CompileTimeout", "REJECT_RATIO", "SlowTrial", "StepGuard", "TrialLim
 # From the recorded grid (benchmarks/search_efficiency.py, README "Rejecting slow
 # configs"): see there for the measurements it was chosen from.
 REJECT_RATIO = 3.0
-# A host whose speed probe runs this much slower than the sweep's fastest (half speed) is
+# A host whose speed probe runs this much slower than the sweep's typical (half speed) is
 # too loaded to judge a trial by: laxer than HOST_LOADED, which flags a figure as not
 # trusted, because a rejection needs a projection several times worse anyway.
 LOADED_FOR_REJECTION = 1.0
@@ -68,9 +69,9 @@ class TrialLimits:
     best: float = float("nan")
     ratio: float = REJECT_RATIO
     max_compile_s: Optional[float] = None
-    # The sweep's fastest host speed probe so far (trainables/measure.py host_probe_s):
+    # The sweep's typical (median) host speed probe so far (trainables/measure.py host_probe_s):
     # a trial on a host slower than it by LOADED_FOR_REJECTION is not judged. NaN: none yet.
-    fastest_probe_s: float = float("nan")
+    typical_probe_s: float = float("nan")
 
     def __post_init__(self) -> None:
         if not (isinstance(self.ratio, (int, float)) and self.ratio > 1):
@@ -108,32 +109,32 @@ class TrialLimits:
             low, high = (low, middle) if self.verdict(project(middle)) else (middle, high)
         return high
 
-    def with_board(self, best: Optional[float], fastest_probe_s: Optional[float]) -> "TrialLimits":
+    def with_board(self, best: Optional[float], typical_probe_s: Optional[float]) -> "TrialLimits":
         """These limits with what the sweep's board holds now (None: nothing yet)."""
         nan = float("nan")
         return replace(self, best=nan if best is None else float(best),
-                       fastest_probe_s=nan if fastest_probe_s is None else float(fastest_probe_s))
+                       typical_probe_s=nan if typical_probe_s is None else float(typical_probe_s))
 
 
 class SweepBoard:
-    """The best value of the sweep's first objective so far, and the fastest host speed
-    probe of its trials. Run as a Ray actor (``start``): the driver offers every measured
+    """The best value of the sweep's first objective so far, and the typical (median) host
+    speed probe of its trials. Run as a Ray actor (``start``): the driver offers every measured
     result, a trial reads both when it starts."""
 
     def __init__(self, mode: str):
         self.mode = mode
         self.value: Optional[float] = None
-        self.fastest_probe_s: Optional[float] = None
+        self.probes: list[float] = []
 
     def offer(self, value: float, probe_s: float = float("nan")) -> None:
         if math.isfinite(value) and (self.value is None or (value > self.value if self.mode == "max"
                                                              else value < self.value)):
             self.value = value
-        if probe_s > 0 and (self.fastest_probe_s is None or probe_s < self.fastest_probe_s):
-            self.fastest_probe_s = probe_s
+        if probe_s > 0:
+            self.probes.append(probe_s)
 
     def best(self) -> tuple[Optional[float], Optional[float]]:
-        return self.value, self.fastest_probe_s
+        return self.value, statistics.median(self.probes) if self.probes else None
 
     @classmethod
     def start(cls, name: str, mode: str) -> Any:
@@ -207,15 +208,15 @@ class StepGuard:
     def _unless_loaded(self, limits: Optional[TrialLimits]) -> Optional[TrialLimits]:
         """No rejection on a loaded host: the best so far was measured on a quiet one, and a
         good config measured now would project slow (this VM once ran a config 24x slower
-        under load). Told by the machine's speed probe against the sweep's fastest."""
-        if limits is None or not limits.rejects or not limits.fastest_probe_s > 0:
+        under load). Told by the machine's speed probe against the sweep's typical one."""
+        if limits is None or not limits.rejects or not limits.typical_probe_s > 0:
             return limits
         # The best of two probes: a process just started (this trial's) probes slow once.
-        slowdown = min(host_probe_s(), host_probe_s()) / limits.fastest_probe_s - 1
+        slowdown = min(host_probe_s(), host_probe_s()) / limits.typical_probe_s - 1
         if slowdown <= LOADED_FOR_REJECTION:
             return limits
         self.note = (f"not judged for rejection: the host's speed probe ran {slowdown:.0%} slower than the sweep's "
-                     "fastest (a loaded host)")
+                     "typical (a loaded host)")
         return replace(limits, best=float("nan"))
 
     def __enter__(self) -> "StepGuard":

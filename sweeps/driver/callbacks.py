@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence
@@ -103,13 +104,15 @@ def _error_of(trial) -> tuple[str, str]:
 
 
 def host_slowdown(record: TrialRecord, records: Sequence[TrialRecord]) -> float:
-    """How much slower the machine ran during ``record`` than at its fastest in the sweep
-    (0.3: its host probe took 30% longer); NaN where trials carry no probe."""
-    probes = [r.metric("host_probe_s") for r in records if r.metric("host_probe_s") > 0]
+    """How much slower the machine ran during ``record`` than it typically did in the sweep
+    (0.3: its host probe took 30% longer than the median of the trials' probes; a median,
+    so that one fast outlier does not make every other trial look loaded); NaN where
+    trials carry no probe."""
+    probes = [r.metric("host_probe_s") for r in records if r.metric("host_probe_s") > 0 and r.status != REUSED]
     own = record.metric("host_probe_s")
     if not probes or not own > 0:
         return float("nan")
-    return own / min(probes) - 1
+    return own / statistics.median(probes) - 1
 
 
 def _searched_key(searched: Mapping[str, Any]) -> str:
@@ -349,7 +352,7 @@ class SweepCallback(Callback):
             tags["retries"] = str(record.retries)
         loaded = self.host_slowdown(record)
         if loaded > HOST_LOADED:
-            tags["host_loaded"] = f"its speed probe ran {loaded:.0%} slower than the sweep's fastest"
+            tags["host_loaded"] = f"its speed probe ran {loaded:.0%} slower than the sweep's typical"
         capture = record.result.get("nan_capture_path")
         if capture:
             # The NaN capture (trainables.nan_capture) travels with its trial's run.
@@ -394,5 +397,5 @@ class SweepCallback(Callback):
                      else " (noisy: its windows disagree)")
         loaded = self.host_slowdown(record)
         if loaded > HOST_LOADED:
-            noisy += f" (host loaded: its speed probe ran {loaded:.0%} slower than the sweep's fastest; not trusted)"
+            noisy += f" (host loaded: its speed probe ran {loaded:.0%} slower than the sweep's typical; not trusted)"
         return f"{head} -> {', '.join(figures)}{interpreted}{noisy} [{record.status}]"

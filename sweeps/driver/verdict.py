@@ -10,7 +10,7 @@ best's lead over the baseline is larger than the noise both were measured with:
   the difference of two figures, each with its own spread;
 - the machine's own speed while each ran (``host_probe_s``, a fixed pure-Python loop
   timed between windows): a trial whose probe ran more than HOST_LOADED slower than the
-  fastest probe of the sweep was measured on a loaded host, and its figure is not
+  sweep's typical (median) probe was measured on a loaded host, and its figure is not
   trusted for a verdict.
 """
 
@@ -59,7 +59,7 @@ def verdict(baseline: Optional[TrialRecord], best: Optional[TrialRecord], metric
     if loaded:
         which = " and ".join("the baseline" if r is baseline else f"trial {r.number}" for r in loaded)
         text = (f"not trusted: {which} ran while the host was loaded (its speed probe "
-                f"{max(host_slowdown(r, records) for r in loaded):.0%} slower than the sweep's fastest); "
+                f"{max(host_slowdown(r, records) for r in loaded):.0%} slower than the sweep's typical); "
                 f"{lead}, noise {noise_text}: measure again on a quiet machine")
         return Verdict(text, change, noise, False)
     if not math.isfinite(noise):
