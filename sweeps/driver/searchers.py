@@ -114,6 +114,14 @@ class FailureAwareOptunaSearch(OptunaSearch):
             return False
         return True
 
+    def restore(self, checkpoint_path: str) -> None:
+        super().restore(checkpoint_path)
+        # Proposals in flight when the state was saved belonged to a driver that is gone (a
+        # resumed sweep): none runs for this one. A re-proposal of such a config must run,
+        # not wait for it: that is how a killed driver's lost trial gets its MLflow run back
+        # (SweepCallback adopts an orphan run by its config).
+        self._proposed = {t: k for t, k in self._proposed.items() if t in self._completed_trials}
+
     def on_trial_complete(self, trial_id, result=None, error=False):
         if result and result.get("trial_failed"):
             result, error = None, True
