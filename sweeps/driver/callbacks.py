@@ -193,6 +193,11 @@ class SweepCallback(Callback):
             record.created_at = now
             self.orphans.pop(record.run_id, None)  # Tune knows this trial: not an orphan
             self._offer_best(record)  # this driver's board starts empty
+        # What is left are runs of trials Tune never saved: their configs are proposed
+        # first, so that each such trial runs again in its own run (on_trial_start adopts it).
+        from accelsweep.sweeps.driver.searchers import propose_again
+
+        propose_again(self.sweep_token, [json.loads(key) for key in self.orphans.values() if key])
 
     # Tune creates a trial when a slot frees; its clock starts then, so actor start-up
     # and imports count toward the trial's wall time and overhead.

@@ -24,6 +24,14 @@ MAX_REPEATED_PROPOSALS = 20
 # objects Tune pickles apart, in one driver process.
 _REUSES: dict[str, list[tuple[dict, str]]] = {}
 _SEARCHED_OUT: set[str] = set()
+# Configs of trials a killed driver started after Tune's last save (their MLflow runs are
+# orphans), for the resumed searcher to propose first: a trial of that config adopts the run.
+_ORPHANED: dict[str, list[dict]] = {}
+
+
+def propose_again(sweep_token: str, configs: list[dict]) -> None:
+    """Have the sweep's (resumed) searcher propose ``configs`` next, before its own."""
+    _ORPHANED[sweep_token] = list(configs)
 
 
 def config_key(config: Mapping[str, Any]) -> str:
@@ -73,6 +81,9 @@ class FailureAwareOptunaSearch(OptunaSearch):
         # Repeats answered on the way to this trial's config: recorded (once per config)
         # when it comes; repeats that end the search (its space used up) are not news.
         answered: dict[str, tuple[dict, str]] = {}
+        for config in _ORPHANED.pop(self.sweep_token, []):
+            if config_key(config) not in self._outcomes:
+                self._ot_study.enqueue_trial(config)
         for _ in range(MAX_REPEATED_PROPOSALS):
             config = super().suggest(trial_id)
             if config is None or config == Searcher.FINISHED or self.repeats:
