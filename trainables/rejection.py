@@ -45,9 +45,11 @@ FIRST_STEP_ALLOWANCE = 3.0
 # Deadlines shorter than this are not watched: such a step ends soon anyway, and on a
 # shared VM one step of a few milliseconds can take several times its usual time.
 MIN_WATCHED_S = 0.05
-# Timed steps (after the first) a mean must cover before it can reject a trial: one step
-# alone can be a hiccup of the host.
+# Timed steps (after the first), and seconds of them, a mean must cover before it can
+# reject a trial: one step alone, or a few of a millisecond, can be a hiccup of the host.
+# A hopeless config's steps are slow: it collects this much evidence within a few steps.
 MIN_JUDGED_STEPS = 2
+MIN_JUDGED_S = 0.05
 
 
 class SlowTrial(TrialAborted):
@@ -311,7 +313,8 @@ class StepGuard:
         self._timed_s += seconds
         self._timed_steps += count
         mean = self._timed_s / self._timed_steps
-        if self.deadline_s is not None and self._timed_steps >= MIN_JUDGED_STEPS and mean > self.deadline_s:
+        enough = self._timed_steps >= MIN_JUDGED_STEPS and self._timed_s >= MIN_JUDGED_S
+        if self.deadline_s is not None and enough and mean > self.deadline_s:
             raise SlowTrial(self.limits.verdict(self.project(mean)))
 
     def reason_of(self, error: TrialAborted) -> str:
