@@ -266,8 +266,10 @@ class StepGuard:
         FIRST_STEP_ALLOWANCE later steps' (where the objective's deadline is known yet)."""
         if self._dog is None:
             return self._deadline(None, SlowTrial, "")
-        if self.compiling:
+        if self.compiling:  # its first step is the compile: only the compile limit bounds it
             limit = self.limits.max_compile_s
+            if limit is None:
+                return self._deadline(None, CompileTimeout, "")
             return self._deadline(limit, CompileTimeout,
                                   f"compile (the first step) ran past the limit of {limit:g} s (--max-compile-s)")
         deadline = self.limits.step_deadline_s(self.project)  # a unit's objective needs a step's count first
