@@ -82,6 +82,9 @@ def test_xla_smoke_sweep_records_compiles(tmp_path):
     for run in children:
         metrics = run.data.metrics
         assert run.info.status == "FINISHED", run.data.tags.get("error")
+        if run.data.tags["status"] == "rejected":  # stopped by its first steps: a projection, and why
+            assert "more than 3x worse" in run.data.tags["rejection"]
+            continue
         assert "xla_compiles" in metrics and metrics["compile_s"] >= 0
         assert run.data.tags["platform"] == "xla" and run.data.tags["version.torch_xla"] == "2.9.0"
         assert "batches_per_execution" in run.data.params
