@@ -49,17 +49,7 @@ class Watchdog:
         return self
 
     def __exit__(self, *exc_info) -> None:
-        # A resend may land in here before the watch is closed: close again until it is.
-        while True:
-            try:
-                with self._lock:
-                    self._closed = True
-                    self._deadline = None
-                    self._cancel_pending()
-                    self._lock.notify()
-                break
-            except TrialAborted:
-                continue
+        self._withdraw(close=True)
         self._thread.join()
 
     def expect(self, seconds: float, exception: type[TrialAborted], reason: str) -> None:
@@ -83,12 +73,19 @@ class Watchdog:
     def disarm(self) -> None:
         """End the stretch without a verdict (it ended in an error of its own): nothing more
         is sent, and what was sent but not yet raised is withdrawn."""
+        self._withdraw(close=False)
+
+    def _withdraw(self, close: bool) -> None:
+        """No deadline, nothing pending (and, with ``close``, the watch ended). A resend may
+        land in here before the lock is taken: withdraw again until it held."""
         while True:
             try:
                 with self._lock:
+                    self._closed = self._closed or close
                     self._deadline = None
                     self._fired = False
                     self._cancel_pending()
+                    self._lock.notify()
                 return
             except TrialAborted:
                 continue
