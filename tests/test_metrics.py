@@ -139,8 +139,9 @@ def test_per_window_curves_are_the_declared_ones():
     cb._record(trial)
     cb.on_trial_result(1, [], trial, {"throughput_samples_per_s": 5.0, "window_throughput_samples_per_s": 6.0,
                                       "final_loss": 1.0, "step_time_p50_s": 0.1, "training_iteration": 1})
-    assert logged == [(1, {"throughput_samples_per_s": 5.0, "window_throughput_samples_per_s": 6.0,
-                           "final_loss": 1.0})]
+    # The declared curves are the windows' own figures (the run's throughput, over every
+    # window, is logged once at the end).
+    assert logged == [(1, {"window_throughput_samples_per_s": 6.0, "final_loss": 1.0})]
     logged.clear()
     cb = callback(CUSTOM, logged)
     cb._record(trial)
@@ -163,3 +164,30 @@ def test_the_harness_reports_every_declared_kernel_metric():
                                               window_min_calls=1, window_min_s=0.0, windows=2))
     assert set(KERNEL_METRICS.names) <= set(result)
     assert not set(m.name for m in DRIVER_METRICS) & set(result)  # those are the driver's to measure
+
+
+def test_a_trials_end_is_logged_at_its_last_window_without_tunes_bookkeeping():
+    logged, finished = [], {}
+    tracker = SimpleNamespace(tracking_uri="sqlite:///unused.db", experiment="e", parent_run_id="p",
+                              log_metrics=lambda run_id, metrics, step: logged.append((step, metrics)),
+                              finish=lambda run_id, status, metrics, tags, step: finished.update(
+                                  status=status, metrics=metrics, tags=tags, step=step))
+    cb = SweepCallback(tracker, dict, lambda searched: {}, {}, None, {}, 4, print_line=lambda line: None)
+    trial = SimpleNamespace(trial_id="x", config={"batch_size": 16})
+    cb._record(trial).run_id = "run-x"
+    tune_keys = {"training_iteration": 2, "pid": 123, "iterations_since_restore": 2, "time_total_s": 3.0,
+                 "time_this_iter_s": 1.5, "timestamp": 99, "hostname": "h", "node_ip": "1.2.3.4", "done": False,
+                 "date": "2026-11-23", "trial_id": "x"}
+    for window, throughput in ((1, 5.0), (2, 7.0)):
+        cb.on_trial_result(1, [], trial, {**tune_keys, "training_iteration": window, "windows_done": window,
+                                          "throughput_samples_per_s": 6.0, "window_throughput_samples_per_s":
+                                          throughput, "final_loss": 1.0, "loop_s": 2.0, "device": "cpu (x)",
+                                          "my_note": "a trainable's own tag"})
+    cb.on_trial_complete(1, [], trial)
+    assert [step for step, _ in logged] == [1, 2]
+    assert finished["step"] == 2  # not step 0: a curve does not start with the trial's final value
+    assert not set(tune_keys) & set(finished["metrics"])
+    assert "window_throughput_samples_per_s" not in finished["metrics"]  # its curve ends with its final value
+    assert finished["metrics"]["throughput_samples_per_s"] == 6.0 and "overhead_s" in finished["metrics"]
+    assert finished["tags"]["my_note"] == "a trainable's own tag" and finished["tags"]["device"] == "cpu (x)"
+    assert "hostname" not in finished["tags"] and finished["tags"]["status"] == "finished"

@@ -122,9 +122,10 @@ DRIVER_METRICS = (
 # trainables/train_loop.py: run_training's result, after each window.
 TRAINING_METRICS = MetricSet(
     metrics=(
+        # Over all the trial's measured windows; each window's own is the curve beside it.
         Metric("throughput_samples_per_s", "samples/s", "max", label="throughput (samples/s)", fmt="{:.2f}",
-               curve=True, progress="{:.1f} samples/s"),
-        Metric("window_throughput_samples_per_s", "samples/s", "max", curve=True),  # the last window's alone
+               progress="{:.1f} samples/s"),
+        Metric("window_throughput_samples_per_s", "samples/s", "max", curve=True),
         Metric("step_time_p50_s", "s", "min", label="step time p50 (s)", fmt="{:.4f}", progress="p50 step {:.4f} s"),
         Metric("step_time_p90_s", "s", "min", label="step time p90 (s)", fmt="{:.4f}"),
         Metric("first_step_s", "s", "min", label="first step (s)", fmt="{:.3f}"),
@@ -150,7 +151,7 @@ def training_metrics(unit: str = "samples") -> MetricSet:
     if unit == "samples":
         return TRAINING_METRICS
     own = (Metric(f"throughput_{unit}_per_s", f"{unit}/s", "max", label=f"throughput ({unit}/s)", fmt="{:.2f}",
-                  curve=True, progress=f"{{:.1f}} {unit}/s"),
+                  progress=f"{{:.1f}} {unit}/s"),
            Metric(f"window_throughput_{unit}_per_s", f"{unit}/s", "max", curve=True),
            Metric(f"usd_per_1m_{unit}", "USD", "min", label=f"$ per 1M {unit}", fmt="{:.4f}",
                   progress=f"${{:.4g}}/1M {unit}", progress_if_known=True))

@@ -364,7 +364,9 @@ def run_microbench(config: KernelConfig, report: Optional[Callable[[dict], None]
             "tflops": flops / p50 / 1e12 if flops and p50 > 0 else float("nan"),
             "compile_s": compile_s,
             "calls": len(latencies),
-            "loop_s": time.perf_counter() - loop_start,
+            # Compile, check, warm-up and windows: what the trial spent measuring, as the
+            # training loop's loop_s (the driver's overhead_s is the wall time outside it).
+            "loop_s": compile_s + time.perf_counter() - loop_start,
             "windows_done": index,
             "interpreted": int(interpreted),
             "device": framework.label + (" (Pallas interpret mode: not a speed figure)" if interpreted else ""),

@@ -73,7 +73,8 @@ class SweepTracker:
         self._entities = mlflow.entities
         self.client = MlflowClient(tracking_uri=self.tracking_uri)
         found = self.client.get_experiment_by_name(experiment)
-        self.experiment_id = found.experiment_id if found else self.client.create_experiment(experiment)
+        self.experiment_id = found.experiment_id if found else self.client.create_experiment(
+            experiment, artifact_location=artifact_location(self.tracking_uri))
         self.experiment = experiment
         self.parent_run_id: Optional[str] = None
 
@@ -103,16 +104,17 @@ class SweepTracker:
         runs = self.client.search_runs([self.experiment_id], filter_string=query, max_results=10000)
         return {run.info.run_id: dict(run.data.tags) for run in runs}
 
-    def log_artifact(self, run_id: str, path: str) -> None:
-        self.client.log_artifact(run_id, path)
+    def log_artifact(self, run_id: str, path: str, artifact_path: Optional[str] = None) -> None:
+        self.client.log_artifact(run_id, path, artifact_path)
 
     def log_metrics(self, run_id: str, metrics: Mapping[str, Any], step: int = 0) -> None:
         self._log(run_id, metrics=metrics, step=step)
 
     def finish(self, run_id: str, status: str, metrics: Mapping[str, Any] = (),
-               tags: Mapping[str, str] = ()) -> None:
+               tags: Mapping[str, str] = (), step: int = 0) -> None:
+        """End a run; its final figures are logged at ``step`` (a trial's last window)."""
         assert status in RUN_STATUSES, status
-        self._log(run_id, metrics=dict(metrics), tags=dict(tags))
+        self._log(run_id, metrics=dict(metrics), tags=dict(tags), step=step)
         self.client.set_terminated(run_id, status=status)
 
     def _log(self, run_id: str, params: Mapping[str, Any] = (), metrics: Mapping[str, Any] = (),
@@ -129,6 +131,22 @@ class SweepTracker:
         )
 
     def ui_command(self) -> str:
-        # Printed at the end of every sweep, so it lands in terminals and CI logs: a
-        # database password in the URI is shown as <redacted>, for the user to fill in.
-        return f"mlflow ui --backend-store-uri {redact_uri(self.tracking_uri)} --host 127.0.0.1 --port 5000"
+        return ui_command(self.tracking_uri)
+
+
+def ui_command(tracking_uri: str) -> str:
+    """The command that opens the store in MLflow's UI. Printed at the end of every sweep,
+    so it lands in terminals and CI logs: a database password in the URI is shown as
+    <redacted>, for the user to fill in."""
+    return f"mlflow ui --backend-store-uri {redact_uri(tracking_uri)} --host 127.0.0.1 --port 5000"
+
+
+def artifact_location(tracking_uri: str) -> Optional[str]:
+    """Where a new experiment of a sqlite store keeps its artifacts (reports, plots, NaN
+    captures): a folder beside the database, so that the store and its artifacts move
+    together and ``mlflow ui`` finds them from any directory. None (MLflow's default)
+    for a server or a database server, which have their own."""
+    if not tracking_uri.startswith("sqlite:///"):
+        return None
+    database = os.path.abspath(tracking_uri[len("sqlite:///"):])
+    return "file://" + os.path.join(os.path.dirname(database), "mlartifacts")

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ray.tune import Callback
+from ray.tune.result import AUTO_RESULT_KEYS
 
 from accelsweep.trainables.cost import CostBasis, trial_cost_usd
 from accelsweep.trainables.failures import ERROR, failure_cause, one_line
@@ -33,9 +34,12 @@ REUSED = "reused"
 NOT_RANKED = (FAILED, REJECTED, REUSED)  # a projection or a copy is not a measurement of its own
 # A trial's window-to-window spread (cv) of what ranks it, by trainable: training, kernels.
 NOISE_METRICS = ("throughput_cv", "latency_cv")
+# What Tune adds to every result (iteration counts, pid, host, clocks): its bookkeeping,
+# not the trial's figures; kept out of MLflow.
+TUNE_BOOKKEEPING = frozenset(AUTO_RESULT_KEYS) | {"done", "trial_id", "experiment_tag", "should_checkpoint"}
 
 __all__ = ["CUT_BY_BUDGET", "FAILED", "FINISHED", "INTERRUPTED", "REJECTED", "REUSED", "STOPPED_EARLY",
-           "SweepCallback", "TrialRecord"]
+           "SweepCallback", "TrialRecord", "result_tags", "trial_figures"]
 
 
 @dataclass
@@ -58,6 +62,7 @@ class TrialRecord:
     measured_by: str = ""  # the sweep's first objective (SweepCallback sets it): what ranks the trial
     reused_from: Optional[int] = None  # REUSED: the number of the trial whose result this is
     ordinal: int = 0  # among the trials that ran (not REUSED): how far the sweep's num_samples it is
+    curves_logged: bool = False  # its per-window curves are in MLflow
 
     def metric(self, name: str) -> float:
         value = self.result.get(name, float("nan"))
@@ -103,6 +108,11 @@ def _error_of(trial) -> tuple[str, str]:
     return "UnknownError", "the trial failed and Tune left no error file", ERROR
 
 
+def _step_of(result: Mapping[str, Any]) -> int:
+    """The MLflow step of a result: its window (Tune's iteration); 0 before any report."""
+    return int(result.get("windows_done", result.get("training_iteration", 0)) or 0)
+
+
 def host_slowdown(record: TrialRecord, records: Sequence[TrialRecord]) -> float:
     """How much slower the machine ran during ``record`` than it typically did in the sweep
     (0.3: its host probe took 30% longer than the median of the trials' probes; a median,
@@ -115,6 +125,17 @@ def host_slowdown(record: TrialRecord, records: Sequence[TrialRecord]) -> float:
     return own / statistics.median(probes) - 1
 
 
+def trial_figures(result: Mapping[str, Any]) -> dict[str, Any]:
+    """A result without Tune's bookkeeping: what the trial itself measured and said."""
+    return {k: v for k, v in result.items() if k not in TUNE_BOOKKEEPING}
+
+
+def result_tags(result: Mapping[str, Any]) -> dict[str, str]:
+    """The text a trainable reported (a device name, a timer, a reason): MLflow tags, as
+    numbers are metrics. A trainable sets a tag of its own by reporting a string."""
+    return {k: v for k, v in trial_figures(result).items() if isinstance(v, str)}
+
+
 def _searched_key(searched: Mapping[str, Any]) -> str:
     return json.dumps(dict(searched), sort_keys=True, default=str)
 
@@ -125,7 +146,7 @@ class SweepCallback(Callback):
                  cost: Optional[CostBasis], trial_tags: Mapping[str, str], total_trials: int,
                  print_line: Optional[Callable[[str], None]] = None, time_budget_s: Optional[float] = None,
                  metrics: Optional[MetricSet] = None, objective_metrics: Sequence[str] = (),
-                 board_name: Optional[str] = None, sweep_token: str = ""):
+                 board_name: Optional[str] = None, sweep_token: str = "", study=None):
         self._tracker = tracker
         self.metrics = metrics or TRAINING_METRICS  # the sweep's (its trainable's): curves, progress lines
         # The first objective ranks a trial (TrialRecord.has_measurement); every objective
@@ -151,6 +172,10 @@ class SweepCallback(Callback):
         # a Ray actor looked up by name; and where its searcher leaves reused proposals.
         self.board_name, self._board = board_name, None
         self.sweep_token = sweep_token
+        # The sweep's Optuna study in a database (study.py SweepStudy): each ended trial is
+        # written there too, with its first objective's per-window values.
+        self.study = study
+        self._windows: dict[str, dict[int, float]] = {}
 
     def __getstate__(self):
         # Tune pickles its callbacks with the experiment state. The MLflow client, the
@@ -236,11 +261,8 @@ class SweepCallback(Callback):
                     "reused_from_trial": str(original.number) if original else "unknown",
                     "reused_from_run": (original.run_id or "") if original else ""}
             record.run_id = self.tracker.start_trial(f"trial-{number:03d} (reuse of {of})", config, tags)
-            numeric = {k: v for k, v in record.result.items()
-                       if isinstance(v, (int, float)) and not isinstance(v, bool) and not k.startswith("time")}
-            tags = {"status": REUSED, **{key: str(record.result[key]) for key in ("device", "step_time_source", "unit")
-                                         if key in record.result}}
-            self.tracker.finish(record.run_id, "FINISHED", metrics=numeric, tags=tags)
+            self.tracker.finish(record.run_id, "FINISHED", metrics=trial_figures(record.result),
+                                tags={**result_tags(record.result), "status": REUSED})
             self._say(self.progress_line(record))
 
     def _record(self, trial) -> TrialRecord:
@@ -296,8 +318,12 @@ class SweepCallback(Callback):
         record.result = dict(result)
         if not result.get("rejected"):
             self._offer_best(record)
+        if self.measured_by in result:
+            self._windows.setdefault(trial.trial_id, {})[_step_of(result)] = result[self.measured_by]
         window_metrics = {name: result[name] for name in self.curves if name in result}
-        self.tracker.log_metrics(record.run_id, window_metrics, step=int(result.get("training_iteration", 0)))
+        if window_metrics:
+            self.tracker.log_metrics(record.run_id, window_metrics, step=_step_of(result))
+            record.curves_logged = True
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         record = self.records[trial.trial_id]
@@ -339,17 +365,16 @@ class SweepCallback(Callback):
     def _finish(self, record: TrialRecord, status: str) -> None:
         record.status = status
         record.wall_s = time.monotonic() - record.created_at
-        final = {k: v for k, v in record.result.items() if not k.startswith(("time_", "timestamp"))}
+        final = trial_figures(record.result)
+        if record.curves_logged:  # each curve's last point is already its final value
+            final = {k: v for k, v in final.items() if k not in self.curves}
         final["wall_s"] = record.wall_s
         if "loop_s" in record.result:
             final["overhead_s"] = record.wall_s - record.result["loop_s"]
         rate = self.cost.hourly_rate(record.resources) if self.cost and record.resources else float("nan")
         final["trial_cost_usd"] = trial_cost_usd(rate, record.wall_s)
         record.result.update(final)
-        tags = {"status": status}
-        for key in ("device", "step_time_source", "unit", "rejection", "rejection_off"):
-            if key in record.result:
-                tags[key] = str(record.result[key])
+        tags = {**result_tags(record.result), "status": status}
         if record.error:
             tags.update({"error_class": record.error_class, "error": record.error,
                          "error_cause": record.error_cause or ERROR})
@@ -366,8 +391,21 @@ class SweepCallback(Callback):
                 self.tracker.log_artifact(record.run_id, capture)
                 tags["nan_capture_artifact"] = os.path.basename(capture)
         mlflow_status = {FAILED: "FAILED", CUT_BY_BUDGET: "KILLED", INTERRUPTED: "KILLED"}.get(status, "FINISHED")
-        self.tracker.finish(record.run_id, mlflow_status, metrics=final, tags=tags)
+        self.tracker.finish(record.run_id, mlflow_status, metrics=final, tags=tags, step=_step_of(record.result))
+        self._record_in_study(record)
         self._say(self.progress_line(record))
+
+    def _record_in_study(self, record: TrialRecord) -> None:
+        """MLflow holds the trial already: a study that cannot be written is said, once,
+        and the sweep goes on without it."""
+        if self.study is None:
+            return
+        try:
+            self.study.record(record, self._windows.get(record.trial_id, {}))
+        except Exception as error:  # a database error of any kind: the study is a copy
+            self._say(f"warning: {self.study.describe()} could not be written ({type(error).__name__}: "
+                      f"{one_line(error)}); the sweep goes on, MLflow has every trial")
+            self.study = None
 
     def host_slowdown(self, record: TrialRecord) -> float:
         return host_slowdown(record, list(self.records.values()))

@@ -12,15 +12,20 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Iterable, Mapping, Optional, Sequence
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Optional, Sequence, Union
 
 from accelsweep.sweeps.driver.callbacks import CUT_BY_BUDGET, REJECTED, REUSED, TrialRecord
 from accelsweep.sweeps.driver.verdict import verdict
 from accelsweep.trainables.metrics import TRAINING_METRICS, MetricSet
 from accelsweep.trainables.microbench import NOISY_CV
 
-__all__ = ["best_record", "dominates", "mean_overhead_s", "objective_vector", "pareto_set", "ranked", "summary",
-           "table"]
+# One definition of overhead_s, for every trainable (the driver computes it, callbacks.py).
+OVERHEAD_MEANING = ("the trial's wall time outside its compile, warm-up and measured windows: process start-up, "
+                    "imports, building the model and data, reporting")
+
+__all__ = ["OVERHEAD_MEANING", "Table", "best_record", "dominates", "html", "markdown", "mean_overhead_s",
+           "objective_vector", "pareto_set", "plain", "ranked", "summary", "summary_blocks", "table"]
 
 
 def _format(template: str, value: float) -> str:
@@ -91,10 +96,75 @@ def table(rows: Sequence[Sequence[str]]) -> str:
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
 
 
+@dataclass(frozen=True)
+class Table:
+    """A table of the summary: its first row is the header."""
+
+    rows: tuple[tuple[str, ...], ...]
+
+
+Block = Union[str, Table]  # a line of text, or a table
+
+
 def summary(title: str, records: Sequence[TrialRecord], metric: str, mode: str, knobs: Sequence[str],
             cost_note: str, ui_command: str, elapsed_s: float, metrics: Optional[MetricSet] = None,
             objectives: Sequence[tuple[str, str]] = (), planned_trials: Optional[int] = None,
             searched_out: bool = False) -> str:
+    """The summary as the console prints it (``summary_blocks`` says what is in it)."""
+    return plain(summary_blocks(title, records, metric, mode, knobs, cost_note, ui_command, elapsed_s,
+                                metrics=metrics, objectives=objectives, planned_trials=planned_trials,
+                                searched_out=searched_out))
+
+
+def plain(blocks: Sequence[Block]) -> str:
+    return "\n".join(block if isinstance(block, str) else table(block.rows) for block in blocks)
+
+
+def markdown(blocks: Sequence[Block]) -> str:
+    """The same summary in Markdown: the first line a heading, tables as tables."""
+    lines = []
+    for index, block in enumerate(blocks):
+        if isinstance(block, Table):
+            escape = lambda cell: cell.replace("|", "\\|") or " "
+            header, *rows = block.rows
+            lines += ["| " + " | ".join(map(escape, header)) + " |", "|" + "---|" * len(header)]
+            lines += ["| " + " | ".join(map(escape, row)) + " |" for row in rows]
+        elif index == 0:
+            lines.append(f"# {block.strip('= ')}")
+        else:
+            lines.append(f"{block}  " if block else "")  # two spaces: a line break, as on the console
+    return "\n".join(lines) + "\n"
+
+
+def html(blocks: Sequence[Block], images: Sequence[tuple[str, str]] = ()) -> str:
+    """The same summary as a page of its own; ``images``: (relative path, caption) below it."""
+    from html import escape
+
+    parts = []
+    for index, block in enumerate(blocks):
+        if isinstance(block, Table):
+            header, *rows = block.rows
+            parts.append("<table><thead><tr>" + "".join(f"<th>{escape(c)}</th>" for c in header) + "</tr></thead>"
+                         "<tbody>" + "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>"
+                                             for row in rows) + "</tbody></table>")
+        elif index == 0:
+            parts.append(f"<h1>{escape(block.strip('= '))}</h1>")
+        elif block:
+            parts.append(f"<p>{escape(block)}</p>")
+    for path, caption in images:
+        parts.append(f'<figure><img src="{escape(path)}" alt="{escape(caption)}">'
+                     f"<figcaption>{escape(caption)}</figcaption></figure>")
+    style = ("body{font-family:sans-serif;max-width:70em;margin:2em auto}table{border-collapse:collapse}"
+             "td,th{border:1px solid #ccc;padding:.2em .6em;text-align:left}img{max-width:100%}")
+    title = escape(blocks[0].strip("= ")) if blocks and isinstance(blocks[0], str) else "sweep report"
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title><style>{style}</style>"
+            f"</head><body>{''.join(parts)}</body></html>\n")
+
+
+def summary_blocks(title: str, records: Sequence[TrialRecord], metric: str, mode: str, knobs: Sequence[str],
+                   cost_note: str, ui_command: str, elapsed_s: float, metrics: Optional[MetricSet] = None,
+                   objectives: Sequence[tuple[str, str]] = (), planned_trials: Optional[int] = None,
+                   searched_out: bool = False) -> list[Block]:
     """``metric``/``mode``: the first objective, whose best trial the table sets against the
     baseline. ``metrics``: the sweep's declaration (its trainable's MetricSet), a row per
     summarised metric; None: the training loop's rows. ``objectives``: every (metric,
@@ -139,7 +209,7 @@ def summary(title: str, records: Sequence[TrialRecord], metric: str, mode: str, 
             base_value = base.metric(name) if base else float("nan")
             best_value = best.metric(name)
             rows.append([label, _format(fmt, base_value), _format(fmt, best_value), _change(base_value, best_value)])
-        lines += ["", table(rows), ""]
+        lines += ["", Table(tuple(map(tuple, rows))), ""]
         judged = verdict(base, best, metric, mode, records)
         if judged is not None:
             lines.append(f"verdict: {judged.text}")
@@ -153,11 +223,10 @@ def summary(title: str, records: Sequence[TrialRecord], metric: str, mode: str, 
         lines.append(f"compile time, all trials: {sum(compiled):.1f} s")
     overhead = mean_overhead_s(records)
     if math.isfinite(overhead):  # the trainable reported its loop's time (loop_s)
-        lines.append("mean overhead per trial (wall time outside the measured loop: start-up, imports, compile, "
-                     f"checks): {overhead:.2f} s")
+        lines.append(f"mean overhead per trial: {overhead:.2f} s ({OVERHEAD_MEANING})")
     lines.append(cost_note)
     lines.append(f"results: {ui_command}")
-    return "\n".join(lines)
+    return lines
 
 
 def _search_lines(records: Sequence[TrialRecord], planned: Optional[int], searched_out: bool) -> list[str]:
@@ -202,7 +271,7 @@ def _rows(metrics: MetricSet, objectives: Sequence[tuple[str, str]]) -> list[tup
 
 
 def _pareto_lines(records: Sequence[TrialRecord], objectives: Sequence[tuple[str, str]], knobs: Sequence[str],
-                  metrics: MetricSet) -> list[str]:
+                  metrics: MetricSet) -> list[Block]:
     front = pareto_set(records, objectives)
     said = ", ".join(f"{mode} {name}" for name, mode in objectives)
     if not front:
@@ -214,4 +283,4 @@ def _pareto_lines(records: Sequence[TrialRecord], objectives: Sequence[tuple[str
                      *(str(record.config.get(knob, "")) for knob in knobs),
                      *(_format(formats[name], record.metric(name)) for name, _ in objectives)])
     return [f"Pareto set ({said}): {len(front)} trial(s) no other trial dominates", "",
-            table(rows), ""]
+            Table(tuple(map(tuple, rows))), ""]
