@@ -1,8 +1,9 @@
 """Whole sweeps on local Ray into a temporary sqlite MLflow store, read back through
 the MLflow client."""
 
-import re
+import json
 import math
+import re
 import subprocess
 import sys
 
@@ -23,15 +24,23 @@ def mlflow_runs(uri, experiment):
     return parents, children
 
 
-@pytest.mark.slow
-def test_main_job_smoke_sweep_lands_in_mlflow(tmp_path):
-    uri = f"sqlite:///{tmp_path}/m.db"
+@pytest.fixture(scope="module")
+def smoke_sweep(tmp_path_factory):
+    """The README's main job, --smoke, run once for this module's tests: (tracking URI,
+    its stdout, the folder of its store)."""
+    folder = tmp_path_factory.mktemp("smoke")
+    uri = f"sqlite:///{folder}/m.db"
     done = subprocess.run(
         [sys.executable, "sweeps/neuron_vit.py", "--smoke", "--num-samples", "4", "--tracking-uri", uri,
-         "--storage-path", str(tmp_path / "ray"), "--price-per-hour", "0.357", "--experiment", "X"],
+         "--storage-path", str(folder / "ray"), "--price-per-hour", "0.357", "--experiment", "X"],
         cwd=REPO, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    out = done.stdout
+    return uri, done.stdout, folder
+
+
+@pytest.mark.slow
+def test_main_job_smoke_sweep_lands_in_mlflow(smoke_sweep):
+    uri, out, _ = smoke_sweep
     assert "baseline" in out and "best (trial" in out and "throughput (samples/s)" in out
     assert "$ per 1M samples" in out and "mean overhead per trial" in out
     assert f"mlflow ui --backend-store-uri {uri}" in out
@@ -106,3 +115,95 @@ def test_failed_trials_are_recorded_and_the_sweep_goes_on(ray_session, tracking_
         assert run.data.tags["error_class"] == "RuntimeError"
         assert "injected failure for batch_size=8" in run.data.tags["error"]
     assert any("FAILED (error): RuntimeError" in line for line in lines)
+
+
+TUNE_BOOKKEEPING = {"training_iteration", "pid", "iterations_since_restore", "time_total_s", "time_this_iter_s",
+                    "timestamp", "time_since_restore", "timesteps_total", "done"}
+
+
+@pytest.mark.slow
+def test_trial_runs_hold_curves_of_the_windows_and_no_tune_bookkeeping(smoke_sweep):
+    from mlflow.tracking import MlflowClient
+
+    uri, _, _ = smoke_sweep
+    _, children = mlflow_runs(uri, "X")
+    client = MlflowClient(uri)
+    ran = [r for r in children if r.data.tags["status"] == "finished"]
+    assert ran
+    for run in ran:
+        assert not TUNE_BOOKKEEPING & set(run.data.metrics), sorted(run.data.metrics)
+        windows = int(run.data.metrics["windows_done"])
+        curve = client.get_metric_history(run.info.run_id, "window_throughput_samples_per_s")
+        # One point per window, at steps 1..N: no step-0 copy of the final value first.
+        assert sorted(p.step for p in curve) == list(range(1, windows + 1))
+        last = {p.key: p.step for key in ("throughput_samples_per_s", "step_time_p50_s")
+                for p in client.get_metric_history(run.info.run_id, key)}
+        assert set(last.values()) == {windows}  # the trial's figures are logged at its last window
+        assert run.data.tags["device"].startswith("cpu") and run.data.tags["unit"] == "samples"
+
+
+def _report_table(text):
+    """The report's baseline-vs-best table: row label -> (baseline cell, best cell)."""
+    rows = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("|") and len(cells) == 4:
+            rows[cells[0]] = (cells[1], cells[2])
+    return rows
+
+
+@pytest.mark.slow
+def test_the_report_and_plots_are_on_the_parent_run_with_the_trial_runs_numbers(smoke_sweep):
+    from mlflow.tracking import MlflowClient
+
+    from accelsweep.trainables.metrics import TRAINING_METRICS
+
+    uri, out, folder = smoke_sweep
+    parents, children = mlflow_runs(uri, "X")
+    parent = parents[0]
+    client = MlflowClient(uri)
+    listed = {a.path for a in client.list_artifacts(parent.info.run_id)}
+    plots = {a.path for a in client.list_artifacts(parent.info.run_id, "plots")}
+    assert {"report.md", "report.html", "plots"} <= listed, listed
+    assert plots == {f"plots/{name}.png" for name in ("tradeoff", "progress", "importance", "parallel", "curves")}
+    assert (folder / "mlartifacts").is_dir()  # artifacts live beside the sqlite store
+    report = open(client.download_artifacts(parent.info.run_id, "report.md", str(folder))).read()
+    table = _report_table(report)
+    best_number = int(re.search(r"best \(trial (\d+)\)", report).group(1))
+    by_number = {int(r.data.tags["trial_number"]): r for r in children}
+    best, baseline = by_number[best_number], next(r for r in children if r.data.tags["baseline"] == "true")
+    assert int(parent.data.tags["best_trial"]) == best_number
+    checked = 0
+    for metric in TRAINING_METRICS.summarised:
+        if metric.label in table and math.isfinite(best.data.metrics.get(metric.name, math.nan)):
+            assert table[metric.label][1] == metric.fmt.format(best.data.metrics[metric.name]), metric.name
+            assert table[metric.label][0] == metric.fmt.format(baseline.data.metrics[metric.name]), metric.name
+            checked += 1
+    assert checked >= 8
+    html = open(client.download_artifacts(parent.info.run_id, "report.html", str(folder))).read()
+    assert '<img src="plots/tradeoff.png"' in html and "<table>" in html
+    assert "report: report.md, report.html" in out
+
+
+@pytest.mark.slow
+def test_the_optuna_study_holds_one_trial_per_tune_trial(smoke_sweep):
+    import optuna
+
+    uri, _, folder = smoke_sweep
+    parents, children = mlflow_runs(uri, "X")
+    tags = parents[0].data.tags
+    assert tags["optuna_storage"] == f"sqlite:///{folder}/m.optuna.db"
+    study = optuna.load_study(study_name=tags["optuna_study"], storage=tags["optuna_storage"])
+    assert study.study_name == parents[0].info.run_name
+    ran = {r.info.run_id: r for r in children if r.data.tags["status"] != "reused"}
+    trials = {t.user_attrs["mlflow_run_id"]: t for t in study.trials}
+    assert set(trials) == set(ran)
+    states = {"finished": optuna.trial.TrialState.COMPLETE, "failed": optuna.trial.TrialState.FAIL,
+              "stopped early": optuna.trial.TrialState.PRUNED, "rejected": optuna.trial.TrialState.PRUNED}
+    for run_id, run in ran.items():
+        trial = trials[run_id]
+        assert trial.state == states[run.data.tags["status"]]
+        assert trial.user_attrs["trial_number"] == int(run.data.tags["trial_number"])
+        assert trial.params == json.loads(run.data.tags["searched"])
+        if trial.state == optuna.trial.TrialState.COMPLETE:
+            assert trial.value == run.data.metrics["throughput_samples_per_s"]

@@ -73,7 +73,10 @@ from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, Union
 
 from accelsweep.sweeps.driver.callbacks import FAILED, INTERRUPTED, REJECTED, REUSED, SweepCallback, TrialRecord
 from accelsweep.sweeps.driver.preflight import check_fits_locally, check_ray_address, check_running_ray
+from accelsweep.sweeps.driver.history import KNOBS_TAG, METRICS_TAG, SEARCHED_OUT_TAG, metrics_tag
 from accelsweep.sweeps.driver.report import best_record, mean_overhead_s, pareto_set, summary
+from accelsweep.sweeps.driver.study import SweepStudy, default_study_storage, validate_study_storage
+from accelsweep.sweeps.driver.sweep_report import log_report
 from accelsweep.sweeps.driver.space import SearchSpace, SpaceSpec, describe_reasons, quiet_optuna
 from accelsweep.sweeps.driver.verdict import verdict
 from accelsweep.trainables.config import DictConfig, TrialConfig
@@ -86,6 +89,7 @@ from accelsweep.trainables import ray_adapter
 from accelsweep.trainables.platforms import get_platform
 from accelsweep.trainables.platforms.capabilities import Capabilities, not_known
 from accelsweep.trainables.rejection import REJECT_RATIO, BoardLimits, SweepBoard, TrialLimits
+from accelsweep.trainables.secrets import redact_uri
 from accelsweep.trainables.tracking import validate_tracking_uri
 
 __all__ = ["Objective", "Plan", "Sweep", "SweepConfig", "SweepResult", "declare_metrics", "plan_sweep", "preflight",
@@ -204,6 +208,11 @@ class Sweep:
     # Run a config again when the searcher proposes it again; by default its earlier
     # result is reused (tagged so in MLflow) and the searcher is told it.
     repeats: bool = False
+    # Where the sweep's Optuna study is kept (sweeps/driver/study.py): an SQLAlchemy URL;
+    # None: beside a sqlite MLflow store (mlflow.db: mlflow.optuna.db), else under storage_path.
+    study_storage: Optional[str] = None
+    # At the end, the report (tables and plots) is logged on the parent run (sweep_report.py).
+    report: bool = True
 
 
 @dataclass
@@ -444,6 +453,8 @@ def plan_sweep(sweep: Sweep) -> Plan:
     if sweep.max_concurrent_trials is not None:
         positive_int("max_concurrent_trials", sweep.max_concurrent_trials)
     validate_tracking_uri(sweep.tracking_uri)
+    if sweep.study_storage is not None:
+        validate_study_storage(sweep.study_storage)
     trial_limits_of(sweep)  # checks reject_ratio and max_compile_s
 
     # Values the base platform's hardware only emulates leave the space (the baseline's own
@@ -841,6 +852,9 @@ def _start(plan: Plan, trainable, storage: str, tracker, concurrency: int) -> _R
                           "reject_ratio": sweep.reject_ratio if rejects(sweep) else None,
                           "max_compile_s": sweep.max_compile_s, "repeats": sweep.repeats,
                           "search_space": "; ".join(plan.space.describe()), "keep_emulated": sweep.keep_emulated})
+    study = _study(plan, storage, f"{sweep.name}-{stamp}")
+    sweep_tags.update({METRICS_TAG: metrics_tag(plan.metrics), KNOBS_TAG: json.dumps(list(plan.space.distributions)),
+                       "optuna_study": study.name, "optuna_storage": redact_uri(study.url)})
     parent_run_id = tracker.start_sweep(f"{sweep.name}-{stamp}", parent_params, sweep_tags)
     trial_tags = {**env_tags, "sweep": sweep.name, "platform": sweep.base.platform,
                   "instance_type": sweep_tags["instance_type"]}
@@ -848,7 +862,7 @@ def _start(plan: Plan, trainable, storage: str, tracker, concurrency: int) -> _R
                              sweep.cost, trial_tags, sweep.num_samples, print_line=sweep.print_line,
                              time_budget_s=sweep.time_budget_s, metrics=plan.metrics,
                              objective_metrics=[metric for metric, _ in plan.objectives],
-                             sweep_token=f"{sweep.name}-{stamp}-{uuid.uuid4().hex[:8]}")
+                             sweep_token=f"{sweep.name}-{stamp}-{uuid.uuid4().hex[:8]}", study=study)
     experiment_dir = os.path.join(storage, f"{sweep.name}-{stamp}")
     _write_sweep_marker(experiment_dir, parent_run_id, "running")
     tuner = tune.Tuner(
@@ -862,6 +876,17 @@ def _start(plan: Plan, trainable, storage: str, tracker, concurrency: int) -> _R
                                   failure_config=tune.FailureConfig(max_failures=sweep.retries)),
     )
     return _Run(tuner, callback, experiment_dir, parent_run_id)
+
+
+def _study(plan: Plan, storage: str, name: str) -> SweepStudy:
+    """The sweep's Optuna study (named after its parent run) in its database."""
+    sweep = plan.sweep
+    url = sweep.study_storage
+    if url is None:
+        url = default_study_storage(sweep.tracking_uri, storage)
+        if url.startswith("sqlite:///"):
+            os.makedirs(os.path.dirname(url[len("sqlite:///"):]), exist_ok=True)
+    return SweepStudy(url, name, plan.objectives, plan.space.distributions)
 
 
 def _finish(plan: Plan, run: _Run, tracker, status: str, elapsed_s: float,
@@ -905,7 +930,10 @@ def _finish(plan: Plan, run: _Run, tracker, status: str, elapsed_s: float,
                    tags={"status": "interrupted" if status == "KILLED" else status.lower(),
                          "best_trial": str(best.number) if best else "none",
                          "pareto_trials": ", ".join(str(r.number) for r in pareto) or "none",
-                         "verdict": judged.text if judged is not None else "none: no baseline or best measured"})
+                         "verdict": judged.text if judged is not None else "none: no baseline or best measured",
+                         SEARCHED_OUT_TAG: str(searched_out(run.callback.sweep_token)).lower()})
+    if sweep.report:
+        log_report(tracker, run.parent_run_id, study=run.callback.study, say=sweep.print_line)
     return SweepResult(records=records, best=best, baseline=baseline, parent_run_id=run.parent_run_id,
                        experiment_id=tracker.experiment_id, summary=text, pareto=pareto,
                        tracking_uri=tracker.tracking_uri, mean_overhead_s=mean_overhead_s(records))

@@ -93,6 +93,10 @@ def common_parser(description: str, default_samples: int) -> argparse.ArgumentPa
     parser.add_argument("--keep-emulated", action="store_true",
                         help="keep the values the hardware only emulates (bf16 on a CPU without bf16 "
                              "instructions, ...) in the search space; by default they are removed, with the reason")
+    parser.add_argument("--study-storage", default=None,
+                        help="SQLAlchemy URL of the database that keeps the sweep's Optuna study (default: beside a "
+                             "sqlite --tracking-uri, mlflow.db -> mlflow.optuna.db; else optuna.db under "
+                             "--storage-path); open it with optuna-dashboard")
     parser.add_argument("--dry-run", action="store_true",
                         help="print the search space, resources and environment per trial, then exit")
     return parser
@@ -111,7 +115,8 @@ def sweep_options(args: argparse.Namespace, *, default_samples: int, default_tim
                    keep_emulated=getattr(args, "keep_emulated", False),
                    reject_ratio=None if getattr(args, "no_reject", False) else getattr(args, "reject_ratio", REJECT_RATIO),
                    max_compile_s=getattr(args, "max_compile_s", None) or default_max_compile_s,
-                   repeats=getattr(args, "repeat_configs", False))
+                   repeats=getattr(args, "repeat_configs", False),
+                   study_storage=getattr(args, "study_storage", None))
     return {**options, **fixed}
 
 

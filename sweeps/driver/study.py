@@ -1,0 +1,142 @@
+"""The sweep as an Optuna study in a database, for Optuna's own tools.
+
+The searcher's study lives inside Tune's pickled state, where neither
+``optuna-dashboard`` nor ``optuna.load_study`` can reach it. So the driver writes each
+trial of the sweep, as it ends, into a study of its own in a database (sqlite beside the
+MLflow store by default; any SQLAlchemy URL): one study per sweep, named after its MLflow
+parent run, one Optuna trial per Tune trial with its params, its objective values and a
+state that says what happened:
+
+    finished                          COMPLETE  (values: the objectives)
+    stopped early, rejected, cut      PRUNED    (value: the first objective as last
+                                                 reported; per-window values as
+                                                 intermediate values)
+    failed                            FAIL      (user attr "error")
+
+Reused proposals (a config measured already) ran nothing: they stay in MLflow only. An
+interrupted trial is recorded when it runs again on ``--resume``, which keeps using the
+same study. Every trial carries user attrs linking it to MLflow (``mlflow_run_id``,
+``trial_number``, ``status``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any, Mapping, Optional, Sequence
+
+from accelsweep.sweeps.driver.callbacks import (CUT_BY_BUDGET, FAILED, FINISHED, REJECTED, STOPPED_EARLY,
+                                                TrialRecord)
+from accelsweep.sweeps.driver.space import quiet_optuna
+from accelsweep.trainables.errors import ConfigError
+from accelsweep.trainables.secrets import redact_uri
+
+__all__ = ["SweepStudy", "default_study_storage", "validate_study_storage"]
+
+PRUNED_STATUSES = (STOPPED_EARLY, REJECTED, CUT_BY_BUDGET)
+
+
+def default_study_storage(tracking_uri: str, storage_path: str) -> str:
+    """Beside a sqlite MLflow store (mlflow.db: mlflow.optuna.db); else under the sweep's
+    storage path (a server's store has no folder of ours)."""
+    if tracking_uri.startswith("sqlite:///"):
+        stem, _ = os.path.splitext(os.path.abspath(tracking_uri[len("sqlite:///"):]))
+        return f"sqlite:///{stem}.optuna.db"
+    return "sqlite:///" + os.path.join(os.path.abspath(os.path.expanduser(storage_path)), "optuna.db")
+
+
+def validate_study_storage(url: str) -> str:
+    """An SQLAlchemy database URL Optuna can keep a study in; a sqlite file's directory
+    must exist (created for the default under the storage path)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    allowed = "an SQLAlchemy database URL (sqlite:///optuna.db, postgresql://host/db, mysql://...)"
+    if not isinstance(url, str) or not url:
+        raise ConfigError("study_storage", allowed, url)
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise ConfigError("study_storage", allowed, redact_uri(url)) from None
+    if parsed.get_backend_name() == "sqlite":
+        if not parsed.database or parsed.database == ":memory:":
+            raise ConfigError("study_storage", "sqlite:///<path> (a file: the study must outlive the sweep)",
+                              redact_uri(url))
+        directory = os.path.dirname(os.path.abspath(parsed.database))
+        if not os.path.isdir(directory):
+            raise ConfigError("study_storage", "a sqlite file in an existing directory", redact_uri(url),
+                              f"Directory {directory!r} does not exist.")
+    return url
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+class SweepStudy:
+    """Writes a sweep's trials into its Optuna study. Pickled with Tune's experiment state
+    (the sweep callback holds it): the database connection is opened where it is used."""
+
+    def __init__(self, url: str, name: str, objectives: Sequence[tuple[str, str]],
+                 distributions: Mapping[str, Any]):
+        self.url, self.name = url, name
+        self.objectives = list(objectives)
+        self.distributions = dict(distributions)
+        self._study = None
+
+    def __getstate__(self):
+        return {**self.__dict__, "_study": None}
+
+    @property
+    def study(self):
+        if self._study is None:
+            self._study = open_study(self.url, self.name, [mode for _, mode in self.objectives])
+        return self._study
+
+    def describe(self) -> str:
+        return f"Optuna study {self.name!r} in {redact_uri(self.url)}"
+
+    def record(self, record: TrialRecord, intermediate: Mapping[int, float] = ()) -> bool:
+        """Add one ended trial; False for what is not an Optuna trial (a reuse, an
+        interrupted trial) or a trial the study has already (a resumed sweep)."""
+        from optuna.trial import TrialState, create_trial
+
+        if record.status not in (FINISHED, FAILED, *PRUNED_STATUSES) or record.run_id is None:
+            return False
+        if any(t.user_attrs.get("mlflow_run_id") == record.run_id for t in self.study.get_trials(deepcopy=False)):
+            return False
+        values = [record.result.get(metric) for metric, _ in self.objectives]
+        attrs = {"mlflow_run_id": record.run_id, "trial_number": record.number, "status": record.status,
+                 "tune_trial_id": record.trial_id, "baseline": record.is_baseline}
+        state, value_args = TrialState.COMPLETE, {"values": values}
+        if record.status == FAILED or record.error:
+            state, value_args = TrialState.FAIL, {}
+            attrs["error"] = f"{record.error_class}: {record.error}"[:1000]
+        elif not all(_finite(v) for v in values):
+            state, value_args = TrialState.FAIL, {}  # Optuna cannot rank a trial without its values
+            attrs["error"] = "an objective was not measured: " + ", ".join(
+                metric for (metric, _), v in zip(self.objectives, values) if not _finite(v))
+        elif record.status in PRUNED_STATUSES:
+            state = TrialState.PRUNED
+            value_args = {"value": values[0]} if len(values) == 1 else {}
+        params = {k: v for k, v in record.searched.items() if k in self.distributions}
+        trial = create_trial(state=state, params=params,
+                             distributions={k: self.distributions[k] for k in params}, user_attrs=attrs,
+                             intermediate_values={int(k): float(v) for k, v in dict(intermediate).items()
+                                                  if _finite(v)} or None,
+                             **value_args)
+        try:
+            self.study.add_trial(trial)
+        except ValueError as error:  # e.g. a value outside its distribution: said, not fatal
+            print(f"warning: trial {record.number} not added to {self.describe()}: {error}", flush=True)
+            return False
+        return True
+
+
+def open_study(url: str, name: str, modes: Sequence[str]):
+    """The study ``name`` in ``url``, created on first use (directions from ``modes``)."""
+    import optuna
+
+    directions = ["maximize" if mode == "max" else "minimize" for mode in modes]
+    with quiet_optuna():
+        return optuna.create_study(storage=url, study_name=name, directions=directions, load_if_exists=True)

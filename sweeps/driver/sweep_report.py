@@ -1,0 +1,145 @@
+"""The sweep report: the summary's tables as Markdown and HTML, and the plots, logged as
+artifacts of the sweep's MLflow parent run.
+
+Built from the MLflow record alone (history.py), at the end of every sweep and again on
+demand (``python sweeps/report.py SWEEP``): its figures are the trial runs' metrics.
+
+Training sweeps: the first objective against $ per 1M samples (the Pareto front over the
+two marked), the first objective per trial in proposal order with the best so far, knob
+importance (Optuna's evaluator on the sweep's study), the knobs in parallel coordinates,
+and the per-window curves of the top trials. Kernel sweeps: latency per implementation
+and shape, and TFLOP/s where the op counts FLOPs.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import tempfile
+from typing import Callable, Optional
+
+from accelsweep.sweeps.driver.history import SweepHistory, load_sweep
+from accelsweep.sweeps.driver.report import best_record, html, markdown, ranked, summary_blocks
+
+__all__ = ["REPORT_FILES", "build_report", "knob_importances", "log_report"]
+
+REPORT_FILES = ("report.md", "report.html")
+PLOTS_DIR = "plots"  # the plots' folder among the parent run's artifacts
+TOP_CURVES = 5  # per-window curves drawn: the best trials by the first objective
+COST_METRIC = "usd_per_1m_samples"
+
+
+def is_kernel_sweep(history: SweepHistory) -> bool:
+    return "impl" in history.knobs and "latency_p50_s" in history.metrics.names
+
+
+def _stamp(history: SweepHistory):
+    from accelsweep.sweeps.driver.plots import PlotStamp
+
+    best = best_record(history.records, *history.objectives[0])
+    machine = history.tags.get("hardware") or (
+        f"{history.tags.get('host.machine', 'unknown machine')}, {history.tags.get('host.cpus', '?')} CPUs")
+    device = str(best.result.get("device", "")) if best else ""
+    date = datetime.datetime.fromtimestamp(history.started_ms / 1000).strftime("%Y-%m-%d %H:%M")
+    return PlotStamp(sweep=history.title, machine=machine, device=device or "no trial measured", date=date)
+
+
+def knob_importances(history: SweepHistory, study_url: Optional[str] = None) -> tuple[dict[str, float], str, str]:
+    """(knob -> importance, the evaluator's name, a note when there is none) from the
+    sweep's Optuna study, for its first objective. ``study_url``: the study's database
+    (default: the one the parent run names, which has no password in it)."""
+    import optuna
+
+    from accelsweep.sweeps.driver.space import quiet_optuna
+
+    url = study_url or history.tags.get("optuna_storage")
+    name = history.tags.get("optuna_study")
+    if not url or not name or "<redacted>" in url:
+        return {}, "", "no Optuna study for this sweep (pass its database with --study-storage)"
+    evaluator = optuna.importance.PedAnovaImportanceEvaluator()
+    try:
+        with quiet_optuna():
+            study = optuna.load_study(study_name=name, storage=url)
+            multi = len(study.directions) > 1
+            importances = optuna.importance.get_param_importances(
+                study, evaluator=evaluator, target=(lambda t: t.values[0]) if multi else None)
+            complete = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
+    except (KeyError, ValueError, RuntimeError) as error:  # no study there; too few complete trials
+        return {}, type(evaluator).__name__, f"no importances: {error}"
+    return dict(importances), type(evaluator).__name__, f"from {complete} complete trials of study {name}"
+
+
+def build_report(history: SweepHistory, out_dir: str, study_url: Optional[str] = None) -> list[str]:
+    """Write the report and its plots under ``out_dir``; returns their paths (plots under
+    ``out_dir/plots``)."""
+    from accelsweep.sweeps.driver import plots
+
+    metric, mode = history.objectives[0]
+    os.makedirs(os.path.join(out_dir, PLOTS_DIR), exist_ok=True)
+    stamp = _stamp(history)
+
+    def at(name: str) -> str:
+        return os.path.join(out_dir, PLOTS_DIR, name)
+
+    labels = {m.name: m.label or m.name for m in history.metrics.metrics}
+    if is_kernel_sweep(history):
+        drawn = [plots.kernel_latency_plot(history.records, at("latency.png"), stamp),
+                 plots.kernel_tflops_plot(history.records, at("tflops.png"), stamp)]
+    else:
+        importances, evaluator, note = knob_importances(history, study_url)
+        drawn = [plots.tradeoff_plot(history.records, metric, mode, COST_METRIC, "min", at("tradeoff.png"), stamp,
+                                     labels=labels),
+                 plots.progress_plot(history.records, metric, mode, at("progress.png"), stamp,
+                                     label=labels.get(metric)),
+                 plots.importance_plot(importances, at("importance.png"), stamp, evaluator=evaluator, note=note),
+                 plots.parallel_plot(history.records, history.knobs, metric, mode, at("parallel.png"), stamp)]
+        curve_metric = _curve_metric(history)
+        top = sorted(ranked(history.records, metric), key=lambda r: r.metric(metric), reverse=mode == "max")
+        curves = {r.number: history.curve(r, curve_metric) for r in top[:TOP_CURVES]}
+        drawn.append(plots.curves_plot(curves, at("curves.png"), stamp, label=labels.get(curve_metric, curve_metric),
+                                       top=TOP_CURVES))
+    blocks = summary_blocks(history.title, history.records, metric, mode, history.knobs, history.cost_note,
+                            history.ui_command, history.elapsed_s, metrics=history.metrics,
+                            objectives=history.objectives, planned_trials=history.planned_trials,
+                            searched_out=history.searched_out)
+    blocks += ["", f"machine: {stamp.machine}; device: {stamp.device}; started {stamp.date}; "
+                   f"MLflow parent run {history.parent_run_id} ({history.name})"]
+    images = [(os.path.relpath(path, out_dir), os.path.splitext(os.path.basename(path))[0]) for path in drawn]
+    with open(os.path.join(out_dir, "report.md"), "w") as out:
+        out.write(markdown(blocks) + "\n" + "".join(f"![{caption}]({path})\n\n" for path, caption in images))
+    with open(os.path.join(out_dir, "report.html"), "w") as out:
+        out.write(html(blocks, images))
+    return [os.path.join(out_dir, name) for name in REPORT_FILES] + drawn
+
+
+def _curve_metric(history: SweepHistory) -> str:
+    """The per-window figure the curves show: the declared window curve of the first
+    objective's kind (window_throughput_... for throughput_...), else the objective."""
+    metric = history.objectives[0][0]
+    windowed = f"window_{metric}"
+    return windowed if windowed in history.metrics.curves else metric
+
+
+def log_report(tracker, parent_run_id: str, study=None,
+               say: Optional[Callable[[str], None]] = None) -> list[str]:
+    """Build the report from the store and log it on the parent run; returns the artifact
+    paths. A report that cannot be built is said, not raised: the sweep's results are in
+    MLflow already."""
+    say = say or (lambda line: print(line, flush=True))
+    try:
+        history = load_sweep(tracker.tracking_uri, parent_run_id)
+        with tempfile.TemporaryDirectory(prefix="accelsweep-report-") as out_dir:
+            paths = build_report(history, out_dir, study_url=study.url if study is not None else None)
+            logged = []
+            for path in paths:
+                folder = os.path.relpath(os.path.dirname(path), out_dir)
+                tracker.log_artifact(parent_run_id, path, None if folder == "." else folder)
+                logged.append(os.path.relpath(path, out_dir))
+    except Exception as error:  # noqa: BLE001 - any failure here must not lose the sweep's end
+        from accelsweep.trainables.failures import one_line
+
+        say(f"warning: the sweep report could not be built ({type(error).__name__}: {one_line(error)}); "
+            f"rebuild it with: python sweeps/report.py {parent_run_id} --tracking-uri ...")
+        return []
+    say(f"report: {', '.join(logged)} logged on the parent run {parent_run_id}")
+    return logged
