@@ -306,6 +306,12 @@ def cli_cases():
          "c7i.2xlarge (or give --price-per-hour); got 'm5.large'. The price table has no entry for it."),
         ("malformed tracking URI", ["--tracking-uri", "http//host:5000"],
          f"error: tracking_uri must be {URI_ALLOWED}; {uri_tail}"),
+        ("study storage not a database URL", ["--study-storage", "optuna.db"],
+         "error: study_storage must be an SQLAlchemy database URL (sqlite:///optuna.db, postgresql://host/db, "
+         "mysql://...); got 'optuna.db'"),
+        ("study storage in a missing folder", ["--study-storage", "sqlite:////nonexistent-dir/o.db"],
+         "error: study_storage must be a sqlite file in an existing directory; got 'sqlite:////nonexistent-dir/o.db'. "
+         "Directory '/nonexistent-dir' does not exist."),
         ("more CPUs than this machine", ["--cpus-per-worker", str(cpus + 1)],
          f"error: cpus_per_worker x workers must be at most {cpus} (the CPUs of this machine; a local run); got "
          f"'{cpus + 1} x 1'. " + FITS_HINT.format(lower="cpus_per_worker (--cpus-per-worker) or workers")),

@@ -74,6 +74,12 @@ def test_a_killed_driver_resumes_with_one_run_per_trial(tmp_path):
     for trial_id, run in before.items():  # finished before the kill: not run again
         assert after[trial_id].info.status == "FINISHED"
         assert after[trial_id].info.end_time == run.info.end_time, trial_id
+    # The resumed sweep went on writing the same Optuna study: one trial per run.
+    import optuna
+
+    tags = parents[0].data.tags
+    study = optuna.load_study(study_name=tags["optuna_study"], storage=tags["optuna_storage"])
+    assert sorted(t.user_attrs["mlflow_run_id"] for t in study.trials) == sorted(r.info.run_id for r in children)
 
 
 def test_resume_without_a_stopped_sweep_is_refused(tmp_path):

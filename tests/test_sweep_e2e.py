@@ -207,3 +207,23 @@ def test_the_optuna_study_holds_one_trial_per_tune_trial(smoke_sweep):
         assert trial.params == json.loads(run.data.tags["searched"])
         if trial.state == optuna.trial.TrialState.COMPLETE:
             assert trial.value == run.data.metrics["throughput_samples_per_s"]
+
+
+@pytest.mark.slow
+def test_the_report_rebuilds_from_the_store_alone(smoke_sweep, tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    uri, _, folder = smoke_sweep
+    parents, _ = mlflow_runs(uri, "X")
+    name, run_id = parents[0].info.run_name, parents[0].info.run_id
+    done = subprocess.run([sys.executable, "sweeps/report.py", name, "--tracking-uri", uri, "--out",
+                           str(tmp_path / "out"), "--no-log"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    logged = open(MlflowClient(uri).download_artifacts(run_id, "report.md", str(tmp_path))).read()
+    assert (tmp_path / "out" / "report.md").read_text() == logged  # the same record, the same report
+    assert (tmp_path / "out" / "plots" / "tradeoff.png").stat().st_size > 10_000
+    unknown = subprocess.run([sys.executable, "sweeps/report.py", "no-such-sweep", "--tracking-uri", uri],
+                             cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert unknown.returncode == 2 and "Traceback" not in unknown.stderr
+    assert f"error: sweep must be the run id or run name of one sweep's parent run (the newest: {name}); got " \
+           "'no-such-sweep'" in unknown.stderr

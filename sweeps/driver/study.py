@@ -56,7 +56,7 @@ def validate_study_storage(url: str) -> str:
         raise ConfigError("study_storage", allowed, url)
     try:
         parsed = make_url(url)
-    except ArgumentError:
+    except (ArgumentError, ValueError):  # ValueError: a port that is not a number
         raise ConfigError("study_storage", allowed, redact_uri(url)) from None
     if parsed.get_backend_name() == "sqlite":
         if not parsed.database or parsed.database == ":memory:":
