@@ -23,6 +23,7 @@ PUBLIC_MODULES = (
     "accelsweep.trainables.train_loop", "accelsweep.trainables.fresh_process",
     "accelsweep.trainables.microbench", "accelsweep.trainables.rejection", "accelsweep.kernels.registry",
     "accelsweep.sweeps.driver.history", "accelsweep.sweeps.driver.sweep_report", "accelsweep.sweeps.driver.study",
+    "accelsweep.sweeps.driver.compare",
 )
 
 
