@@ -21,7 +21,7 @@ from typing import Callable, Optional
 from accelsweep.sweeps.driver.history import SweepHistory, load_sweep
 from accelsweep.sweeps.driver.report import best_record, html, markdown, ranked, summary_blocks
 
-__all__ = ["REPORT_FILES", "build_report", "knob_importances", "log_report"]
+__all__ = ["PLOTS_DIR", "REPORT_FILES", "build_report", "knob_importances", "log_report"]
 
 REPORT_FILES = ("report.md", "report.html")
 PLOTS_DIR = "plots"  # the plots' folder among the parent run's artifacts

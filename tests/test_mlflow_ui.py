@@ -1,0 +1,226 @@
+"""The MLflow UI, looked at in a real browser: a smoke sweep writes a store, ``mlflow
+server`` serves it on 127.0.0.1, and headless Chromium (Debian's package, installed by
+env/browser.sh) checks what a person opening the sweep would see: the parent run with
+its trials nested under it, the report and plots among the parent run's artifacts, and a
+plot that actually renders.
+
+    .venv/bin/python -m pytest -q tests/test_mlflow_ui.py
+    # and rewrite the README's screenshot, docs/mlflow-ui-parent-run.png:
+    ACCELSWEEP_UPDATE_SCREENSHOT=1 .venv/bin/python -m pytest -q tests/test_mlflow_ui.py
+
+Skipped, with the reason, only where Chromium cannot be had (no apt-get, not root).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from accelsweep.sweeps.driver.sweep_report import PLOTS_DIR, REPORT_FILES
+from tests.browser import REPO, Chromium, find_chromium, stop_group
+
+pytestmark = pytest.mark.slow
+
+EXPERIMENT = "neuron_vit"
+# What a training sweep logs on its parent run (sweeps/driver/sweep_report.py), relative
+# to the run's artifact root; the browser must list each of them, and whatever else the
+# store holds there. PLOT_TO_RENDER is opened and looked at.
+TRAINING_PLOTS = ("tradeoff.png", "progress.png", "importance.png", "parallel.png", "curves.png")
+PARENT_RUN_ARTIFACTS = (*REPORT_FILES, *(f"{PLOTS_DIR}/{name}" for name in TRAINING_PLOTS))
+PLOT_TO_RENDER = f"{PLOTS_DIR}/progress.png"  # drawn from the trials alone: tradeoff.png needs a price
+SCREENSHOT = REPO / "docs" / "mlflow-ui-parent-run.png"
+UPDATE_SCREENSHOT = os.environ.get("ACCELSWEEP_UPDATE_SCREENSHOT") == "1"
+# MLflow 3's UI opens an experiment on its GenAI pages (traces) unless told this is model
+# training; a person clicks "Model training" once, the test says it in the URL.
+MODEL_TRAINING = "workflowType=machine_learning"
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    """The browser first: where it cannot be had, skip before spending a sweep."""
+    binary, reason = find_chromium()
+    if binary is None:
+        pytest.skip(f"no headless browser: {reason}")
+    return binary
+
+
+@pytest.fixture(scope="module")
+def sweep_store(chromium, tmp_path_factory):
+    """A real smoke sweep of the main job into a fresh sqlite store; run from its own
+    folder so that nothing it writes lands in the repo. Returns the store's path."""
+    folder = tmp_path_factory.mktemp("ui-sweep")
+    store = folder / "mlflow.db"
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "MLFLOW_DISABLE_TELEMETRY": "true"}
+    done = subprocess.run(
+        [sys.executable, str(REPO / "sweeps" / "neuron_vit.py"), "--smoke", "--platform", "cpu",
+         "--tracking-uri", f"sqlite:///{store}", "--storage-path", str(folder / "ray")],
+        cwd=folder, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return store
+
+
+@dataclass
+class SweepRuns:
+    """What the store holds, read with the MLflow client: what the browser must show."""
+    client: Any
+    experiment_id: str
+    parent: Any
+    trials: list
+    parent_artifacts: set[str]  # paths relative to the run's artifact root, plots/ opened
+
+
+@pytest.fixture(scope="module")
+def sweep_runs(sweep_store) -> SweepRuns:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{sweep_store}")
+    experiment = client.get_experiment_by_name(EXPERIMENT)
+    assert experiment is not None, f"the sweep made no experiment {EXPERIMENT!r}"
+    runs = client.search_runs([experiment.experiment_id], max_results=1000)
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    assert len(parents) == 1, [r.info.run_name for r in parents]
+    parent = parents[0]
+    trials = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    assert len(trials) >= 2, f"the smoke sweep logged {len(trials)} trial run(s)"
+    artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
+    artifacts |= {a.path for a in client.list_artifacts(parent.info.run_id, PLOTS_DIR)}
+    return SweepRuns(client, experiment.experiment_id, parent, trials, artifacts)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def mlflow_ui(sweep_store, tmp_path_factory):
+    """``mlflow server`` on the sweep's store, on a free port of 127.0.0.1: its base URL."""
+    folder = tmp_path_factory.mktemp("ui-server")
+    port = free_port()
+    log = open(folder / "server.log", "wb")
+    # One worker, and no job runner (six processes that run GenAI jobs): the 2-core
+    # machines this runs on have no use for either.
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{sweep_store}",
+         "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+        cwd=folder, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            assert server.poll() is None, (folder / "server.log").read_text(errors="replace")[-3000:]
+            try:
+                with urllib.request.urlopen(f"{base}/health", timeout=5) as reply:
+                    if reply.status == 200:
+                        break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, "mlflow server never answered /health: " + (
+                folder / "server.log").read_text(errors="replace")[-3000:]
+            time.sleep(0.5)
+        yield base
+    finally:
+        stop_group(server)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def page(chromium, mlflow_ui, tmp_path_factory):
+    with Chromium.start(tmp_path_factory.mktemp("ui-browser"), binary=chromium) as tab:
+        yield tab
+
+
+def js(value) -> str:
+    """A Python string as a JavaScript literal."""
+    return json.dumps(value)
+
+
+def open_page(page, url: str) -> None:
+    page.navigate(url)
+    page.wait_for("document.readyState === 'complete'", what=f"{url} to load")
+    # The assistant panel opens by itself on a first visit and covers a third of the page.
+    page.evaluate("document.querySelector('[data-component-id=\"mlflow.assistant.chat_panel.close\"]')"
+                  "?.click(), true")
+
+
+def run_link(run_id: str) -> str:
+    return f"a[href$={js('/runs/' + run_id)}]"
+
+
+def test_the_experiment_page_lists_the_parent_run_with_its_trials_nested(page, mlflow_ui, sweep_runs):
+    parent, trials = sweep_runs.parent, sweep_runs.trials
+    open_page(page, f"{mlflow_ui}/#/experiments/{sweep_runs.experiment_id}/runs?{MODEL_TRAINING}")
+    shown = page.wait_for(f"document.querySelector({js(run_link(parent.info.run_id))})?.textContent",
+                          timeout_s=120, what=f"the parent run {parent.info.run_name}")
+    assert shown == parent.info.run_name
+    assert re.fullmatch(rf"{EXPERIMENT}-\d{{8}}-\d{{6}}", shown), shown
+
+    trial_links = js([run_link(t.info.run_id) for t in trials])
+    visible_trials = f"{trial_links}.filter(s => document.querySelector(s)).length"
+    # Nested, not flat: the trials are hidden under the parent's row until it is expanded.
+    assert page.evaluate(visible_trials) == 0, "trial runs are listed beside the parent, not under it"
+    page.evaluate(f"document.querySelector({js(run_link(parent.info.run_id))})"
+                  ".closest('.ag-cell-value').querySelector('button').click(), true")
+    page.wait_for(f"{visible_trials} === {len(trials)}", what=f"all {len(trials)} trial runs under the parent")
+    names = page.evaluate(f"{trial_links}.map(s => document.querySelector(s).textContent)")
+    assert sorted(names) == sorted(t.info.run_name for t in trials)
+
+
+def tree_node(name: str) -> str:
+    return f"document.querySelector('[data-testid=artifact-tree-node][artifact-name={js(name)}]')"
+
+
+def test_the_parent_run_artifacts_show_the_report_and_a_plot_that_renders(page, mlflow_ui, sweep_runs, tmp_path):
+    parent, stored = sweep_runs.parent, sweep_runs.parent_artifacts
+    missing = sorted(set(PARENT_RUN_ARTIFACTS) - stored)
+    assert not missing, f"the sweep logged no {missing} on its parent run (it has {sorted(stored)})"
+
+    open_page(page, f"{mlflow_ui}/#/experiments/{sweep_runs.experiment_id}/runs/{parent.info.run_id}"
+                    f"/artifacts?{MODEL_TRAINING}")
+    top_level = sorted({path.split("/")[0] for path in stored})
+    for name in top_level:
+        page.wait_for(f"!!{tree_node(name)}", timeout_s=120, what=f"{name} in the parent run's artifacts")
+    page.evaluate(f"{tree_node(PLOTS_DIR)}.click(), true")
+    for path in sorted(p for p in stored if p.startswith(f"{PLOTS_DIR}/")):
+        page.wait_for(f"!!{tree_node(Path(path).name)}", what=f"{path} in the opened plots folder")
+
+    page.evaluate(f"{tree_node(Path(PLOT_TO_RENDER).name)}.click(), true")
+    # The preview is an <img> of the artifact fetched from the server; the one laid out
+    # on the page (the other is an empty lightbox).
+    shown_img = ("[...document.images].find(i => i.complete && i.naturalWidth > 0"
+                 " && i.getBoundingClientRect().width > 0)")
+    page.wait_for(f"!!{shown_img}", what=f"{PLOT_TO_RENDER} rendered as an image")
+    img = page.evaluate(f"(() => {{ const i = {shown_img}; const r = i.getBoundingClientRect(); return "
+                        "{naturalWidth: i.naturalWidth, naturalHeight: i.naturalHeight, "
+                        "x: r.x, y: r.y, width: r.width, height: r.height}; })()")
+
+    from PIL import Image, ImageStat
+
+    plot_file = Path(sweep_runs.client.download_artifacts(parent.info.run_id, PLOT_TO_RENDER, str(tmp_path)))
+    with Image.open(plot_file) as original:
+        assert (img["naturalWidth"], img["naturalHeight"]) == original.size, "the browser shows another image"
+
+    shot = Image.open(io.BytesIO(page.screenshot(clip={k: img[k] for k in ("x", "y", "width", "height")})))
+    gray = shot.convert("L")
+    low, high = gray.getextrema()
+    assert high - low > 64 and ImageStat.Stat(gray).stddev[0] > 5, (
+        f"the plot's area of the page is blank: grey levels {low}..{high}, "
+        f"stddev {ImageStat.Stat(gray).stddev[0]:.1f}")
+
+    if UPDATE_SCREENSHOT:
+        SCREENSHOT.parent.mkdir(exist_ok=True)
+        SCREENSHOT.write_bytes(page.screenshot())
