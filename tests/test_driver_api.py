@@ -374,3 +374,19 @@ def test_run_sweep_twice_in_one_process_leaves_two_sweeps_and_no_ray_of_its_own(
     assert "address must be the address of the Ray instance this process is connected to" in seen["mismatch"]
     assert "got '127.0.0.1:1'" in seen["mismatch"]
     assert seen["ray_after_callers"] is True
+
+
+def test_remeasure_runs_each_config_the_times_asked_interleaved_and_checks_them():
+    from accelsweep.sweeps.driver.api import plan_sweep, remeasure
+
+    sweep = tiny_sweep("r", "sqlite:///unused.db", None)
+    again = remeasure(sweep, [{"knob": 3}, {"knob": 1}], times=3)
+    assert [p["knob"] for p in again.points] == [3, 1, 3, 1, 3, 1] and again.num_samples == 6
+    assert again.repeats and again.scheduler == "none" and again.reject_ratio is None and again.name == "r-remeasure"
+    plan_sweep(again)  # valid points
+    with pytest.raises(ConfigError, match=r"points\[0\]\.knob must be .*; got 7"):
+        plan_sweep(remeasure(sweep, [{"knob": 7}], times=1))
+    with pytest.raises(ConfigError, match=r"points\[0\] must be a mapping of the space's knobs \['knob'\]"):
+        plan_sweep(remeasure(sweep, [{"b": 1}], times=1))
+    with pytest.raises(ConfigError, match="times must be"):
+        remeasure(sweep, [{"knob": 1}], times=0)

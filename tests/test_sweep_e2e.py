@@ -227,3 +227,23 @@ def test_the_report_rebuilds_from_the_store_alone(smoke_sweep, tmp_path):
     assert unknown.returncode == 2 and "Traceback" not in unknown.stderr
     assert f"error: sweep must be the run id or run name of one sweep's parent run (the newest: {name}); got " \
            "'no-such-sweep'" in unknown.stderr
+
+
+@pytest.mark.slow
+def test_remeasure_runs_each_config_again_as_trials_of_its_own(ray_session, tracking_uri):
+    from accelsweep.sweeps.driver.api import Sweep, remeasure, run_sweep
+    from accelsweep.trainables.config import TrialConfig
+    from accelsweep.trainables.metrics import TRAINING_METRICS
+    from accelsweep.trainables.trainable import train_trainable
+
+    sweep = Sweep(name="again", trainable=train_trainable, metrics=TRAINING_METRICS,
+                  base=TrialConfig.make(model="vit-micro", cpus_per_worker=1, batch_size=8, warmup_steps=1,
+                                        window_min_steps=2, window_min_s=0.05, windows=2),
+                  space={"batch_size": [4, 8]}, tracking_uri=tracking_uri, print_line=lambda line: None)
+    result = run_sweep(remeasure(sweep, [{"batch_size": 8}, {"batch_size": 4}], times=2))
+    ran = [r for r in result.records if r.status != "reused"]
+    assert [r.searched["batch_size"] for r in ran] == [8, 4, 8, 4]  # interleaved, none answered from another
+    assert all(r.status == "finished" for r in ran)
+    _, children = mlflow_runs(tracking_uri, "again-remeasure")
+    assert len(children) == 4 and {r.data.tags["searched"] for r in children} == {'{"batch_size": 8}',
+                                                                                  '{"batch_size": 4}'}

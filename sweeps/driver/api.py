@@ -58,6 +58,7 @@ stats, a logger's level) hold for the sweep only and are put back after it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import functools
 import glob
@@ -77,7 +78,8 @@ from accelsweep.sweeps.driver.history import KNOBS_TAG, METRICS_TAG, SEARCHED_OU
 from accelsweep.sweeps.driver.report import best_record, mean_overhead_s, pareto_set, summary
 from accelsweep.sweeps.driver.study import SweepStudy, default_study_storage, validate_study_storage
 from accelsweep.sweeps.driver.sweep_report import log_report
-from accelsweep.sweeps.driver.space import SearchSpace, SpaceSpec, describe_reasons, quiet_optuna
+from accelsweep.sweeps.driver.space import (SearchSpace, SpaceSpec, describe_distribution, describe_reasons,
+                                           quiet_optuna)
 from accelsweep.sweeps.driver.verdict import verdict
 from accelsweep.trainables.config import DictConfig, TrialConfig
 from accelsweep.trainables.errors import ConfigError, one_of, positive_int
@@ -93,7 +95,7 @@ from accelsweep.trainables.secrets import redact_uri
 from accelsweep.trainables.tracking import validate_tracking_uri
 
 __all__ = ["Objective", "Plan", "Sweep", "SweepConfig", "SweepResult", "declare_metrics", "plan_sweep", "preflight",
-           "run_sweep"]
+           "remeasure", "run_sweep"]
 
 SCHEDULERS = ("asha", "median", "none")
 SAMPLERS = ("tpe", "grid")
@@ -208,6 +210,10 @@ class Sweep:
     # Run a config again when the searcher proposes it again; by default its earlier
     # result is reused (tagged so in MLflow) and the searcher is told it.
     repeats: bool = False
+    # Configs (knob -> value, points of the space) proposed first, in this order, before
+    # the searcher's own; they replace the baseline-first rule (list the baseline to keep
+    # it first). With ``repeats``, a config listed twice runs twice (``remeasure``).
+    points: Sequence[Mapping[str, Any]] = ()
     # Where the sweep's Optuna study is kept (sweeps/driver/study.py): an SQLAlchemy URL;
     # None: beside a sqlite MLflow store (mlflow.db: mlflow.optuna.db), else under storage_path.
     study_storage: Optional[str] = None
@@ -477,6 +483,7 @@ def plan_sweep(sweep: Sweep) -> Plan:
             raise ConfigError(error.field, "valid for every config the search space can propose",
                               point, f"Refused: {error}") from None
     plan.baseline_point = space.point_for(base_dict)
+    _check_points(plan)
     if sweep.sampler == "grid":
         from optuna.distributions import CategoricalDistribution
 
@@ -485,6 +492,45 @@ def plan_sweep(sweep: Sweep) -> Plan:
                 raise ConfigError(f"search space knob {name}", "categorical for sampler 'grid'",
                                   type(distribution).__name__)
     return plan
+
+
+def _check_points(plan: Plan) -> None:
+    """Each of ``Sweep.points`` names every knob of the space with a value it holds, and
+    makes a valid config."""
+    sweep = plan.sweep
+    if sweep.points and sweep.sampler != "tpe":
+        raise ConfigError("points", "none with sampler 'grid' (a grid runs every point once)", list(sweep.points))
+    knobs = plan.space.distributions
+    for index, point in enumerate(sweep.points):
+        field_name = f"points[{index}]"
+        if not isinstance(point, Mapping) or not set(point) <= set(knobs):
+            raise ConfigError(field_name, f"a mapping of the space's knobs {sorted(knobs)} to values", point)
+        for knob, value in point.items():
+            if not _holds(knobs[knob], value):
+                raise ConfigError(f"{field_name}.{knob}", describe_distribution(knobs[knob]), value)
+        plan.config_for(point)  # a ConfigError names the field
+
+
+def _holds(distribution, value: Any) -> bool:
+    try:
+        return distribution._contains(distribution.to_internal_repr(value))
+    except ValueError:  # a categorical's value not among its choices
+        return False
+
+
+def remeasure(sweep: Sweep, configs: Sequence[Mapping[str, Any]], times: int = 5, name: Optional[str] = None) -> Sweep:
+    """``sweep`` narrowed to measuring each of ``configs`` ``times`` times, interleaved
+    (c1, c2, c1, c2, ...: a drift of the machine's speed spreads over all of them), with
+    nothing stopped early or rejected: how repeatable a figure is, or the top configs of a
+    finished sweep measured again. Its trial runs say which config they repeat (their
+    ``searched`` tag)."""
+    positive_int("times", times)
+    if not configs:
+        raise ConfigError("configs", "at least one config to measure again", list(configs))
+    points = [dict(config) for _ in range(times) for config in configs]
+    return dataclasses.replace(sweep, name=name or f"{sweep.name}-remeasure", points=points,
+                               num_samples=len(points), repeats=True, scheduler="none", reject_ratio=None,
+                               sampler="tpe", time_budget_s=None)
 
 
 def preflight(sweep: Sweep) -> Plan:
@@ -562,7 +608,9 @@ def _searcher(plan: Plan, sweep_token: str = ""):
         sampler = optuna.samplers.TPESampler(seed=sweep.seed,
                                              n_startup_trials=startup_trials(sweep))
     # TPE runs the baseline first; a grid reaches it anyway (it is one of its points).
-    first = [plan.baseline_point] if sweep.sampler == "tpe" else None
+    first = None
+    if sweep.sampler == "tpe":
+        first = [dict(point) for point in sweep.points] or [plan.baseline_point]
     return FailureAwareOptunaSearch(plan.space.define_by_run, metric=metrics if len(metrics) > 1 else metrics[0],
                         mode=modes if len(modes) > 1 else modes[0], sampler=sampler,
                         points_to_evaluate=first, seed=sweep.seed, repeats=sweep.repeats, sweep_token=sweep_token)
