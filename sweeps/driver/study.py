@@ -83,9 +83,10 @@ class SweepStudy:
         self.objectives = list(objectives)
         self.distributions = dict(distributions)
         self._study = None
+        self._recorded: Optional[set[str]] = None  # MLflow run ids the study holds, read once
 
     def __getstate__(self):
-        return {**self.__dict__, "_study": None}
+        return {**self.__dict__, "_study": None, "_recorded": None}
 
     @property
     def study(self):
@@ -103,7 +104,9 @@ class SweepStudy:
 
         if record.status not in (FINISHED, FAILED, *PRUNED_STATUSES) or record.run_id is None:
             return False
-        if any(t.user_attrs.get("mlflow_run_id") == record.run_id for t in self.study.get_trials(deepcopy=False)):
+        if self._recorded is None:  # once per driver: a resumed sweep's study has trials already
+            self._recorded = {t.user_attrs.get("mlflow_run_id") for t in self.study.get_trials(deepcopy=False)}
+        if record.run_id in self._recorded:
             return False
         values = [record.result.get(metric) for metric, _ in self.objectives]
         attrs = {"mlflow_run_id": record.run_id, "trial_number": record.number, "status": record.status,
@@ -130,6 +133,7 @@ class SweepStudy:
         except ValueError as error:  # e.g. a value outside its distribution: said, not fatal
             print(f"warning: trial {record.number} not added to {self.describe()}: {error}", flush=True)
             return False
+        self._recorded.add(record.run_id)
         return True
 
 
