@@ -109,7 +109,7 @@ def base_config(platform: str, smoke: bool, cpus: int, instance_type, seed: int,
                      neuron_optlevel=2, neuron_auto_cast="matmult", neuron_auto_cast_type="bf16")
     if pin_instance_type:
         extra["instance_type"] = pin_instance_type
-    if compile_cache and platform in ("xla", "neuron"):
+    if compile_cache:  # every platform's compiler caches there (trainables/compile_cache.py)
         extra["compile_cache"] = compile_cache
     # CPU and the XLA CPU client use every core they are given: one trial owns the node.
     cpus_per_worker = cpus if platform in ("cpu", "xla") else 1

@@ -88,7 +88,7 @@ def test_flat_dict_round_trip_keeps_the_knob_names_of_each_platform(flat):
      "got 4. "
      "batches_per_execution does not apply to cpu: it is a knob of xla, neuron, tpu."),
     ({"platform": "xla", "threads": 2},
-     "threads must be None on platform 'xla' (its knobs: batches_per_execution, compile_cache); got 2. "
+     "threads must be None on platform 'xla' (its knobs: batches_per_execution); got 2. "
      "threads does not apply to xla: it is a knob of cpu."),
 ])
 def test_a_knob_of_another_platform_is_refused_naming_the_platforms_knobs(flat, message):

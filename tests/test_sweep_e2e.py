@@ -239,7 +239,8 @@ def test_remeasure_runs_each_config_again_as_trials_of_its_own(ray_session, trac
     sweep = Sweep(name="again", trainable=train_trainable, metrics=TRAINING_METRICS,
                   base=TrialConfig.make(model="vit-micro", cpus_per_worker=1, batch_size=8, warmup_steps=1,
                                         window_min_steps=2, window_min_s=0.05, windows=2),
-                  space={"batch_size": [4, 8]}, tracking_uri=tracking_uri, print_line=lambda line: None)
+                  space=lambda trial: {"batch_size": trial.suggest_categorical("batch_size", [4, 8])},
+                  tracking_uri=tracking_uri, print_line=lambda line: None)
     result = run_sweep(remeasure(sweep, [{"batch_size": 8}, {"batch_size": 4}], times=2))
     ran = [r for r in result.records if r.status != "reused"]
     assert [r.searched["batch_size"] for r in ran] == [8, 4, 8, 4]  # interleaved, none answered from another

@@ -23,6 +23,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
+from accelsweep.trainables.compile_cache import check_setting as check_compile_cache
 from accelsweep.trainables.errors import ConfigError, non_negative_float, one_of, positive_float, positive_int
 from accelsweep.trainables.precision import PRECISION_NAMES
 
@@ -83,6 +84,11 @@ class TrialConfig:
     # On a non-finite gradient, save the step's model and optimizer state, batch and RNG
     # state, and end the trial as nan (trainables/nan_replay.py replays the capture).
     nan_capture: bool = False
+    # Where compiled graphs are kept for every later trial and sweep (trainables/
+    # compile_cache.py): an absolute directory (one every node sees, on a cluster), s3://...
+    # on platform neuron, or "off" (the compilers' own defaults). None: $ACCELSWEEP_COMPILE_CACHE,
+    # else ~/.cache/accelsweep/compile on each node.
+    compile_cache: Optional[str] = None
     # The platform's own knobs; None: the defaults of the platform's Knobs.
     knobs: Optional["PlatformKnobs"] = None
     # The workload's own knobs; None: the defaults of its Knobs.
@@ -122,6 +128,7 @@ class TrialConfig:
         positive_int("seed", self.seed, minimum=0)
         if not isinstance(self.nan_capture, bool):
             raise ConfigError("nan_capture", "True or False", self.nan_capture)
+        check_compile_cache(self.compile_cache)
         if self.nan_capture and self.workers > 1:
             raise ConfigError("nan_capture", "False when workers > 1", self.nan_capture,
                               "A capture replays one process's step, but with several workers each gradient is "

@@ -134,6 +134,15 @@ TRAINING_METRICS = MetricSet(
         # The peak over what the process held before the workload was built (model,
         # optimizer state, activations, batches): on a CPU, peak RSS is mostly torch and Ray.
         Metric("workload_memory_mb", "MB", "min", label="workload memory (MB)", fmt="{:.0f}"),
+        # The compile cache (trainables/compile_cache.py): per trial, graphs loaded from it
+        # (hits), compiled and stored (misses), or not cacheable (bypasses); where it is, a tag.
+        Metric("fxgraph_cache_hits", "graphs"),
+        Metric("fxgraph_cache_misses", "graphs"),
+        Metric("fxgraph_cache_bypasses", "graphs"),
+        Metric("aotautograd_cache_hits", "graphs"),
+        Metric("aotautograd_cache_misses", "graphs"),
+        Metric("aotautograd_cache_bypasses", "graphs"),
+        Metric("xla_cache_hits", "graphs"),  # torch-xla's persistent cache (PersistentCacheHit)
         Metric("final_loss", "", "min", label="final loss", fmt="{:.4f}", curve=True),
         Metric("usd_per_1m_samples", "USD", "min", label="$ per 1M samples", fmt="{:.4f}",
                progress="${:.4g}/1M samples", progress_if_known=True),

@@ -21,6 +21,7 @@ import time
 from typing import Any, Callable, Mapping, Optional
 
 from accelsweep.trainables.batches import map_tensors
+from accelsweep.trainables.compile_cache import DYNAMO_CACHE_COUNTERS, dynamo_cache_counts
 from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.cost import usd_per_1m_samples
 from accelsweep.trainables.errors import ConfigError
@@ -111,6 +112,7 @@ def _run_training(config: TrialConfig, report: Optional[Callable[[dict], None]],
             raise type(error)(guard.reason_of(error)) from None
         rejected = guard.rejected_result(error, setup_s=setup_s, loop_s=time.perf_counter() - loop_start,
                                          compile_s=compiles.seconds(), device=platform.describe_device(device))
+        rejected.update(compiles.cache_figures())  # its compile hit or filled the cache all the same
         if report is not None:
             report(rejected)
         return rejected
@@ -184,6 +186,7 @@ def _measure(config: TrialConfig, report, usd_per_hour: float, platform, workloa
             "unit": unit,
             **({"rejection_off": guard.note} if guard.note else {}),
             **compiles.xla_counts(),
+            **compiles.cache_figures(),
         }
         if unit != "samples":  # the workload's own unit beside samples: tokens/s, $ per 1M tokens
             unit_throughput = global_units / global_seconds
@@ -361,13 +364,15 @@ def _counted(loader, workload: Workload, counts: collections.deque):
 
 
 class _CompileClock:
-    """Compiler time and graph counts since the trial started: torch.compile's own timers,
-    or the platform's counters (torch-xla's) where it has them."""
+    """Compiler time, graph counts and compile-cache use since the trial started:
+    torch.compile's own timers and its caches' counters, or the platform's counters
+    (torch-xla's) where it has them."""
 
     def __init__(self, platform, config: TrialConfig):
         self.platform = platform
         self.dynamo = config.torch_compile != "none"
         self.dynamo_start = torch_compile_seconds() if self.dynamo else 0.0
+        self.cache_start = dynamo_cache_counts() if self.dynamo else {}
         self.start = platform.compile_stats()
         self.after_warmup = self.start
 
@@ -379,6 +384,25 @@ class _CompileClock:
         if "xla_compile_s" in counters:
             return counters["xla_compile_s"] - self.start["xla_compile_s"]
         return torch_compile_seconds() - self.dynamo_start if self.dynamo else 0.0
+
+    def cache_figures(self) -> dict[str, Any]:
+        """The FX graph and AOTAutograd cache hits, misses and bypasses of this trial's
+        torch.compile (none without it: nothing was looked up): a second sweep of the same
+        configs shows hits, no misses, and a smaller ``compile_s``. Where the trial compiled,
+        also where its compiler cached (a tag). torch-xla's persistent-cache hits come from
+        ``xla_counts``; NaN where the platform has no such cache."""
+        xla = "xla_compiles" in self.start
+        figures: dict[str, Any] = {}
+        if self.dynamo or xla:
+            figures["compile_cache_location"] = self.platform.compile_cache_in_effect()
+        if self.dynamo:
+            now = dynamo_cache_counts()
+            figures.update({name: now[name] - self.cache_start[name] for name in now})
+        else:  # counted without importing torch._dynamo, which an eager trial never loads
+            figures.update(dict.fromkeys(DYNAMO_CACHE_COUNTERS, 0.0))
+        if not xla:
+            figures["xla_cache_hits"] = float("nan")
+        return figures
 
     def xla_counts(self) -> dict[str, float]:
         counters = self.platform.compile_stats()

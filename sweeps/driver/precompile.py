@@ -114,5 +114,5 @@ def describe_plan(config_for: Callable[[Mapping[str, Any]], TrialConfig],
             lines.append(f"    {skip_reason(config)}")
             continue
         lines.append(f"    NEURON_CC_FLAGS={precompile_env(config).get('NEURON_CC_FLAGS', '')!r} "
-                     f"cache={config.knobs.compile_cache}")
+                     f"cache={get_platform(config.platform).compile_cache(config)}")
     return lines

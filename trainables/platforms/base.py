@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Optional, TYPE_CHECKING, Any, Callable, ClassVar, Iterable
 
 from accelsweep.trainables.batches import map_tensors
+from accelsweep.trainables.compile_cache import cache_location, check_setting, inductor_env
 from accelsweep.trainables.platforms.capabilities import Capabilities, not_known
 from accelsweep.trainables.errors import one_of
 from accelsweep.trainables.measure import Window, time_window
@@ -101,6 +102,13 @@ class Platform(abc.ABC):
     jax_backend: ClassVar[Optional[str]] = None
     # How ``time_calls`` times one call (a kernel result's ``timer``).
     call_timer: ClassVar[str] = "host clock"
+    # The compile cache (trainables/compile_cache.py): the packages whose versions name its
+    # subdirectory, the variable that points the compiler at it, what the compiler does when
+    # that is unset, and whether it reads s3:// itself. Here: torch.compile's inductor.
+    compiler_packages: ClassVar[tuple[str, ...]] = ("torch",)
+    compile_cache_variable: ClassVar[str] = "TORCHINDUCTOR_CACHE_DIR"
+    compile_cache_unset: ClassVar[str] = "inductor's default (/tmp/torchinductor_<user>)"
+    remote_compile_cache: ClassVar[bool] = False
 
     # ---- driver side -------------------------------------------------------------
     @abc.abstractmethod
@@ -112,6 +120,7 @@ class Platform(abc.ABC):
                f"Platform {self.name!r} supports these precisions.")
         one_of("torch_compile", config.torch_compile, self.compile_modes,
                f"Platform {self.name!r} supports these torch.compile modes.")
+        check_setting(config.compile_cache, remote=self.remote_compile_cache)
         # Each knob checked its own value (self.Knobs.__post_init__); what is left here and
         # in the subclasses are the checks that need the generic fields too.
 
@@ -155,7 +164,24 @@ class Platform(abc.ABC):
         return TorchConfig(backend="gloo")
 
     def trial_env(self, config: "TrialConfig") -> dict[str, str]:
-        return {}
+        return self.compile_cache_env(config)
+
+    def compile_cache(self, config: "TrialConfig") -> Optional[str]:
+        """Where this config's trial caches what it compiles (a directory, or s3:// where the
+        compiler reads it); None where it compiles nothing (eager) or the cache is off."""
+        if config.torch_compile == "none":
+            return None
+        return cache_location(config.compile_cache, self.name, self.compiler_packages, self.compiler_flags(config))
+
+    def compiler_flags(self, config: "TrialConfig") -> str:
+        """Compiler flags that change what it builds and that its own cache may not key on
+        (they name the cache's subdirectory). Inductor keys on its whole config: none."""
+        return ""
+
+    def compile_cache_env(self, config: "TrialConfig") -> dict[str, str]:
+        """The variables that point this platform's compiler at ``compile_cache``."""
+        location = self.compile_cache(config)
+        return inductor_env(location) if location else {}
 
     def steps_per_execution(self, config: "TrialConfig") -> int:
         """How many training steps the device runs as one unit (one compiled graph on
@@ -257,6 +283,11 @@ class Platform(abc.ABC):
     def compile_count(self) -> float:
         """Graph compilations so far in this process; NaN where the platform counts none."""
         return float("nan")
+
+    def compile_cache_in_effect(self) -> str:
+        """Where this process's compiler caches now: what its variable says (inductor sets
+        its own to the directory it used), else what it does by default."""
+        return os.environ.get(self.compile_cache_variable) or self.compile_cache_unset
 
     def explain_failure(self, error: BaseException, config: "TrialConfig", since: float) -> Optional[Exception]:
         """An exception that says more than ``error`` (raised since time.time() ``since``),

@@ -285,7 +285,7 @@ class CpuPlatform(Platform):
         config.knobs.process_env()  # an allocator this machine lacks is refused here, before any trial
 
     def trial_env(self, config: "TrialConfig") -> dict[str, str]:
-        return config.knobs.process_env()
+        return {**config.knobs.process_env(), **self.compile_cache_env(config)}
 
     def threads(self, config: "TrialConfig") -> int:
         """The intra-op threads a trial runs with: the knob, else every CPU it holds."""

@@ -116,6 +116,8 @@ class CudaPlatform(Platform):
     cost_unit = "GPU"
     jax_backend = "gpu"
     call_timer = "cuda events"
+    # Inductor's GPU kernels are Triton's: its version names the compile cache's directory too.
+    compiler_packages = ("torch", "triton")
 
     def detect(self) -> Detection:
         try:

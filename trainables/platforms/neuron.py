@@ -12,6 +12,7 @@ import importlib.util
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
+from accelsweep.trainables.compile_cache import cache_location
 from accelsweep.trainables.errors import ConfigError, one_of
 from accelsweep.trainables.platforms.base import Detection
 from accelsweep.trainables.platforms.capabilities import Capabilities, not_known
@@ -123,6 +124,12 @@ class NeuronPlatform(XlaPlatform):
     # The Neuron runtime reads NEURON_RT_* once, when it starts in a process, and holds
     # its NeuronCores until the process ends: every trial gets a fresh process.
     reuses_processes = False
+    # The Neuron persistent cache (aws-neuron-sdk, general/arch/neuron-features/neuron-caching.rst):
+    # a directory or s3:// URL; unset, /var/tmp/neuron-compile-cache on each node.
+    compiler_packages = ()
+    compile_cache_variable = "NEURON_COMPILE_CACHE_URL"
+    compile_cache_unset = "/var/tmp/neuron-compile-cache"
+    remote_compile_cache = True
 
     def detect(self) -> Detection:
         if importlib.util.find_spec("torch_neuronx") is None:
@@ -176,11 +183,14 @@ class NeuronPlatform(XlaPlatform):
         # stochastic rounding keeps them on average (what XLA_USE_BF16 used to switch on).
         bf16_weights = get_precision(config.precision).parameters == "bfloat16"
         env["NEURON_RT_STOCHASTIC_ROUNDING_EN"] = "1" if bf16_weights else "0"
-        if config.knobs.compile_cache:
-            # One cache (a directory every node sees, or s3://) for all trials and sweeps:
-            # a graph compiled once is never compiled again.
-            env["NEURON_COMPILE_CACHE_URL"] = config.knobs.compile_cache
-        return env
+        # One cache (a directory every node sees, or s3://) for all trials and sweeps: a
+        # graph compiled once is never compiled again (compile_cache_env).
+        return {**env, **self.compile_cache_env(config)}
+
+    def compile_cache(self, config: "TrialConfig") -> Optional[str]:
+        # Neuron keys its own cache on neuronx-cc's version and NEURON_CC_FLAGS
+        # (compiler_packages is empty: trainables/compile_cache.py says why).
+        return cache_location(config.compile_cache, self.name)
 
     def runtime_env(self) -> dict[str, str]:
         return {}  # torch-neuronx brings its own PJRT device (NEURON); torch_device checks what it got
@@ -192,4 +202,4 @@ class NeuronPlatform(XlaPlatform):
         from accelsweep.trainables.platforms import neuron_errors
 
         return neuron_errors.explain(error, neuron_cc_flags(config),
-                                     neuron_errors.compile_log_roots(config.knobs.compile_cache), since)
+                                     neuron_errors.compile_log_roots(self.compile_cache(config)), since)

@@ -27,6 +27,8 @@ class TpuPlatform(XlaPlatform):
     cost_unit = "TPU"
     hardware = "TPU"
     jax_backend = "tpu"
+    # XLA's TPU compiler ships in libtpu: its version names the compile cache's directory too.
+    compiler_packages = ("torch", "torch-xla", "libtpu")
 
     def detect(self) -> Detection:
         # TPU VMs expose their chips as /dev/accel* (v4 and later) or /dev/vfio/* (v5e, v6e).

@@ -27,7 +27,8 @@ import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional
 
-from accelsweep.trainables.errors import ConfigError, optional_str, positive_int
+from accelsweep.trainables.compile_cache import cache_location
+from accelsweep.trainables.errors import ConfigError, positive_int
 from accelsweep.trainables.platforms.base import Detection, Platform, PlatformKnobs, PlatformUnavailable
 from accelsweep.trainables.platforms.capabilities import Capabilities, not_known
 from accelsweep.trainables.platforms.cpu import CpuPlatform
@@ -91,15 +92,12 @@ class XlaKnobs(PlatformKnobs):
     """The knobs of every XLA platform (xla, tpu; neuron adds its compiler's)."""
 
     # Training steps traced into one graph and run as one execution (see the module
-    # docstring); the loop warms up and times whole groups.
+    # docstring); the loop warms up and times whole groups. (Where compiled graphs are
+    # cached is the generic ``compile_cache`` field: trainables/compile_cache.py.)
     batches_per_execution: int = 1
-    # Persistent compile cache shared by all trials and sweeps: a directory every node
-    # sees (or s3:// on Neuron). None: the runtime's default (per node).
-    compile_cache: Optional[str] = None
 
     def __post_init__(self) -> None:
         positive_int("batches_per_execution", self.batches_per_execution)
-        optional_str("compile_cache", self.compile_cache, "a directory or s3:// URL")
 
 
 class XlaPlatform(Platform):
@@ -117,6 +115,11 @@ class XlaPlatform(Platform):
     hardware: Optional[str] = None
     # The op is traced and launched every call, as in a model; its graph compiles once.
     call_timer = "host clock around trace, torch_xla.sync and wait_device_ops"
+    # torch-xla's persistent cache, read when the first graph compiles (torch_xla/runtime.py:
+    # initialize_cache "must be called before any computations have been performed").
+    compiler_packages = ("torch", "torch-xla")
+    compile_cache_variable = "XLA_PERSISTENT_CACHE_PATH"
+    compile_cache_unset = "none (torch-xla keeps no persistent cache unless told)"
 
     def __init__(self) -> None:
         # Batch iterators of this process whose group count a sync must restart.
@@ -151,13 +154,23 @@ class XlaPlatform(Platform):
                               "XLA backend) or 'cpu' (DDP over gloo).")
 
     def trial_env(self, config: "TrialConfig") -> dict[str, str]:
-        env = dict(self.runtime_env())
-        if config.knobs.compile_cache:
-            # torch-xla's persistent cache, read when the first graph compiles. The CPU
-            # client writes it but cannot load executables back (torch-xla 2.9:
-            # "Deserializing serialized executable not supported"); TPU and GPU can.
-            env["XLA_PERSISTENT_CACHE_PATH"] = config.knobs.compile_cache
-        return env
+        return {**self.runtime_env(), **self.compile_cache_env(config)}
+
+    def compile_cache(self, config: "TrialConfig") -> Optional[str]:
+        # Every XLA trial compiles (lazy tensors), torch.compile or not. The CPU client
+        # writes the cache but cannot load executables back (torch-xla 2.9: "Deserializing
+        # serialized executable not supported"): there a cache is set only where one is
+        # named; TPU and GPU clients load theirs, and get the per-user default too.
+        return cache_location(config.compile_cache, self.name, self.compiler_packages, self.compiler_flags(config),
+                              default=self.pjrt_device() != "CPU")
+
+    def compiler_flags(self, config: "TrialConfig") -> str:
+        # XLA's own compiler flags, and libtpu's on a TPU: not known to be in torch-xla's key.
+        return " ".join(os.environ.get(name, "") for name in ("XLA_FLAGS", "LIBTPU_INIT_ARGS")).strip()
+
+    def compile_cache_env(self, config: "TrialConfig") -> dict[str, str]:
+        location = self.compile_cache(config)
+        return {self.compile_cache_variable: location} if location else {}
 
     def steps_per_execution(self, config: "TrialConfig") -> int:
         return config.knobs.batches_per_execution
