@@ -12,6 +12,8 @@ runtime env, which this script sets):
 - FAULT_SWEEP_HANG=<x>: the trial with knob ``x`` stops reporting after its first window
   and waits forever, after starting a child process that would outlive it
   (``sleep 100000``; its pid is written to $FAULT_SWEEP_MARKERS/child-<x>.pid).
+  With FAULT_SWEEP_HANG_DETACHED=1 it is a grandchild in a session of its own (``setsid``
+  under ``sh``), the pid written is the grandchild's.
 - FAULT_SWEEP_MARKERS=<dir>: each trial writes ``start-<x>-<ns>`` when it starts and
   ``end-<x>-<ns>`` after its last window: a test can act "just after a trial starts" or
   "just after one ends" without reading MLflow.
@@ -32,7 +34,7 @@ from accelsweep.trainables.config import DictConfig
 from accelsweep.trainables.metrics import TRAINING_METRICS
 
 KNOB_VALUES = tuple(range(32))
-FAULT_VARIABLES = ("FAULT_SWEEP_HANG", "FAULT_SWEEP_MARKERS")
+FAULT_VARIABLES = ("FAULT_SWEEP_HANG", "FAULT_SWEEP_MARKERS", "FAULT_SWEEP_HANG_DETACHED")
 
 
 @dataclass(frozen=True)
@@ -67,11 +69,19 @@ def sleepy_trainable(searched, base, cost=None):
         tune.report({"throughput_samples_per_s": 100.0 + config.x, "windows_done": window,
                      "loop_s": time.monotonic() - started})
         if os.environ.get("FAULT_SWEEP_HANG") == str(config.x):
-            child = subprocess.Popen(["sleep", "100000"])
+            if os.environ.get("FAULT_SWEEP_HANG_DETACHED") == "1":
+                # A grandchild in a session of its own (as a compiler's daemonised server): out of
+                # reach of a kill of the trial's process group, and of Ray's cleanup of a dead
+                # worker's children and group.
+                shell = subprocess.Popen(["sh", "-c", "setsid sleep 100000 & echo $!; wait"],
+                                         stdout=subprocess.PIPE, text=True)
+                child_pid = int(shell.stdout.readline())
+            else:
+                child_pid = subprocess.Popen(["sleep", "100000"]).pid
             markers = os.environ.get("FAULT_SWEEP_MARKERS")
             if markers:
                 with open(os.path.join(markers, f"child-{config.x}.pid"), "w") as pid_file:
-                    pid_file.write(str(child.pid))
+                    pid_file.write(str(child_pid))
             while True:  # a deadlock: no report, no exit
                 time.sleep(3600)
     _mark("end", config.x)
@@ -84,12 +94,13 @@ def main() -> None:
     parser = common_parser(__doc__.split("\n\n")[0], default_samples=8)
     parser.add_argument("--windows", type=int, default=2)
     parser.add_argument("--window-s", type=float, default=0.5)
+    parser.add_argument("--no-report", action="store_true", help="no report (tables, plots) at the end: faster")
     args = parser.parse_args()
     base = FaultSweepConfig(windows=args.windows, window_s=args.window_s)
     sweep = Sweep(name="fault_sweep", trainable=sleepy_trainable, base=base,
                   space=lambda trial: {"x": trial.suggest_categorical("x", list(KNOB_VALUES))},
                   objectives=[Objective("throughput_samples_per_s", "max")],
-                  **sweep_options(args, default_samples=8))
+                  report=not args.no_report, **sweep_options(args, default_samples=8))
     if args.dry_run:
         print(plan_sweep(sweep).describe())
     else:

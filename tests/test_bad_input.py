@@ -89,6 +89,18 @@ def tracking(uri):
     validate_tracking_uri(uri)
 
 
+def tracking_store(uri):
+    from accelsweep.sweeps.driver.store_checks import check_tracking_store
+
+    check_tracking_store(uri)
+
+
+def storage_path(path):
+    from accelsweep.sweeps.driver.store_checks import check_storage_path
+
+    check_storage_path(path)
+
+
 def ray_address(address):
     from accelsweep.sweeps.driver.preflight import check_ray_address
 
@@ -97,6 +109,11 @@ def ray_address(address):
 
 URI_ALLOWED = "a URI with scheme sqlite, http, https, postgresql, mysql, mssql, databricks (e.g. sqlite:///mlflow.db)"
 ADDRESS_ALLOWED = "a reachable Ray cluster address (host:port, ray://host:port or auto)"
+with open(os.path.join(REPO, "README.md"), "rb") as _readme:
+    README_START = _readme.read(16)  # how a text file given as a sqlite store is shown
+SEED_RANGE = "seed must be an integer from 0 to 4294967295 (2**32 - 1); "
+STORAGE_ALLOWED = "a writable folder with at least 64 MiB free (--storage-path; default ~/ray_results)"
+SQLITE_ALLOWED = "sqlite:///<path> naming the MLflow store (a sqlite file, or a new one in a writable folder)"
 
 CASES = [
     ("unknown platform", lambda: TrialConfig.make(platform="tpu9"),
@@ -164,6 +181,34 @@ CASES = [
      "instance_type must be one of trn1.2xlarge, trn1.32xlarge, trn1n.32xlarge, inf2.xlarge, g5.2xlarge, "
      "c7i.2xlarge (or give --price-per-hour); got 'm5.large'. The price table has no entry for it."),
     ("negative price", lambda: cost(price_per_hour=-1.0), "price_per_hour must be a finite number > 0; got -1.0"),
+    ("price NaN", lambda: cost(price_per_hour=float("nan")), "price_per_hour must be a finite number > 0; got nan"),
+    ("seed above 2**32 - 1 (what the samplers take)", lambda: plan(seed=2**32), SEED_RANGE + "got 4294967296"),
+    ("seed < 0", lambda: plan(seed=-1), SEED_RANGE + "got -1"),
+    ("seed not an integer", lambda: plan(seed=1.5), SEED_RANGE + "got 1.5"),
+    ("seed of a config above 2**32 - 1", lambda: TrialConfig.make(**MICRO, seed=2**32), SEED_RANGE + "got 4294967296"),
+    ("retries < 0", lambda: plan(retries=-1), "retries must be an integer >= 0; got -1"),
+    ("storage path: a file", lambda: storage_path(os.path.join(REPO, "README.md")),
+     f"storage_path must be {STORAGE_ALLOWED}; got '{REPO}/README.md'. It is not a folder."),
+    ("storage path: under a file", lambda: storage_path(os.path.join(REPO, "README.md", "ray")),
+     f"storage_path must be {STORAGE_ALLOWED}; got '{REPO}/README.md/ray'. It is under {REPO}/README.md, which is not "
+     "a folder."),
+    ("tracking store: a folder", lambda: tracking_store(f"sqlite:///{REPO}"),
+     f"tracking_uri must be {SQLITE_ALLOWED}; got 'sqlite:///{REPO}'. {REPO} is a folder; name a file in it, e.g. "
+     f"sqlite:///{REPO}/mlflow.db."),
+    ("tracking store: not a database", lambda: tracking_store(f"sqlite:///{REPO}/README.md"),
+     f"tracking_uri must be {SQLITE_ALLOWED}; got 'sqlite:///{REPO}/README.md'. {REPO}/README.md is not a sqlite "
+     f"database (it starts with {README_START!r}). Name another file, or move this one away."),
+    ("tracking store: nothing listening (http)", lambda: tracking_store(f"http://127.0.0.1:{CLOSED_PORT}"),
+     "tracking_uri must be the address of an MLflow tracking server that answers; got "
+     f"'http://127.0.0.1:{CLOSED_PORT}'. "
+     f"Nothing answered at http://127.0.0.1:{CLOSED_PORT}/api/2.0/mlflow/experiments/search?max_results=1 "
+     "(ConnectionError: connection refused; 3 s to connect, 5 s to answer). Is the server up (mlflow server ...) and "
+     "its address right?"),
+    ("tracking store: database password kept out of the message",
+     lambda: tracking_store(f"postgresql://user:hunter2secret@127.0.0.1:{CLOSED_PORT}/mlflow"),
+     f"tracking_uri must be a database server that accepts a connection from here; got "
+     f"'postgresql://user:<redacted>@127.0.0.1:{CLOSED_PORT}/mlflow'. Nothing answers at 127.0.0.1:{CLOSED_PORT} "
+     "within 3 s: [Errno 111] Connection refused. Is the database up, and its port open to this machine?"),
     ("tracking URI: a bare file name", lambda: tracking("mlflow.db"),
      f"tracking_uri must be {URI_ALLOWED}; got 'mlflow.db'. MLflow 3.17 refuses the file store; use "
      "sqlite:///mlflow.db for a local file."),
@@ -315,6 +360,9 @@ def cli_cases():
         ("more CPUs than this machine", ["--cpus-per-worker", str(cpus + 1)],
          f"error: cpus_per_worker x workers must be at most {cpus} (the CPUs of this machine; a local run); got "
          f"'{cpus + 1} x 1'. " + FITS_HINT.format(lower="cpus_per_worker (--cpus-per-worker) or workers")),
+        ("seed above 2**32 - 1", ["--seed", "4294967296"], "error: " + SEED_RANGE + "got 4294967296"),
+        ("retries < 0", ["--retries", "-1"], "error: retries must be an integer >= 0; got -1"),
+        ("price NaN", ["--price-per-hour", "nan"], "error: price_per_hour must be a finite number > 0; got nan"),
         ("unreachable Ray address", ["--address", f"127.0.0.1:{CLOSED_PORT}"],
          f"error: address must be {ADDRESS_ALLOWED}; got '127.0.0.1:{CLOSED_PORT}'. Nothing answers at "
          f"127.0.0.1:{CLOSED_PORT} within 3 s: [Errno 111] Connection refused. Is the cluster up (`ray status` on its "

@@ -153,7 +153,7 @@ def test_the_harness_asks_the_platform_instead_of_testing_its_name():
     assert {name: p.jax_backend for name, p in PLATFORMS.items()} == {"cpu": "cpu", "cuda": "gpu", "xla": None,
                                                                       "neuron": None, "tpu": "tpu"}
     assert TORCH_XLA_PLATFORMS == ("xla", "neuron", "tpu")
-    assert PLATFORMS["cuda"].call_timer == "cuda events"
+    assert PLATFORMS["cuda"].call_timer == "cuda events around a held batch"
     assert {name: KernelConfig.make(op="giou", impl="torch-naive", platform=name).trial_env()
             for name in ("cpu", "cuda", "neuron", "tpu")} == {"cpu": {}, "cuda": {}, "neuron": {},
                                                              "tpu": {"PJRT_DEVICE": "TPU"}}

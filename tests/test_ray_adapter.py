@@ -70,3 +70,106 @@ def test_the_neuron_backend_base_class_is_a_ray_train_backend():
 
     base = ray_adapter.neuron_xla_backend()
     assert issubclass(base, Backend) and callable(base.on_start)
+
+
+def test_an_actors_process_is_read_from_the_actor_table(ray_session):
+    import ray
+
+    @ray.remote(num_cpus=0)
+    class Where:
+        def pid(self):
+            return os.getpid()
+
+    actor = Where.remote()
+    try:
+        pid = ray.get(actor.pid.remote(), timeout=120)
+        assert ray_adapter.actor_process(actor) == (ray.get_runtime_context().get_node_id(), pid)
+    finally:
+        ray.kill(actor)
+
+
+def test_a_tune_trial_keeps_its_actor_where_the_adapter_reads_it():
+    from ray.tune.experiment import Trial
+
+    # Not started: none yet (Tune's set_ray_actor fills it; tests/test_trial_timeout.py's
+    # hung trial is found through it).
+    assert ray_adapter.trial_actor(Trial("no_trainable", stub=True)) is None
+
+
+def test_tunes_stop_handler_is_found_while_a_tune_run_would_have_it_set():
+    import signal
+
+    from ray.tune import tune as tune_run_module
+
+    saved = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGUSR1)}
+    try:
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+        assert ray_adapter.tune_interrupt_handler() is None
+        stopped = tune_run_module._setup_signal_catching()  # what tune.run does before its loop
+        handler = ray_adapter.tune_interrupt_handler()
+        assert handler is not None
+        handler(signal.SIGUSR1, None)
+        assert stopped.is_set()  # the event tune.run's loop ends on
+    finally:
+        for signum, previous in saved.items():
+            signal.signal(signum, previous)
+
+
+def test_ray_init_leaves_sigterm_alone_in_the_adapters_context():
+    import signal
+
+    import ray._private.utils as ray_utils
+
+    setter, handler = ray_utils.set_sigterm_handler, signal.getsignal(signal.SIGTERM)
+    with ray_adapter.sigterm_handler_kept():
+        ray_utils.set_sigterm_handler(lambda signum, frame: None)  # what ray.init and a head node call
+        assert signal.getsignal(signal.SIGTERM) is handler
+    assert ray_utils.set_sigterm_handler is setter
+
+
+def one_report(config):
+    from ray import tune
+
+    tune.report({"y": float(config["x"])})
+
+
+def x_space(trial):
+    trial.suggest_int("x", 0, 9)
+
+
+def test_tunes_saved_experiment_is_read_repaired_and_set_aside_where_a_save_is_cut_short(ray_session, tmp_path):
+    import glob
+    import json
+
+    from ray import tune
+
+    from accelsweep.sweeps.driver.searchers import FailureAwareOptunaSearch
+
+    searcher = FailureAwareOptunaSearch(x_space, metric="y", mode="max", sweep_token="adapter", budget=2)
+    tune.Tuner(one_report, tune_config=tune.TuneConfig(search_alg=searcher, num_samples=2, max_concurrent_trials=1),
+               run_config=tune.RunConfig(name="saved", storage_path=str(tmp_path), verbose=0)).fit()
+    experiment = str(tmp_path / "saved")
+    statuses = ray_adapter.saved_trial_statuses(experiment)
+    assert list(statuses.values()) == ["TERMINATED", "TERMINATED"]
+
+    # One trial saved in flight (and counted by the concurrency limit), then said ended.
+    [state_path] = glob.glob(f"{experiment}/experiment_state-*.json")
+    state = json.load(open(state_path))
+    trial = json.loads(state["trial_data"][0][0])
+    trial["status"] = "RUNNING"
+    state["trial_data"][0][0] = json.dumps(trial)
+    json.dump(state, open(state_path, "w"))
+    assert ray_adapter.saved_trial_statuses(experiment)[trial["trial_id"]] == "RUNNING"
+    ray_adapter.repair_saved_state(experiment, {trial["trial_id"]})
+    assert ray_adapter.saved_trial_statuses(experiment)[trial["trial_id"]] == "TERMINATED"
+
+    # The searcher's file cut short by a kill during Tune's copy: that save is set aside.
+    [searcher_path] = glob.glob(f"{experiment}/searcher-state-*.pkl")
+    open(searcher_path, "wb").close()
+    assert ray_adapter.saved_trial_statuses(experiment) is None
+    assert not glob.glob(f"{experiment}/*-state-*") and len(glob.glob(f"{experiment}/set-aside/*")) == 3
+
+    # A Tuner restored from a directory with no save runs as a new experiment.
+    restored = tune.Tuner.restore(experiment, one_report)
+    ray_adapter.start_afresh(restored)
+    assert restored._local_tuner._is_restored is False

@@ -265,3 +265,79 @@ def test_a_local_instance_serves_nothing_beyond_what_ray_needs():
         # Ray runs a minimal dashboard head even with include_dashboard=False: no web
         # frontend, and bound to 127.0.0.1 should it ever listen.
         assert "--host=127.0.0.1" in dashboard["command"] and "--disable-frontend" in dashboard["command"]
+
+
+def test_a_server_password_goes_to_mlflow_variables_not_the_uri(monkeypatch):
+    from accelsweep.trainables.secrets import (credentials_to_environment, mlflow_credentials_restored,
+                                               shown_uri, split_http_credentials)
+
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "someone-else")
+    monkeypatch.delenv("MLFLOW_TRACKING_PASSWORD", raising=False)
+    with mlflow_credentials_restored():
+        # The URI asked for wins over the variables; '%40' is an '@' in the password.
+        assert credentials_to_environment("https://ml:p%40ss-w0rd@mlflow.example.com:5000/x") == \
+            "https://mlflow.example.com:5000/x"
+        assert os.environ["MLFLOW_TRACKING_USERNAME"] == "ml"
+        assert os.environ["MLFLOW_TRACKING_PASSWORD"] == "p@ss-w0rd"
+    assert os.environ["MLFLOW_TRACKING_USERNAME"] == "someone-else" and "MLFLOW_TRACKING_PASSWORD" not in os.environ
+    # Other schemes keep their URI (SQLAlchemy reads the password from it); shown redacted.
+    database = "postgresql://ml:s3cr3t-pw@db:5432/mlflow"
+    assert credentials_to_environment(database) == database and "MLFLOW_TRACKING_PASSWORD" not in os.environ
+    assert shown_uri(database) == f"postgresql://ml:{REDACTED}@db:5432/mlflow"
+    assert shown_uri("http://u:pw-of-u@127.0.0.1:5000") == "http://127.0.0.1:5000"
+    assert split_http_credentials("http://127.0.0.1:5000") == ("http://127.0.0.1:5000", None, None)
+
+
+def fault_plan(tracking_uri, study_storage=None, seed=0, windows=2):
+    from accelsweep.sweeps.driver.api import Objective, Sweep, plan_sweep
+    from tests.fault_sweep import FaultSweepConfig, sleepy_trainable
+
+    return plan_sweep(Sweep(name="fault_sweep", trainable=sleepy_trainable, base=FaultSweepConfig(windows=windows),
+                            space=lambda trial: {"x": trial.suggest_categorical("x", [0, 1, 2])},
+                            objectives=[Objective("throughput_samples_per_s", "max")], tracking_uri=tracking_uri,
+                            study_storage=study_storage, seed=seed))
+
+
+def test_what_tune_pickles_holds_no_database_password():
+    """Tune pickles the sweep callback (its tracker's URI, its study) and the plan (bound
+    methods of it are the trials' resources and the callback's config): a database
+    password stays in the driver's memory."""
+    import ray.cloudpickle as cloudpickle
+
+    from accelsweep.sweeps.driver.callbacks import SweepCallback
+    from accelsweep.sweeps.driver.study import SweepStudy
+
+    uri, study_url = "postgresql://ml:tracking-db-pw-1@db/mlflow", "postgresql://ml:study-db-pw-22@db/optuna"
+    plan = fault_plan(uri, study_storage=study_url)
+
+    class Tracker:  # what the callback reads of a SweepTracker
+        tracking_uri, experiment, parent_run_id = uri, "fault_sweep", "run-1"
+
+    study = SweepStudy(study_url, "fault_sweep-1", plan.objectives, plan.space.distributions)
+    callback = SweepCallback(Tracker(), plan.complete_config, plan.resources_of, plan.baseline_point, None, {}, 4,
+                             study=study)
+    pickled = cloudpickle.dumps(callback)
+    for password in ("tracking-db-pw-1", "study-db-pw-22"):
+        assert password.encode() not in pickled
+    assert callback.tracking_uri == uri and study.url == study_url  # the live objects keep them
+    restored = cloudpickle.loads(pickled)
+    assert restored.tracking_uri == f"postgresql://ml:{REDACTED}@db/mlflow"
+    assert restored.complete_config({"x": 1})["x"] == 1  # the plan still works
+    assert plan.sweep.tracking_uri == uri  # the caller's Sweep is left as it is
+
+
+def test_resume_compares_the_defining_flags_not_the_password(tmp_path):
+    from accelsweep.sweeps.driver.resume_check import ResumeMismatch, check_same_sweep, defining_flags
+
+    stopped = {"defines": defining_flags(fault_plan(f"http://ml:old-pw-123@127.0.0.1:5000"))}
+    assert "old-pw-123" not in json.dumps(stopped)
+    check_same_sweep(fault_plan("http://ml:rotated-pw-456@127.0.0.1:5000"), stopped, "dir")  # same store
+    check_same_sweep(fault_plan("sqlite:///elsewhere.db", seed=3), {"status": "interrupted"}, "dir")  # old marker
+    with pytest.raises(ResumeMismatch) as refused:
+        check_same_sweep(fault_plan(f"sqlite:///{tmp_path}/m.db", seed=1, windows=3), stopped, "dir")
+    said = str(refused.value)
+    assert said.startswith("--resume: the stopped run used --tracking-uri http://127.0.0.1:5000, this command "
+                           f"--tracking-uri sqlite:///{tmp_path}/m.db; "), said
+    assert "the stopped run used --seed 0, this command --seed 1" in said
+    assert "windows=2, this command base config (--smoke, --platform, the study's own flags) windows=3" in said
+    assert "--experiment" not in said and "search space" not in said

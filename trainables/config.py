@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 from accelsweep.trainables.compile_cache import check_setting as check_compile_cache
-from accelsweep.trainables.errors import ConfigError, non_negative_float, one_of, positive_float, positive_int
+from accelsweep.trainables.errors import (ConfigError, non_negative_float, one_of, positive_float, positive_int,
+                                          random_seed)
 from accelsweep.trainables.precision import PRECISION_NAMES
 
 if TYPE_CHECKING:
@@ -125,7 +126,7 @@ class TrialConfig:
         non_negative_float("window_min_s", self.window_min_s)
         positive_int("windows", self.windows)
         positive_float("learning_rate", self.learning_rate)
-        positive_int("seed", self.seed, minimum=0)
+        random_seed("seed", self.seed)
         if not isinstance(self.nan_capture, bool):
             raise ConfigError("nan_capture", "True or False", self.nan_capture)
         check_compile_cache(self.compile_cache)

@@ -5,9 +5,14 @@ platforms, kernels, the sweep driver) can use it without an import circle."""
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any
 
-__all__ = ["ConfigError", "boolean", "non_negative_float", "one_of", "optional_str", "positive_float", "positive_int"]
+__all__ = ["ConfigError", "MAX_SEED", "SweepStopped", "boolean", "non_negative_float", "one_of", "optional_str",
+           "positive_float", "positive_int", "random_seed"]
+
+# numpy's legacy RandomState, which Optuna's samplers seed, takes 0 .. 2**32 - 1.
+MAX_SEED = 2**32 - 1
 
 
 class ConfigError(ValueError):
@@ -18,6 +23,15 @@ class ConfigError(ValueError):
         self.field = field
         message = f"{field} must be {allowed}; got {given!r}"
         super().__init__(f"{message}. {hint}" if hint else message)
+
+
+class SweepStopped(RuntimeError):
+    """A sweep that stopped before its end and can go on with --resume: the message says
+    why, what was kept and how to resume. Scripts print it and exit with
+    ``exit_status``: 75, EX_TEMPFAIL in sysexits.h ("a temporary failure; try again
+    later"), apart from bad input (2) and a crash (1)."""
+
+    exit_status = 75
 
 
 def one_of(field: str, value: Any, allowed: tuple, hint: str = "") -> None:
@@ -39,6 +53,13 @@ def positive_float(field: str, value: Any) -> None:
 def non_negative_float(field: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
         raise ConfigError(field, "a finite number >= 0", value)
+
+
+def random_seed(field: str, value: Any) -> None:
+    """A seed every generator a sweep seeds takes (Optuna's samplers: numpy's RandomState;
+    torch's: anything up to 2**64 - 1)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 <= value <= MAX_SEED:
+        raise ConfigError(field, f"an integer from 0 to {MAX_SEED} (2**32 - 1)", value)
 
 
 def boolean(field: str, value: Any) -> None:

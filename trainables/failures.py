@@ -9,7 +9,9 @@ from __future__ import annotations
 from typing import Optional
 
 OOM, NAN, COMPILE, KILLED, CONFIG, ERROR = "oom", "nan", "compile", "killed", "config", "error"
-CAUSES = (OOM, NAN, COMPILE, KILLED, CONFIG, ERROR)
+# Stopped reporting past its deadline (--trial-timeout-s): the driver ended it (sweeps/driver/deadline.py).
+TIMEOUT = "timeout"
+CAUSES = (OOM, NAN, COMPILE, KILLED, TIMEOUT, CONFIG, ERROR)
 
 
 class NonFiniteLoss(RuntimeError):
@@ -34,6 +36,8 @@ _BY_CLASS = {
     # the trial's process or its node went away
     "ActorDiedError": KILLED, "RayActorError": KILLED, "WorkerCrashedError": KILLED, "NodeDiedError": KILLED,
     "ActorUnavailableError": KILLED,
+    # the driver ended it: no report within its deadline (sweeps/driver/deadline.py)
+    "TrialTimeout": TIMEOUT,
     "ConfigError": CONFIG,
 }
 # What CPU allocators and runtimes say when memory runs out without a class of its own.

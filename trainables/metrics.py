@@ -185,6 +185,10 @@ KERNEL_METRICS = MetricSet(
         # The machine's own speed between windows: says whether a noisy figure is the kernel's.
         Metric("host_cv", ""),
         Metric("host_probe_s", "s"),
+        # On a GPU, beside the device's time: the host's enqueue time per call, and 1 where
+        # it is the larger (launch-bound); NaN where the timer waits for each call.
+        Metric("host_enqueue_s", "s"),
+        Metric("launch_bound", ""),
     ),
     headline=("latency_p50_s", "latency_cv", "max_abs_error"),
 )

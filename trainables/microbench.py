@@ -12,11 +12,15 @@ implementation's output is compared with the op's numpy float64 reference, compu
 those same rounded inputs, before anything is timed: a wrong kernel raises
 ``KernelMismatch`` (a failed trial), never a fast one. That first call, where compilers
 compile, is timed apart (``compile_s``). Then warm-up calls (caches) are not timed,
-and each call is timed to its device's completion: JAX's ``block_until_ready``; for
-torch, the platform's ``time_calls`` (trainables/platforms/): CUDA events around each
-call on a GPU (read after one synchronize per window, so the host never stalls the
-stream mid-window); on XLA devices (torch-xla: its CPU client, NeuronCores, TPUs) the
-host clock around the call, ``torch_xla.sync()`` and ``wait_device_ops()`` (the op is
+and calls are timed to their device's completion by the platform (trainables/platforms/):
+JAX's through ``time_jax_calls`` (``block_until_ready`` after each call; on a GPU,
+batches of async calls and one ``block_until_ready``), torch's through ``time_calls``. On
+a GPU that is the device's time alone: CUDA events around batches of calls enqueued
+while a spin kernel holds the stream (trainables/device_timing.py), so a launch-bound
+kernel's figure is not its host's launch time; the host's enqueue time per call is
+reported beside it (``host_enqueue_s``), with ``launch_bound`` where it is the larger,
+and ``latency_p*`` are percentiles of the batches' means (``batch_calls`` calls each).
+On XLA devices (torch-xla: its CPU client, NeuronCores, TPUs) the host clock around the call, ``torch_xla.sync()`` and ``wait_device_ops()`` (the op is
 traced and launched every call, as in a model; its graph compiles once, and
 ``xla_compiles`` counts any compile during the timed windows); on a CPU the host
 clock, the call having returned done. The platform also gives the device, checked to
@@ -35,7 +39,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
-from accelsweep.trainables.errors import ConfigError, non_negative_float, one_of, positive_int
+from accelsweep.trainables.errors import ConfigError, non_negative_float, one_of, positive_int, random_seed
 from accelsweep.trainables.config import DictConfig
 from accelsweep.trainables.measure import Window, coefficient_of_variation, host_probe_s, percentile, time_window
 from accelsweep.trainables.metrics import KERNEL_METRICS, MetricSet
@@ -151,7 +155,7 @@ class KernelConfig(DictConfig):
         positive_int("window_min_calls", self.window_min_calls)
         non_negative_float("window_min_s", self.window_min_s)
         positive_int("windows", self.windows)
-        positive_int("seed", self.seed, minimum=0)
+        random_seed("seed", self.seed)
         positive_int("cpus_per_worker", self.cpus_per_worker)
         if self.workers != 1:
             raise ConfigError("workers", "1 for a kernel microbenchmark", self.workers)
@@ -286,6 +290,8 @@ class _Framework:
     def window(self, call: Callable[[], Any], min_calls: int, min_seconds: float) -> Window:
         if self.name == "torch":
             return self.platform.time_calls(call, self.device, min_calls, min_seconds)
+        if self.name == "jax":
+            return self.platform.time_jax_calls(call, self.wait, min_calls, min_seconds)
         return time_window(lambda: self.wait(call()), lambda: None, min_calls, min_seconds)
 
 
@@ -340,6 +346,8 @@ def run_microbench(config: KernelConfig, report: Optional[Callable[[dict], None]
     interpreted = config.platform in implementation.interpreted_on
     compiles_before = framework.compiles()
     latencies: list[float] = []
+    enqueues: list[float] = []  # the host's enqueue time per call, where the timer measures it
+    calls = 0
     window_medians: list[float] = []
     host_probes: list[float] = []
     result: dict = {}
@@ -347,8 +355,11 @@ def run_microbench(config: KernelConfig, report: Optional[Callable[[dict], None]
         window = framework.window(call, config.window_min_calls, config.window_min_s)
         host_probes.append(host_probe_s())  # the machine's own speed, right after the window
         latencies += window.step_seconds
+        enqueues += getattr(window, "enqueue_seconds", [])
+        calls += window.steps
         window_medians.append(percentile(window.step_seconds, 50))
         p50 = percentile(latencies, 50)
+        enqueue_p50 = percentile(enqueues, 50)
         result = {
             "latency_p50_s": p50,
             "latency_p10_s": percentile(latencies, 10),
@@ -363,14 +374,20 @@ def run_microbench(config: KernelConfig, report: Optional[Callable[[dict], None]
             "items_per_s": items / p50 if p50 > 0 else float("nan"),
             "tflops": flops / p50 / 1e12 if flops and p50 > 0 else float("nan"),
             "compile_s": compile_s,
-            "calls": len(latencies),
+            # Beside a device-time figure (held or async batches on a GPU): the host's own
+            # time to enqueue a call, and whether it is the bound (the device would wait for
+            # the host in a loop of these calls). NaN where the timer waits for every call.
+            "host_enqueue_s": enqueue_p50,
+            "launch_bound": (float(window.is_launch_bound(enqueue_p50, p50)) if enqueues else float("nan")),
+            "batch_calls": getattr(window, "calls_per_batch", 1),
+            "calls": calls,
             # Compile, check, warm-up and windows: what the trial spent measuring, as the
             # training loop's loop_s (the driver's overhead_s is the wall time outside it).
             "loop_s": compile_s + time.perf_counter() - loop_start,
             "windows_done": index,
             "interpreted": int(interpreted),
             "device": framework.label + (" (Pallas interpret mode: not a speed figure)" if interpreted else ""),
-            "timer": framework.timer(),
+            "timer": getattr(window, "timer", None) or framework.timer(),
             # Compiles during the timed windows: 0 unless the kernel's graph changes call to call.
             "xla_compiles": framework.compiles() - compiles_before,
             "impl": config.impl,

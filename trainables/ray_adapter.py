@@ -61,3 +61,192 @@ def neuron_xla_backend() -> Any:
     from ray.train.torch.xla.config import _TorchAwsNeuronXLABackend
 
     return _TorchAwsNeuronXLABackend
+
+
+def trial_actor(trial) -> Any:
+    """The actor a running Tune trial runs in (None when it has none): Tune keeps it in the
+    trial's temporary state, with no public getter."""
+    return trial.temporary_state.ray_actor
+
+
+def actor_process(actor) -> Any:
+    """(node id, pid) of the process an actor lives in, read from Ray's actor table in the
+    GCS (no dashboard needed, and the actor need not answer: it may be wedged); None when
+    the table has no live process for it."""
+    from ray._private import state
+
+    info = state.actors(actor._actor_id.hex())
+    pid, node_id = info.get("Pid"), (info.get("Address") or {}).get("NodeID")
+    return (node_id, int(pid)) if pid and node_id else None
+
+
+def tune_interrupt_handler() -> Any:
+    """The handler a running ``tune.run`` (``Tuner.fit``) ends its loop with, as Ctrl-C
+    does there (it saves the experiment, stops the trials and returns), when one is
+    running on this thread now; else None. Tune keeps it on SIGUSR1 whatever
+    TUNE_DISABLE_SIGINT_HANDLER says, and offers no public way to stop a run."""
+    import signal
+
+    handler = signal.getsignal(signal.SIGUSR1)
+    if getattr(handler, "__module__", "") == "ray.tune.tune" and \
+            getattr(handler, "__name__", "") == "signal_interrupt_tune_run":
+        return handler
+    return None
+
+
+def sigterm_handler_kept():
+    """A context in which ``ray.init`` leaves the process's SIGTERM handler alone. It
+    sets one to exit at once, and a local head node one that kills the instance's
+    processes first (the driver's core worker then aborts: SIGABRT, a C++ stack); a
+    sweep handles SIGTERM itself (accelsweep.sweeps.driver.stop_signals)."""
+    import contextlib
+
+    import ray._private.utils as ray_utils
+
+    @contextlib.contextmanager
+    def kept():
+        original = ray_utils.set_sigterm_handler
+        ray_utils.set_sigterm_handler = lambda handler: None
+        try:
+            yield
+        finally:
+            ray_utils.set_sigterm_handler = original
+
+    return kept()
+
+
+# Tune's saved experiment (a stopped sweep's, for --resume: sweeps/driver/resumed_runs.py).
+# Tune writes it every TUNE_GLOBAL_CHECKPOINT_S into the experiment directory: the newest
+# experiment_state-<session>.json (each trial's JSON state, with its status) and
+# search_gen_state-<session>.json (a cloudpickle, despite its name: the search generator's
+# and its wrappers' state, a ConcurrencyLimiter's live trials among them).
+IN_FLIGHT_STATUSES = ("PENDING", "RUNNING", "PAUSED")
+# The files of one save of session <s> (TuneController, SearchGenerator, the searcher's
+# own save, CallbackList), and where a save that cannot be used is moved.
+SAVE_FILES = ("experiment_state-{}.json", "search_gen_state-{}.json", "searcher-state-{}.pkl",
+              "callback-states-{}.pkl")
+SET_ASIDE = "set-aside"
+
+
+def saved_trial_statuses(experiment_dir: str) -> Any:
+    """Tune trial id -> its status (PENDING, RUNNING, PAUSED, TERMINATED, ERROR) in the
+    newest whole save Tune made in ``experiment_dir``; None where it made none (a driver
+    killed before Tune's first save).
+
+    Tune writes each save into a staging folder and copies it file by file, in place, into
+    the experiment directory: a driver killed during that copy leaves files cut short, or
+    the files of one save beside those of the one before (all in place). A save whose files
+    do not all read, or disagree on the trials (the search generator's count of them, the
+    searcher's own trials), is set aside (moved to ``SET_ASIDE``), and the one before it is
+    taken: what happened since is in MLflow (sweeps/driver/resumed_runs.py)."""
+    import json
+    import os
+    import pickle
+
+    import ray.cloudpickle as cloudpickle
+
+    def read(session: str) -> Any:
+        path = os.path.join(experiment_dir, SAVE_FILES[0].format(session))
+        try:
+            with open(path) as saved:
+                trials = [json.loads(trial_json) for trial_json, _ in json.load(saved)["trial_data"]]
+            with open(os.path.join(experiment_dir, SAVE_FILES[1].format(session)), "rb") as saved:
+                created = cloudpickle.load(saved)["counter"]
+            with open(os.path.join(experiment_dir, SAVE_FILES[2].format(session)), "rb") as saved:
+                proposed = pickle.load(saved)["_ot_trials"]  # OptunaSearch.save: its __dict__
+            callbacks = os.path.join(experiment_dir, SAVE_FILES[3].format(session))
+            if os.path.exists(callbacks):  # none where no callback has state
+                with open(callbacks, "rb") as saved:
+                    cloudpickle.load(saved)
+        except (OSError, EOFError, ValueError, KeyError, TypeError, pickle.UnpicklingError):
+            return None
+        statuses = {trial["trial_id"]: trial["status"] for trial in trials}
+        return statuses if created == len(statuses) and set(proposed) == set(statuses) else None
+
+    for session in sorted(_saved_sessions(experiment_dir), reverse=True):
+        statuses = read(session)
+        if statuses is not None:
+            return statuses
+        os.makedirs(os.path.join(experiment_dir, SET_ASIDE), exist_ok=True)
+        for name in SAVE_FILES:
+            path = os.path.join(experiment_dir, name.format(session))
+            if os.path.exists(path):
+                os.replace(path, os.path.join(experiment_dir, SET_ASIDE, name.format(session)))
+    return None
+
+
+def repair_saved_state(experiment_dir: str, ended_trial_ids) -> None:
+    """Make Tune's saved state agree with what happened after it was saved: the trials
+    ``ended_trial_ids`` (in flight when it was saved) have ended, so that ``Tuner.restore``
+    does not run them again; a concurrency limit counts only the trials still in flight
+    (else one it counts forever would hold its slot); the search generator's count of
+    trials created is the number of trials (else fewer or more than num_samples run). Each
+    file is replaced whole; a driver killed between the two leaves what the next call
+    repairs."""
+    import glob
+    import json
+    import os
+
+    import ray.cloudpickle as cloudpickle
+
+    ended = set(ended_trial_ids)
+    path = _newest_experiment_state(experiment_dir)
+    with open(path) as saved:
+        state = json.load(saved)
+    in_flight = set()
+    for entry in state["trial_data"]:
+        trial = json.loads(entry[0])
+        if trial["status"] in IN_FLIGHT_STATUSES and trial["trial_id"] in ended:
+            trial["status"] = "TERMINATED"
+            entry[0] = json.dumps(trial, indent=2)
+        elif trial["status"] in IN_FLIGHT_STATUSES:
+            in_flight.add(trial["trial_id"])
+    if ended:
+        _replace(path, json.dumps(state).encode())
+    # Tune picks the newest search state by name (ray.tune.utils.util._load_newest_checkpoint).
+    search_states = glob.glob(os.path.join(experiment_dir, "search_gen_state-*.json"))
+    if not search_states:
+        return
+    search_path = max(search_states)
+    with open(search_path, "rb") as saved:
+        search_state = cloudpickle.load(saved)
+    search_state["counter"] = len(state["trial_data"])
+    for name, wrapper in search_state.items():
+        if name.startswith("name:") and isinstance(wrapper, dict) and "live_trials" in wrapper:
+            wrapper["live_trials"] = set(wrapper["live_trials"]) & in_flight
+            wrapper["num_unfinished_live_trials"] = len(wrapper["live_trials"])
+    _replace(search_path, cloudpickle.dumps(search_state))
+
+
+def start_afresh(tuner) -> None:
+    """Let a Tuner made by ``Tuner.restore`` run as a new experiment: one whose driver was
+    killed before Tune first saved it has nothing to resume (its fit would fail), and the
+    searcher and callbacks it holds are as they were at its start."""
+    tuner._local_tuner._is_restored = False
+
+
+def _saved_sessions(experiment_dir: str) -> set:
+    """The sessions any file of a save names (a copy cut short may have brought some)."""
+    import glob
+    import os
+
+    sessions = set()
+    for name in SAVE_FILES:
+        prefix, suffix = name.split("{}")
+        for path in glob.glob(os.path.join(experiment_dir, name.format("*"))):
+            sessions.add(os.path.basename(path)[len(prefix):-len(suffix)])
+    return sessions
+
+
+def _newest_experiment_state(experiment_dir: str) -> Any:
+    from ray.tune.execution.experiment_state import _find_newest_experiment_checkpoint
+
+    return _find_newest_experiment_checkpoint(experiment_dir)
+
+
+def _replace(path: str, content: bytes) -> None:
+    import os
+
+    with open(path + ".tmp", "wb") as new:
+        new.write(content)
+    os.replace(path + ".tmp", path)

@@ -22,13 +22,23 @@ What counts as secret, decided here once:
   variable set now, or the password of a URI (``scheme://user:PASSWORD@host``).
   Values shorter than ``MIN_SECRET_CHARS`` are not hunted for: flags such as
   ``USE_AUTH_TOKEN=1`` would otherwise blank every "1" in the record.
+
+A tracking server's credentials (``http(s)://user:PASSWORD@host``) are not kept in the
+URI at all: ``credentials_to_environment`` hands them to MLflow through its own
+variables, MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, and the URI the tool
+keeps, pickles (Tune's experiment state), writes and prints is the bare server address.
+A database URI's password cannot move out (the URI is how SQLAlchemy gets it): it stays
+in memory, and what is pickled or written is ``redact_uri`` of it; ``--resume`` reads
+the URI from its flag again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Iterable, Iterator, Mapping, Optional
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 SECRET_WORDS = ("KEY", "SECRET", "TOKEN", "PASSWORD", "PASSWD", "CREDENTIAL")
 REDACTED = "<redacted>"
@@ -41,6 +51,10 @@ _SECRET_PARTS = frozenset(SECRET_WORDS) | {f"{word}S" for word in SECRET_WORDS}
 # scheme://user:password@host: the password is everything between the first ':' after
 # the user and the '@' that ends the authority.
 _URI_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^:/@\s]*:)(?P<password>[^@/\s]+)(?=@)")
+# MLflow's own place for a tracking server's basic-auth credentials: read from the
+# environment on every request (mlflow/utils/credentials.py, read_mlflow_creds and
+# get_default_host_creds in MLflow 3.17), artifact uploads included.
+MLFLOW_CREDENTIAL_VARIABLES = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")
 
 
 def looks_secret(name: str) -> bool:
@@ -80,3 +94,60 @@ def scrub(mapping: Mapping[str, Any], environ: Optional[Mapping[str, str]] = Non
         redacted = redact_text(text, secrets)
         clean[key] = value if redacted == text else redacted
     return clean
+
+
+def split_http_credentials(uri: str) -> tuple[str, Optional[str], Optional[str]]:
+    """``https://user:p%40ss@host:5000/x`` -> (``https://host:5000/x``, ``user``, ``p@ss``);
+    a URI of another scheme, or without credentials, comes back as it is, with None, None."""
+    parsed = urlsplit(uri)
+    if parsed.scheme.lower() not in ("http", "https") or "@" not in parsed.netloc:
+        return uri, None, None
+    userinfo, _, host = parsed.netloc.rpartition("@")
+    user, has_password, password = userinfo.partition(":")
+    return (urlunsplit(parsed._replace(netloc=host)), unquote(user) or None,
+            unquote(password) if has_password else None)
+
+
+def shown_uri(uri: str) -> str:
+    """A URI as it may be written or printed anywhere: no http(s) credentials, any other
+    password ``<redacted>``."""
+    return redact_uri(split_http_credentials(uri)[0])
+
+
+def credentials_to_environment(uri: str) -> str:
+    """``uri`` without its http(s) credentials, which are set as MLFLOW_TRACKING_USERNAME
+    and MLFLOW_TRACKING_PASSWORD in this process's environment for MLflow to send (over
+    any value there: the URI given is the one asked for). A sweep puts the variables back
+    as they were when it ends (``mlflow_credentials_restored``). Other URIs come back as
+    they are."""
+    bare, user, password = split_http_credentials(uri)
+    for name, value in zip(MLFLOW_CREDENTIAL_VARIABLES, (user, password)):
+        if value is not None:
+            os.environ[name] = value
+    return bare
+
+
+@contextlib.contextmanager
+def mlflow_credentials_restored() -> Iterator[None]:
+    """MLflow's credential variables as they were before, whatever ``credentials_to_environment``
+    set meanwhile."""
+    saved = {name: os.environ.get(name) for name in MLFLOW_CREDENTIAL_VARIABLES}
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+@contextlib.contextmanager
+def mlflow_credentials_hidden() -> Iterator[None]:
+    """MLflow's credential variables out of this process's environment for a while: a local
+    Ray instance started meanwhile (its raylet, and every worker it forks later) inherits
+    none of them. Trials never talk to MLflow; only the driver does."""
+    with mlflow_credentials_restored():
+        for name in MLFLOW_CREDENTIAL_VARIABLES:
+            os.environ.pop(name, None)
+        yield

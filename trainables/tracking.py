@@ -3,7 +3,9 @@
 This is the only module that writes to MLflow. It runs in the sweep's driver process,
 so a sqlite store has one writer, and trial processes never open it. Every param and
 tag passes ``trainables.secrets.scrub`` on its way out: no credential from the
-environment, and no URI password, reaches the store.
+environment, and no URI password, reaches the store. Its writes go through a
+TrackingBuffer (tracking_buffer.py): kept in order, and saved, while the store does not
+answer.
 """
 
 from __future__ import annotations
@@ -15,9 +17,15 @@ from typing import Any, Mapping, Optional
 from urllib.parse import urlparse
 
 from accelsweep.trainables.errors import ConfigError
-from accelsweep.trainables.secrets import redact_uri, scrub
+from accelsweep.trainables.secrets import credentials_to_environment, redact_uri, scrub
+from accelsweep.trainables.tracking_buffer import TrackingBuffer
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+# MLflow prints "View run NAME at: URL" and "View experiment at: URL" on stdout each time
+# a run against a server ends (mlflow/tracking/_tracking_service/client.py, _log_url,
+# called by set_terminated; MLflow 3.17.2), the URL built from the tracking URI: one line
+# per trial, and the URI may carry credentials. It honours this variable.
+os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
 
 # Backends MLflow 3.17 accepts for tracking. The file store (./mlruns, file://) is
 # refused by MLflow itself, so it is refused here, before any trial runs.
@@ -67,32 +75,35 @@ def _metrics(values: Mapping[str, Any]) -> dict[str, float]:
 class SweepTracker:
     def __init__(self, tracking_uri: str, experiment: str):
         import mlflow
-        from mlflow.tracking import MlflowClient
 
-        self.tracking_uri = validate_tracking_uri(tracking_uri)
+        from accelsweep.trainables.sqlite_store import open_experiment
+
+        # A server's user and password go to MLflow's own variables (secrets.py): the URI
+        # kept, and copied into Tune's pickled state by the sweep callback, has none.
+        self.tracking_uri = credentials_to_environment(validate_tracking_uri(tracking_uri))
         self._entities = mlflow.entities
-        self.client = MlflowClient(tracking_uri=self.tracking_uri)
-        found = self.client.get_experiment_by_name(experiment)
-        self.experiment_id = found.experiment_id if found else self.client.create_experiment(
-            experiment, artifact_location=artifact_location(self.tracking_uri))
+        # Safe against other processes opening, or creating, the same store (sqlite_store.py).
+        self.client, self.experiment_id = open_experiment(self.tracking_uri, experiment,
+                                                          artifact_location(self.tracking_uri))
         self.experiment = experiment
         self.parent_run_id: Optional[str] = None
+        # Every write goes through it: kept in order while the store does not answer.
+        self.buffer = TrackingBuffer(self.client, redact_uri(self.tracking_uri))
 
     def start_sweep(self, name: str, params: Mapping[str, Any], tags: Mapping[str, str]) -> str:
-        run = self.client.create_run(self.experiment_id, run_name=name, tags=scrub(tags))
-        self.parent_run_id = run.info.run_id
-        self._log(run.info.run_id, params=params)
+        self.parent_run_id = self.buffer.create_run(self.experiment_id, name, scrub(tags))
+        self._log(self.parent_run_id, params=params)
         return self.parent_run_id
 
     def start_trial(self, name: str, params: Mapping[str, Any], tags: Mapping[str, str]) -> str:
         tags = {"mlflow.parentRunId": self.parent_run_id, **tags}
-        run = self.client.create_run(self.experiment_id, run_name=name, tags=scrub(tags))
-        self._log(run.info.run_id, params=params)
-        return run.info.run_id
+        run_id = self.buffer.create_run(self.experiment_id, name, scrub(tags))
+        self._log(run_id, params=params)
+        return run_id
 
     def reopen(self, run_id: str, tags: Mapping[str, str] = ()) -> None:
         """A run that goes on (a resumed sweep or a restarted trial): RUNNING again."""
-        self.client.update_run(run_id, status="RUNNING")
+        self.buffer.update_run(run_id, "RUNNING")
         self._log(run_id, tags=dict(tags))
 
     def trial_runs(self, only_running: bool = False) -> dict[str, dict[str, str]]:
@@ -105,7 +116,7 @@ class SweepTracker:
         return {run.info.run_id: dict(run.data.tags) for run in runs}
 
     def log_artifact(self, run_id: str, path: str, artifact_path: Optional[str] = None) -> None:
-        self.client.log_artifact(run_id, path, artifact_path)
+        self.buffer.log_artifact(run_id, path, artifact_path)
 
     def log_metrics(self, run_id: str, metrics: Mapping[str, Any], step: int = 0) -> None:
         self._log(run_id, metrics=metrics, step=step)
@@ -115,7 +126,7 @@ class SweepTracker:
         """End a run; its final figures are logged at ``step`` (a trial's last window)."""
         assert status in RUN_STATUSES, status
         self._log(run_id, metrics=dict(metrics), tags=dict(tags), step=step)
-        self.client.set_terminated(run_id, status=status)
+        self.buffer.set_terminated(run_id, status)
 
     def _log(self, run_id: str, params: Mapping[str, Any] = (), metrics: Mapping[str, Any] = (),
              tags: Mapping[str, str] = (), step: int = 0) -> None:
@@ -123,7 +134,7 @@ class SweepTracker:
 
         entities = self._entities
         now = int(time.time() * 1000)
-        self.client.log_batch(
+        self.buffer.log_batch(
             run_id,
             metrics=[entities.Metric(k, v, now, step) for k, v in _metrics(dict(metrics)).items()],
             params=[entities.Param(k, _param_value(v)) for k, v in scrub(dict(params)).items()],

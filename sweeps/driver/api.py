@@ -49,7 +49,9 @@ run gets ``best_<metric>`` for each objective; early stopping stops a trial only
 trials at its rung dominate it (``schedulers.ParetoStoppingRule``).
 
 Ray: ``run_sweep`` uses the Ray instance this process has initialised (and leaves it
-running), or starts one and shuts it down before it returns, also on failure. An
+running), or starts one and shuts it down before it returns, also on failure. One it
+starts is private (never a ``ray start`` cluster: address "auto" joins that) and does
+not outlive the process, even a killed one (local_ray.py). An
 ``address`` other than that of the instance already initialised is refused. The
 process-wide settings a sweep needs (Tune's logger and checkpoint variables, Ray's usage
 stats, a logger's level) hold for the sweep only and are put back after it.
@@ -73,16 +75,24 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, Union
 
 from accelsweep.sweeps.driver.callbacks import FAILED, INTERRUPTED, REJECTED, REUSED, SweepCallback, TrialRecord
+from accelsweep.sweeps.driver import local_ray
+from accelsweep.sweeps.driver.deadline import check_trial_timeout, deadline_for
 from accelsweep.sweeps.driver.preflight import check_fits_locally, check_ray_address, check_running_ray
+from accelsweep.sweeps.driver.store_checks import (check_storage_path, check_study_storage, check_tracking_store,
+                                                   claim_experiment_dir)
+from accelsweep.sweeps.driver.storage_watch import StorageWatch, storage_error_stopped
 from accelsweep.sweeps.driver.history import KNOBS_TAG, METRICS_TAG, SEARCHED_OUT_TAG, metrics_tag
 from accelsweep.sweeps.driver.report import best_record, mean_overhead_s, pareto_set, summary
 from accelsweep.sweeps.driver.study import SweepStudy, default_study_storage, validate_study_storage
+from accelsweep.sweeps.driver.resume_check import check_same_sweep, defining_flags, storage_dir
+from accelsweep.sweeps.driver.resumed_runs import LOST, keep_tuner_file, read_stopped_sweep, restore_tuner_file
 from accelsweep.sweeps.driver.sweep_report import log_report
 from accelsweep.sweeps.driver.space import (SearchSpace, SpaceSpec, describe_distribution, describe_reasons,
                                            quiet_optuna)
+from accelsweep.sweeps.driver.stop_signals import StopSignals, SweepInterrupted
 from accelsweep.sweeps.driver.verdict import verdict
 from accelsweep.trainables.config import DictConfig, TrialConfig
-from accelsweep.trainables.errors import ConfigError, one_of, positive_int
+from accelsweep.trainables.errors import MAX_SEED, ConfigError, one_of, positive_float, positive_int, random_seed
 from accelsweep.trainables.cost import NO_BASIS_HINT, CostBasis
 from accelsweep.trainables.environment import environment_tags
 from accelsweep.trainables.failures import run_isolated
@@ -91,8 +101,9 @@ from accelsweep.trainables import ray_adapter
 from accelsweep.trainables.platforms import get_platform
 from accelsweep.trainables.platforms.capabilities import Capabilities, not_known
 from accelsweep.trainables.rejection import REJECT_RATIO, BoardLimits, SweepBoard, TrialLimits
-from accelsweep.trainables.secrets import redact_uri
+from accelsweep.trainables.secrets import mlflow_credentials_hidden, mlflow_credentials_restored, redact_uri, shown_uri
 from accelsweep.trainables.tracking import validate_tracking_uri
+from accelsweep.trainables.tracking_buffer import DEFAULT_WAIT_S, MLFLOW_REQUEST_SETTINGS, open_tracker
 
 __all__ = ["Objective", "Plan", "Sweep", "SweepConfig", "SweepResult", "declare_metrics", "plan_sweep", "preflight",
            "remeasure", "run_sweep"]
@@ -176,6 +187,10 @@ class Sweep:
     sampler: str = "tpe"  # "grid": every combination of the (categorical) space once
     seed: int = 0
     tracking_uri: str = "sqlite:///mlflow.db"
+    # Seconds the sweep waits for a tracking store that stops answering, its MLflow writes
+    # kept in order meanwhile (trainables/tracking_buffer.py: why 600); then it stops, the
+    # writes saved under its experiment dir, written first on --resume.
+    tracking_wait_s: float = DEFAULT_WAIT_S
     experiment: Optional[str] = None  # default: the sweep's name
     storage_path: Optional[str] = None
     # Ray cluster; None: the Ray instance this process has initialised, else a new local one.
@@ -207,6 +222,11 @@ class Sweep:
     # Seconds a trial's compile (its first step, when it compiles) may take; past it the
     # trial fails with cause "compile". None: no limit.
     max_compile_s: Optional[float] = None
+    # Seconds a trial may go without reporting (from its start, or its last report): past
+    # it the driver kills its process tree and records it FAILED, cause "timeout", not
+    # retried (sweeps/driver/deadline.py). None: no deadline. Must exceed the longest gap
+    # between a trial's reports, its start (imports, a compile) included.
+    trial_timeout_s: Optional[float] = None
     # Run a config again when the searcher proposes it again; by default its earlier
     # result is reused (tagged so in MLflow) and the searcher is told it.
     repeats: bool = False
@@ -275,6 +295,15 @@ class Plan:
     metrics: Optional[MetricSet] = None  # what the trainable reports (declared)
     # What the base platform's hardware does natively; the space lacks what it only emulates.
     capabilities: Optional[Capabilities] = None
+
+    def __getstate__(self):
+        # Pickled into Tune's experiment state (tuner.pkl: the callback and the trials'
+        # resources hold bound methods of the plan): the Sweep's URIs without credentials
+        # (secrets.py), in a copy (the caller's Sweep is left as it is).
+        sweep = self.sweep
+        shown = dataclasses.replace(sweep, tracking_uri=shown_uri(sweep.tracking_uri),
+                                    study_storage=sweep.study_storage and shown_uri(sweep.study_storage))
+        return {**self.__dict__, "sweep": shown}
 
     def kept_emulated(self) -> dict[str, dict[Any, str]]:
         """The values the hardware only emulates that the space still offers (knob ->
@@ -359,8 +388,9 @@ class Plan:
                      + f"; early stopping: {early_stopping(sweep)}; seed {sweep.seed}")
         lines.append(sweep.cost_note)
         samples = [("baseline", self.baseline_point)]
+        other_seed = (sweep.seed + 1) % (MAX_SEED + 1)  # not the search's own first proposals
         samples += [(f"sample {i}", p) for i, p in
-                    enumerate(self.space.sample(DRY_RUN_SAMPLE_TRIALS, seed=sweep.seed + 1), start=1)]
+                    enumerate(self.space.sample(DRY_RUN_SAMPLE_TRIALS, seed=other_seed), start=1)]
         for label, point in samples:
             resources = self.resources_of(point)
             lines.append(f"{label}: {point}")
@@ -439,8 +469,11 @@ def plan_sweep(sweep: Sweep) -> Plan:
         raise ConfigError("name", "a non-empty sweep name", sweep.name)
     positive_int("num_samples", sweep.num_samples)
     positive_int("retries", sweep.retries, minimum=0)
+    random_seed("seed", sweep.seed)  # before the space is sampled with it
     if sweep.time_budget_s is not None and not (sweep.time_budget_s > 0 and math.isfinite(sweep.time_budget_s)):
         raise ConfigError("time_budget_s", "a number of seconds > 0, or None", sweep.time_budget_s)
+    check_trial_timeout(sweep.trial_timeout_s)
+    positive_float("tracking_wait_s", sweep.tracking_wait_s)
     one_of("scheduler", sweep.scheduler, SCHEDULERS)
     one_of("sampler", sweep.sampler, SAMPLERS)
     if not sweep.objectives:
@@ -535,38 +568,51 @@ def remeasure(sweep: Sweep, configs: Sequence[Mapping[str, Any]], times: int = 5
 
 def preflight(sweep: Sweep) -> Plan:
     """``plan_sweep`` plus the checks against where the sweep will run (sweeps/driver/
-    preflight.py); ``run_sweep`` runs it before anything else. A cluster's address must
-    answer; a local run's trials must fit this machine. A Ray instance the caller has
+    preflight.py, store_checks.py); ``run_sweep`` runs it before anything else. The tracking
+    store, the study's database and the storage path must take writes; a cluster's address
+    must answer; a local run's trials must fit this machine. A Ray instance the caller has
     initialised already is theirs to size (it may be a cluster): an address given must be
     its own."""
     import ray
 
     plan = plan_sweep(sweep)
+    # Where the sweep writes takes writes: each refused in seconds (store_checks.py).
+    unchecked = check_tracking_store(sweep.tracking_uri)
+    if unchecked:
+        (sweep.print_line or print)(unchecked)
+    if sweep.study_storage is not None:
+        check_study_storage(sweep.study_storage)
+    check_storage_path(storage_dir(sweep))
     if ray.is_initialized():
         check_running_ray(sweep.address, ray.get_runtime_context().gcs_address)
     elif sweep.address and sweep.address != "local":
         check_ray_address(sweep.address)
     else:
         check_fits_locally(plan)
+    if sweep.resume:  # the stopped run's defining flags against this command's (resume_check.py)
+        experiment_dir = unfinished_sweep_dir(storage_dir(sweep), sweep.name)
+        check_same_sweep(plan, read_sweep_marker(experiment_dir), experiment_dir)
     return plan
 
 
 def connect_ray(address: Optional[str]) -> str:
+    """Connect to the cluster at ``address``, or start a private local instance (None,
+    "local") that stops with this process, stopping first any a killed driver left
+    (local_ray.py). A Ray instance this process has initialised already is used as it is."""
     import ray
 
     if ray.is_initialized():
         return "using the Ray instance already initialised"
-    if address:
+    if address and address != "local":
         check_ray_address(address)  # ray.init retries an unreachable address for minutes
-        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=True)
+        with ray_adapter.sigterm_handler_kept():  # the sweep's own (stop_signals.py)
+            ray.init(address=address, logging_level=logging.WARNING, log_to_driver=True)
         return f"connected to Ray at {address}"
-    # A private local instance with no dashboard. Its GCS, raylet and workers still
-    # listen on every interface (Ray 2.60 has no loopback-only mode), so token auth
-    # stays on: with RAY_AUTH_MODE unset, ray.init turns it on for a new local instance
-    # (and reloads Ray's cached config, which setting the variable here would not).
-    # RAY_AUTH_MODE=disabled opts out.
-    ray.init(include_dashboard=False, logging_level=logging.WARNING, log_to_driver=True)
-    return f"started a local Ray instance ({ray.cluster_resources().get('CPU', 0):g} CPUs)"
+    # A private local instance that does not outlive this process, never a `ray start`
+    # cluster a bare ray.init() would join (local_ray.py). Its processes inherit this
+    # environment: not the tracking server's credentials.
+    with mlflow_credentials_hidden():
+        return local_ray.start()
 
 
 def concurrency_for(per_trial: Mapping[str, float], sweep: Sweep) -> tuple[int, str]:
@@ -613,7 +659,8 @@ def _searcher(plan: Plan, sweep_token: str = ""):
         first = [dict(point) for point in sweep.points] or [plan.baseline_point]
     return FailureAwareOptunaSearch(plan.space.define_by_run, metric=metrics if len(metrics) > 1 else metrics[0],
                         mode=modes if len(modes) > 1 else modes[0], sampler=sampler,
-                        points_to_evaluate=first, seed=sweep.seed, repeats=sweep.repeats, sweep_token=sweep_token)
+                        points_to_evaluate=first, seed=sweep.seed, repeats=sweep.repeats, sweep_token=sweep_token,
+                        budget=sweep.num_samples)
 
 
 def early_stopping(sweep: Sweep) -> str:
@@ -664,21 +711,38 @@ def _trial_resources(config_for: Callable[[Mapping[str, Any]], Any], fallback: M
 SWEEP_MARKER = "accelsweep-sweep.json"
 
 
-def _write_sweep_marker(experiment_dir: str, parent_run_id: str, status: str) -> None:
-    """What --resume needs besides Tune's state: the MLflow parent run, and whether the
-    sweep ended (a finished sweep is not resumed)."""
+def _write_sweep_marker(experiment_dir: str, parent_run_id: str, status: str,
+                        defines: Optional[Mapping[str, Any]] = None) -> None:
+    """What --resume needs besides Tune's state: the MLflow parent run, whether the sweep
+    ended (a finished sweep is not resumed), and what defines it (``defines``, written at
+    the start and kept: resume_check.py; no credential in it). Replaced whole (a rename):
+    a driver killed while writing leaves the previous marker."""
     os.makedirs(experiment_dir, exist_ok=True)
-    with open(os.path.join(experiment_dir, SWEEP_MARKER), "w") as marker:
-        json.dump({"parent_run_id": parent_run_id, "status": status}, marker)
+    marker = {**read_sweep_marker(experiment_dir), "parent_run_id": parent_run_id, "status": status}
+    if defines is not None:
+        marker["defines"] = dict(defines)
+    path = os.path.join(experiment_dir, SWEEP_MARKER)
+    with open(path + ".tmp", "w") as new:
+        json.dump(marker, new)
+    os.replace(path + ".tmp", path)
+
+
+def read_sweep_marker(experiment_dir: str) -> dict[str, Any]:
+    """The marker of the sweep in ``experiment_dir``; {} when it has none, or one cut
+    short (by a driver killed as it wrote it, before markers were replaced whole)."""
+    try:
+        with open(os.path.join(experiment_dir, SWEEP_MARKER)) as marker:
+            return json.load(marker)
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
 
 
 def unfinished_sweep_dir(storage: str, name: str) -> str:
     """The newest run of sweep ``name`` under ``storage`` that did not finish."""
     candidates = []
     for marker_path in glob.glob(os.path.join(storage, f"{name}-*", SWEEP_MARKER)):
-        with open(marker_path) as marker:
-            status = json.load(marker).get("status")
         directory = os.path.dirname(marker_path)
+        status = read_sweep_marker(directory).get("status")
         if status != "finished" and os.path.exists(os.path.join(directory, "tuner.pkl")):
             candidates.append(directory)
     if not candidates:
@@ -713,18 +777,32 @@ def run_sweep(sweep: Sweep) -> SweepResult:
     Callable many times in one process (a notebook), each sweep with its own store and
     experiment. A Ray instance this call started is shut down before it returns (also
     when the sweep fails); one the caller had initialised is left running. Process-wide
-    settings (``sweep_settings``) are put back as they were."""
+    settings (``sweep_settings``) are put back as they were.
+
+    SIGINT or SIGTERM (on the main thread) stops the sweep cleanly, then raises
+    ``SweepInterrupted`` (stop_signals.py): running trials end as interrupted, and the
+    same sweep with ``resume=True`` continues it. A storage path that fills up (or turns
+    read-only) meanwhile stops it the same way, then raises SweepStopped (storage_watch.py)."""
     import ray
 
     started = time.monotonic()
-    plan = preflight(sweep)
-    ray_was_running = ray.is_initialized()
-    with sweep_settings():
-        try:
-            return _run(plan, started)
-        finally:
-            if not ray_was_running and ray.is_initialized():
-                ray.shutdown()  # the instance this sweep started: nothing else uses it
+    with StopSignals(sweep.print_line) as stop:
+        plan = preflight(sweep)  # a signal meanwhile: acted on once it is done (a store may be created)
+        stop.raise_if_requested()
+        ray_was_running = ray.is_initialized()
+        with sweep_settings(), mlflow_credentials_restored():  # a server's credentials: set by SweepTracker
+            try:
+                result = _run(plan, started, stop)
+            except OSError as error:  # a write of the sweep's own on a disk that filled up or went read-only
+                stopped = storage_error_stopped(error, storage_dir(sweep))
+                if stopped is None:
+                    raise
+                raise stopped from None
+            finally:
+                if not ray_was_running and ray.is_initialized():
+                    local_ray.shutdown()  # the instance this sweep started: nothing else uses it
+        stop.raise_if_requested(result)
+        return result
 
 
 # Set for a sweep's duration only (sweep_settings); a value the caller set is kept.
@@ -736,6 +814,7 @@ SWEEP_ENVIRONMENT = {
     # a killed driver can lose, and what --resume picks up from.
     "TUNE_GLOBAL_CHECKPOINT_S": "5",
     "RAY_USAGE_STATS_ENABLED": "0",  # read by ray.init (connect_ray)
+    **MLFLOW_REQUEST_SETTINGS,  # short retries per request: the tracker's buffer waits out an outage
 }
 # ...with Tune's loggers off, Tune's result grid finds no result files: it need not say
 # so. And ray.init sets the level of Ray's own logger.
@@ -768,36 +847,54 @@ def sweep_settings() -> Iterator[None]:
             logging.getLogger(name).setLevel(level)
 
 
-def _run(plan: Plan, started: float) -> SweepResult:
-    from accelsweep.trainables.tracking import SweepTracker
-
+def _run(plan: Plan, started: float, stop: StopSignals) -> SweepResult:
     sweep = plan.sweep
     say = sweep.print_line or (lambda line: print(line, flush=True))
-    tracker = SweepTracker(sweep.tracking_uri, sweep.experiment or sweep.name)
+    tracker = open_tracker(sweep.tracking_uri, sweep.experiment or sweep.name, sweep.tracking_wait_s, say)
     concurrency = _connect_and_announce(plan, say)
+    stop.claim()  # ray.init put its core worker's C++ SIGTERM handler over the sweep's
+    stop.raise_if_requested()
     parent_metrics = dict(sweep.parent_metrics)  # the Sweep is the caller's: not changed
     if sweep.before_trials is not None and not sweep.resume:
-        parent_metrics.update(sweep.before_trials(plan))
+        with stop.at_once():
+            parent_metrics.update(sweep.before_trials(plan))
     # The sweep's best so far, which each trial reads as it starts (rejection); one per run
     # of the driver: a resumed sweep's is filled again from the records Tune restores.
     board_name = f"accelsweep-board-{uuid.uuid4().hex[:12]}" if rejects(sweep) else None
     # Held here for the sweep's duration: Ray ends a named actor with its last handle.
     board = SweepBoard.start(board_name, sweep.objectives[0].mode) if board_name else None
     trainable = _tune_trainable(plan, board_name)
-    storage = os.path.abspath(os.path.expanduser(sweep.storage_path or "~/ray_results"))
+    storage = storage_dir(sweep)
+    stop.raise_if_requested()  # the last moment at which nothing of the sweep is written
     if sweep.resume:
         run = _resume(plan, trainable, storage, tracker, say)
     else:
         run = _start(plan, trainable, storage, tracker, concurrency)
     run.callback.board_name, run.callback._board = board_name, board
+    run.callback.deadline = deadline_for(sweep.trial_timeout_s)  # this run's flag, also on --resume
+    watch = run.callback.storage_watch = StorageWatch(storage, sweep.print_line)  # stops it before the disk is full
     status = "FAILED"
     try:
-        run.tuner.fit()
-        interrupted = any(r.status == INTERRUPTED for r in run.callback.records.values())
+        with stop.through_tune(), tracker.buffer.stopping_tune(), watch.stopping_tune():
+            run.tuner.fit()  # stopped as it begins after a signal meanwhile: its state saved for --resume
+        if not stop.requested:
+            tracker.buffer.drain()  # MLflow writes kept while its store was away: written, or given up on
+        interrupted = stop.requested or tracker.buffer.gave_up or watch.tripped or any(
+            r.status == INTERRUPTED for r in run.callback.records.values())
         status = "KILLED" if interrupted else "FINISHED"
+    except SweepInterrupted:  # a second signal: Tune's loop was not waited for
+        run.callback.on_experiment_end(trials=[])  # the trials still running end as interrupted
+        status = "KILLED"
     finally:
         result = _finish(plan, run, tracker, status, time.monotonic() - started, parent_metrics)
     say(result.summary)
+    if not stop.requested:
+        tracker.buffer.drain()  # the end's own writes (its report), should the store go away then
+    if tracker.buffer.gave_up:
+        _write_sweep_marker(run.experiment_dir, run.parent_run_id, INTERRUPTED)  # for --resume, also if it ended
+        raise tracker.buffer.stopped()  # says where its writes are, and to --resume
+    if watch.tripped:
+        raise watch.stopped()  # how much is free, and to --resume once there is room
     if status == "KILLED":
         say(f"interrupted: run the same command with --resume to continue {run.experiment_dir}")
     return result
@@ -871,14 +968,23 @@ def _resume(plan: Plan, trainable, storage: str, tracker, say: Callable[[str], N
 
     sweep = plan.sweep
     experiment_dir = unfinished_sweep_dir(storage, sweep.name)
+    tracker.buffer.keep_in(experiment_dir)  # MLflow writes the stopped run kept (its store was away): first
+    restore_tuner_file(experiment_dir)  # a kill during a resumed run's save may have cut it short
     tuner = tune.Tuner.restore(experiment_dir, trainable, resume_unfinished=True, resume_errored=False)
     callback = _callback_of(tuner)
     callback._tracker, callback.print_line = tracker, sweep.print_line
-    parent_run_id = tracker.parent_run_id = callback.parent_run_id
+    # Pickled without a database password (secrets.py): this command's, checked the same
+    # store in preflight (resume_check.py).
+    callback.tracking_uri = tracker.tracking_uri
+    if callback.study is not None:
+        callback.study.url = sweep.study_storage or default_study_storage(sweep.tracking_uri, storage)
+    parent_run_id = tracker.parent_run_id = tracker.buffer.run_id_of(callback.parent_run_id)
     tracker.reopen(parent_run_id, tags={"status": "running", "resumed": datetime.datetime.now().isoformat()})
-    # Tune hands the callback its saved records when fit() starts (set_state), and
-    # those are dropped from the orphans then.
-    callback.orphans = {run_id: tags.get("searched", "") for run_id, tags in tracker.trial_runs().items()}
+    # What the killed driver did after Tune's last save, from MLflow (resumed_runs.py): the
+    # callback takes it with its saved records when fit() starts (set_state).
+    callback.stopped = read_stopped_sweep(experiment_dir, tracker)
+    if callback.stopped.saved_trials is None:  # killed before Tune's first save: no trial had started
+        ray_adapter.start_afresh(tuner)
     say(f"resuming {experiment_dir} (MLflow parent run {parent_run_id})")
     return _Run(tuner, callback, experiment_dir, parent_run_id)
 
@@ -898,12 +1004,14 @@ def _start(plan: Plan, trainable, storage: str, tracker, concurrency: int) -> _R
                           "scheduler": sweep.scheduler, "seed": sweep.seed, "max_concurrent_trials": concurrency,
                           "objectives": ", ".join(f"{o.mode} {o.metric}" for o in sweep.objectives),
                           "reject_ratio": sweep.reject_ratio if rejects(sweep) else None,
-                          "max_compile_s": sweep.max_compile_s, "repeats": sweep.repeats,
+                          "max_compile_s": sweep.max_compile_s, "trial_timeout_s": sweep.trial_timeout_s,
+                          "repeats": sweep.repeats,
                           "search_space": "; ".join(plan.space.describe()), "keep_emulated": sweep.keep_emulated})
     study = _study(plan, storage, f"{sweep.name}-{stamp}")
+    study.claim()  # its name is the parent run's, unique in the database (two sweeps in one second)
     sweep_tags.update({METRICS_TAG: metrics_tag(plan.metrics), KNOBS_TAG: json.dumps(list(plan.space.distributions)),
                        "optuna_study": study.name, "optuna_storage": redact_uri(study.url)})
-    parent_run_id = tracker.start_sweep(f"{sweep.name}-{stamp}", parent_params, sweep_tags)
+    parent_run_id = tracker.start_sweep(study.name, parent_params, sweep_tags)
     trial_tags = {**env_tags, "sweep": sweep.name, "platform": sweep.base.platform,
                   "instance_type": sweep_tags["instance_type"]}
     callback = SweepCallback(tracker, plan.complete_config, plan.resources_of, plan.baseline_point,
@@ -911,8 +1019,8 @@ def _start(plan: Plan, trainable, storage: str, tracker, concurrency: int) -> _R
                              time_budget_s=sweep.time_budget_s, metrics=plan.metrics,
                              objective_metrics=[metric for metric, _ in plan.objectives],
                              sweep_token=f"{sweep.name}-{stamp}-{uuid.uuid4().hex[:8]}", study=study)
-    experiment_dir = os.path.join(storage, f"{sweep.name}-{stamp}")
-    _write_sweep_marker(experiment_dir, parent_run_id, "running")
+    experiment_dir = claim_experiment_dir(storage, study.name)  # another sweep's of the same second not shared
+    tracker.buffer.keep_in(experiment_dir)  # where MLflow writes are kept if its store stops answering
     tuner = tune.Tuner(
         trainable,
         tune_config=tune.TuneConfig(search_alg=_searcher(plan, callback.sweep_token), scheduler=_scheduler(plan),
@@ -923,6 +1031,9 @@ def _start(plan: Plan, trainable, storage: str, tracker, concurrency: int) -> _R
                                   callbacks=[callback], verbose=0,
                                   failure_config=tune.FailureConfig(max_failures=sweep.retries)),
     )
+    # After Tune's tuner.pkl: a sweep with a marker can always be resumed (resumed_runs.py).
+    keep_tuner_file(experiment_dir)
+    _write_sweep_marker(experiment_dir, parent_run_id, "running", defines=defining_flags(plan))
     return _Run(tuner, callback, experiment_dir, parent_run_id)
 
 
@@ -944,11 +1055,21 @@ def _finish(plan: Plan, run: _Run, tracker, status: str, elapsed_s: float,
     from accelsweep.sweeps.driver.searchers import searched_out
 
     sweep = plan.sweep
-    for run_id in tracker.trial_runs(only_running=True):
-        # A run left RUNNING by a driver that died, whose trial Tune did not run again.
-        tracker.finish(run_id, "FAILED", tags={"status": "failed", "error_class": "Lost", "error_cause": "killed",
-                                               "error": "its sweep's driver stopped while it ran"})
-    _write_sweep_marker(run.experiment_dir, run.parent_run_id, status.lower())
+    run.callback.adopt_run_ids()  # of runs created while MLflow's store was away, written since
+    run.parent_run_id = tracker.parent_run_id = tracker.buffer.run_id_of(run.parent_run_id)
+    # A store that does not answer can be read nothing from: --resume closes what is left open.
+    for run_id, tags in (tracker.trial_runs(only_running=True) if tracker.buffer.answering else {}).items():
+        if tags.get("status") == REUSED:  # a reused proposal's run its driver died before closing
+            tracker.finish(run_id, "FINISHED")
+            continue
+        if status == "KILLED":  # the sweep was interrupted (a signal): --resume runs it again
+            tracker.finish(run_id, "KILLED", tags={"status": INTERRUPTED})
+            continue
+        # A run left RUNNING by a driver that died, whose trial the resumed sweep did not run
+        # again (resumed_runs.py proposes it first: its time budget or search ended before).
+        tracker.finish(run_id, "FAILED", tags={"status": "failed", "error_class": LOST, "error_cause": "killed",
+                                               "error": "its sweep's driver stopped while it ran, and the resumed "
+                                                        "sweep ended before running it again"})
     records = sorted(run.callback.records.values(), key=lambda r: r.number)
     records = [r for r in records if r.run_id is not None]
     first_metric, first_mode = plan.objectives[0]
@@ -980,8 +1101,10 @@ def _finish(plan: Plan, run: _Run, tracker, status: str, elapsed_s: float,
                          "pareto_trials": ", ".join(str(r.number) for r in pareto) or "none",
                          "verdict": judged.text if judged is not None else "none: no baseline or best measured",
                          SEARCHED_OUT_TAG: str(searched_out(run.callback.sweep_token)).lower()})
-    if sweep.report:
+    if sweep.report and tracker.buffer.answering:  # the report reads the store
         log_report(tracker, run.parent_run_id, study=run.callback.study, say=sweep.print_line)
+    # Last: a driver killed before this leaves a sweep --resume finishes (its parent run closed).
+    _write_sweep_marker(run.experiment_dir, run.parent_run_id, INTERRUPTED if status == "KILLED" else status.lower())
     return SweepResult(records=records, best=best, baseline=baseline, parent_run_id=run.parent_run_id,
                        experiment_id=tracker.experiment_id, summary=text, pareto=pareto,
                        tracking_uri=tracker.tracking_uri, mean_overhead_s=mean_overhead_s(records))

@@ -18,11 +18,13 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 from ray.tune import Callback
 from ray.tune.result import AUTO_RESULT_KEYS
 
+from accelsweep.sweeps.driver.deadline import TrialDeadline
 from accelsweep.trainables.cost import CostBasis, trial_cost_usd
 from accelsweep.trainables.failures import ERROR, failure_cause, one_line
 from accelsweep.trainables.measure import HOST_LOADED
 from accelsweep.trainables.metrics import TRAINING_METRICS, MetricSet
 from accelsweep.trainables.microbench import NOISY_CV
+from accelsweep.trainables.secrets import redact_uri
 from accelsweep.trainables.tracking import SweepTracker
 
 FINISHED, STOPPED_EARLY, FAILED, CUT_BY_BUDGET = "finished", "stopped early", "failed", "cut by time budget"
@@ -63,6 +65,9 @@ class TrialRecord:
     reused_from: Optional[int] = None  # REUSED: the number of the trial whose result this is
     ordinal: int = 0  # among the trials that ran (not REUSED): how far the sweep's num_samples it is
     curves_logged: bool = False  # its per-window curves are in MLflow
+    # Ended, with its result, by a driver killed before Tune saved that: rebuilt from its
+    # MLflow run on --resume (resumed_runs.py), not run again.
+    recovered: bool = False
 
     def metric(self, name: str) -> float:
         value = self.result.get(name, float("nan"))
@@ -165,9 +170,14 @@ class SweepCallback(Callback):
         self.total_trials = total_trials
         self.print_line = print_line
         self.records: dict[str, TrialRecord] = {}
-        # On --resume: MLflow runs of trials Tune's saved state does not know (run id ->
-        # searched config): a killed driver started them after Tune's last save.
-        self.orphans: dict[str, str] = {}
+        # On --resume (resumed_runs.py): what a killed driver did after Tune's last save, read
+        # from MLflow (set by api._resume, taken with the saved records); the runs that new
+        # Tune trials continue (their own, by trial id; one cut off by the kill, by config);
+        # the highest trial number MLflow has (numbers go on after it: none is given twice).
+        self.stopped = None
+        self.runs_of_saved_trials: dict[str, Any] = {}
+        self.cut_off_runs: list = []
+        self.number_floor = 0
         # The sweep's best so far, for its trials' rejection rule (trainables/rejection.py),
         # a Ray actor looked up by name; and where its searcher leaves reused proposals.
         self.board_name, self._board = board_name, None
@@ -176,11 +186,18 @@ class SweepCallback(Callback):
         # written there too, with its first objective's per-window values.
         self.study = study
         self._windows: dict[str, dict[int, float]] = {}
+        # Ends a trial silent past Sweep.trial_timeout_s (deadline.py); set by run_sweep, None: no deadline.
+        self.deadline: Optional[TrialDeadline] = None
+        # Stops the sweep before its storage path fills up (storage_watch.py); set by run_sweep.
+        self.storage_watch = None
 
     def __getstate__(self):
         # Tune pickles its callbacks with the experiment state. The MLflow client, the
-        # output function and the board's handle belong to this driver process.
-        return {**self.__dict__, "_tracker": None, "print_line": None, "_board": None}
+        # output function and the board's handle belong to this driver process. A
+        # database URI's password stays here (a server's is not in the URI: secrets.py):
+        # --resume gets the URI from its flag again (api._resume).
+        return {**self.__dict__, "_tracker": None, "print_line": None, "_board": None,
+                "tracking_uri": redact_uri(self.tracking_uri)}
 
     def _offer_best(self, record: TrialRecord) -> None:
         """A measured result: the board keeps the best for the trials that start next."""
@@ -213,24 +230,52 @@ class SweepCallback(Callback):
     def set_state(self, state: dict) -> None:
         self.records = state["records"]
         self.parent_run_id = state["parent_run_id"]
+        self.adopt_run_ids()  # before the runs Tune never saved are told apart by run id
         now = time.monotonic()  # clocks of the old driver mean nothing here
         for record in self.records.values():
             record.created_at = now
-            self.orphans.pop(record.run_id, None)  # Tune knows this trial: not an orphan
             self._offer_best(record)  # this driver's board starts empty
-        # What is left are runs of trials Tune never saved: their configs are proposed
-        # first, so that each such trial runs again in its own run (on_trial_start adopts it).
-        from accelsweep.sweeps.driver.searchers import propose_again
+        self._take_over_stopped_runs()
 
-        propose_again(self.sweep_token, [json.loads(key) for key in self.orphans.values() if key])
+    def _take_over_stopped_runs(self) -> None:
+        """--resume: what the killed driver did after Tune's last save (resumed_runs.py)."""
+        stopped, self.stopped = getattr(self, "stopped", None), None
+        if stopped is not None:
+            from accelsweep.sweeps.driver.resumed_runs import take_over
+
+            take_over(self, stopped)
+
+    def _next_number(self) -> int:
+        """After every number given, MLflow's own included (a killed driver's runs)."""
+        return max([getattr(self, "number_floor", 0), *(r.number for r in self.records.values())]) + 1
+
+    def adopt_run_ids(self) -> None:
+        """A run created while MLflow's store did not answer has a placeholder id until
+        its creation is written (trainables/tracking_buffer.py): the id MLflow gave it."""
+        buffer = self.tracker.buffer
+        self.parent_run_id = buffer.run_id_of(self.parent_run_id)
+        for record in self.records.values():
+            record.run_id = buffer.run_id_of(record.run_id)
 
     # Tune creates a trial when a slot frees; its clock starts then, so actor start-up
     # and imports count toward the trial's wall time and overhead.
     def on_step_begin(self, iteration, trials, **info):
+        self._take_over_stopped_runs()  # a sweep killed before Tune's first save has no set_state
         for trial in trials:
             if trial.trial_id not in self.records:
                 self._record(trial)
         self._record_reuses()
+        if self.deadline is not None:  # checked here: this runs even while a trial is wedged
+            for trial in self.deadline.enforce(trials):
+                self._say(f"[trial {self.records[trial.trial_id].number}/{self.total_trials}] ended: "
+                          f"{self.deadline.error_of(trial.trial_id)[1]}")
+        watch = getattr(self, "storage_watch", None)  # a callback pickled before it existed has none
+        if watch is not None:
+            watch.check()
+        # MLflow writes kept while its store does not answer: tried again here too, which
+        # Tune's loop passes while no trial reports (tracking_buffer.py).
+        self.tracker.buffer.retry()
+        self.adopt_run_ids()
 
     def _record_reuses(self) -> None:
         """Each proposal the searcher answered from an earlier trial becomes a run of its
@@ -240,7 +285,7 @@ class SweepCallback(Callback):
 
         for searched, original_id in take_reuses(self.sweep_token):
             original = self.records.get(original_id)
-            number = len(self.records) + 1
+            number = self._next_number()
             try:
                 config = self.complete_config(searched)
             except ValueError:
@@ -272,34 +317,36 @@ class SweepCallback(Callback):
             resources = self.resources_of(searched)
         except ValueError:
             config, resources = dict(searched), {}
+        # On --resume, a trial of a killed driver's goes on in its run, under its number.
+        stopped_run = None
+        if getattr(self, "runs_of_saved_trials", None) or getattr(self, "cut_off_runs", None):
+            from accelsweep.sweeps.driver.resumed_runs import run_for
+
+            stopped_run = run_for(self, trial.trial_id, searched)
         record = TrialRecord(
-            number=len(self.records) + 1, trial_id=trial.trial_id, searched=searched, config=config,
-            ordinal=sum(r.status != REUSED for r in self.records.values()) + 1,
+            number=stopped_run.number if stopped_run else self._next_number(), trial_id=trial.trial_id,
+            searched=searched, config=config, ordinal=sum(r.status != REUSED for r in self.records.values()) + 1,
             resources=resources, created_at=time.monotonic(), measured_by=self.measured_by,
-            is_baseline=not any(r.is_baseline for r in self.records.values()) and searched == self.baseline,
+            is_baseline=(stopped_run.tags.get("baseline") == "true" if stopped_run else
+                         not any(r.is_baseline for r in self.records.values()) and searched == self.baseline),
+            run_id=stopped_run.run_id if stopped_run else None,
         )
         self.records[trial.trial_id] = record
         return record
 
     def on_trial_start(self, iteration, trials, trial, **info):
+        if self.deadline is not None:
+            self.deadline.started(trial.trial_id)
         record = self.records.get(trial.trial_id) or self._record(trial)
         if record.run_id is not None:
-            # A restart (retry after a lost process or node, or --resume): same trial, same run.
+            # A restart (retry after a lost process or node, or --resume: also a trial the
+            # killed driver started after Tune's last save, proposed again): same run.
             record.status, record.created_at = "running", time.monotonic()
-            self.tracker.reopen(record.run_id, tags={"status": "running", "retries": str(record.retries)})
-            return
-        searched_key = _searched_key(record.searched)
-        orphan = next((run_id for run_id, key in self.orphans.items() if key == searched_key), None)
-        if orphan is not None:
-            # Started by a driver that was killed before Tune saved this trial; the resumed
-            # searcher proposed the same config again: it is the same trial, continue its run
-            # (run again, even if it had ended: Tune had no record of its result).
-            del self.orphans[orphan]
-            record.run_id = orphan
-            self.tracker.reopen(orphan, tags={"status": "running", "trial_id": trial.trial_id})
+            self.tracker.reopen(record.run_id, tags={"status": "running", "retries": str(record.retries),
+                                                     "trial_id": trial.trial_id})
             return
         tags = {**self.trial_tags, "trial_id": trial.trial_id, "trial_number": str(record.number),
-                "searched": searched_key,
+                "searched": _searched_key(record.searched),
                 "baseline": str(record.is_baseline).lower(), "status": "running"}
         if self.cost is not None and record.resources:
             tags["cost_basis"] = self.cost.describe(record.resources)
@@ -308,6 +355,8 @@ class SweepCallback(Callback):
         record.run_id = self.tracker.start_trial(name, record.config, tags)
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
+        if self.deadline is not None:
+            self.deadline.reported(trial.trial_id)
         record = self.records[trial.trial_id]
         if result.get("trial_failed"):
             # The trial caught its own error and reported it (trainables.failures.run_isolated).
@@ -340,7 +389,8 @@ class SweepCallback(Callback):
 
     def on_trial_error(self, iteration, trials, trial, **info):
         record = self.records.get(trial.trial_id) or self._record(trial)
-        record.error_class, record.error, record.error_cause = _error_of(trial)
+        timed_out = self.deadline.error_of(trial.trial_id) if self.deadline is not None else None
+        record.error_class, record.error, record.error_cause = timed_out or _error_of(trial)
         if record.run_id is None:  # failed before it started: it still gets its run
             self.on_trial_start(iteration, trials, trial)
         self._finish(record, FAILED)

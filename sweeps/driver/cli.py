@@ -20,10 +20,11 @@ import os
 import sys
 from typing import Any, Callable, Optional, Sequence
 
-from accelsweep.trainables.errors import ConfigError
+from accelsweep.trainables.errors import ConfigError, SweepStopped
 from accelsweep.trainables.cost import CostBasis, resolve_cost_basis
 from accelsweep.trainables.platforms import PLATFORM_NAMES, get_platform, resolve_platform
 from accelsweep.trainables.rejection import REJECT_RATIO
+from accelsweep.trainables.tracking_buffer import DEFAULT_WAIT_S
 
 __all__ = ["common_parser", "cost_basis", "main_guard", "platform_from_args", "sweep_options"]
 
@@ -61,9 +62,14 @@ def common_parser(description: str, default_samples: int) -> argparse.ArgumentPa
     parser.add_argument("--tracking-uri", default=os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db",
                         help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
     parser.add_argument("--experiment", default=None, help="MLflow experiment (default: the sweep's name)")
+    parser.add_argument("--tracking-wait-s", type=positive_seconds, default=DEFAULT_WAIT_S,
+                        help="when the MLflow tracking store stops answering, trials go on and their MLflow writes "
+                             "are kept in order for up to this long, written when it answers; past it the sweep "
+                             f"stops, the writes saved for --resume (default: {DEFAULT_WAIT_S:g})")
     parser.add_argument("--storage-path", default=None, help="Ray Tune storage path (default: ~/ray_results)")
     parser.add_argument("--address", default=os.environ.get("RAY_ADDRESS") or None,
-                        help="Ray cluster address (default: $RAY_ADDRESS, else a local Ray instance)")
+                        help="Ray cluster address; auto: the cluster `ray start` started on this machine "
+                             "(default: $RAY_ADDRESS, else a private local Ray instance that stops with the script)")
     parser.add_argument("--instance-type", default=None,
                         help="EC2 instance type for the price basis (default: read from EC2 metadata)")
     parser.add_argument("--price-per-hour", type=float, default=None,
@@ -87,6 +93,12 @@ def common_parser(description: str, default_samples: int) -> argparse.ArgumentPa
     parser.add_argument("--max-compile-s", type=positive_seconds, default=None,
                         help="a trial whose compile (its first step, when it compiles) runs longer fails with "
                              "cause compile (default: the study's, else no limit)")
+    parser.add_argument("--trial-timeout-s", type=positive_seconds, default=None,
+                        help="a trial that reports nothing for this long (from its start, or its last report) "
+                             "is ended: its processes and those it started are killed, its run FAILED with cause "
+                             "timeout, not retried (default: no deadline, since a legitimate compile has no known "
+                             "bound; set it above the longest gap between a trial's reports, start and compile "
+                             "included)")
     parser.add_argument("--repeat-configs", action="store_true",
                         help="run a config again when the searcher proposes it again (default: reuse its "
                              "result, tagged reused in MLflow)")
@@ -115,6 +127,8 @@ def sweep_options(args: argparse.Namespace, *, default_samples: int, default_tim
                    keep_emulated=getattr(args, "keep_emulated", False),
                    reject_ratio=None if getattr(args, "no_reject", False) else getattr(args, "reject_ratio", REJECT_RATIO),
                    max_compile_s=getattr(args, "max_compile_s", None) or default_max_compile_s,
+                   trial_timeout_s=getattr(args, "trial_timeout_s", None),
+                   tracking_wait_s=getattr(args, "tracking_wait_s", DEFAULT_WAIT_S),
                    repeats=getattr(args, "repeat_configs", False),
                    study_storage=getattr(args, "study_storage", None))
     return {**options, **fixed}
@@ -158,7 +172,19 @@ def fail(error: Exception) -> None:
 
 
 def main_guard(main) -> None:
+    """Run a script's main: bad input ends it with exit status 2 and the message; a sweep
+    stopped by SIGINT or SIGTERM (stop_signals.py) with 128 + the signal's number (130,
+    143), after it has said how to resume; one that stopped itself (SweepStopped: its MLflow
+    store did not come back) with its exit status, 75, and how to resume."""
+    from accelsweep.sweeps.driver.stop_signals import SweepInterrupted
+
     try:
         main()
     except ConfigError as error:
         fail(error)
+    except SweepStopped as stopped:
+        print(f"error: {stopped}", file=sys.stderr)
+        sys.exit(stopped.exit_status)
+    except SweepInterrupted as stop:
+        print(f"stopped: {stop}", file=sys.stderr)
+        sys.exit(stop.exit_status)

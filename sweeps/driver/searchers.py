@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 from optuna.trial import TrialState
 from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
-__all__ = ["FailureAwareOptunaSearch", "MAX_REPEATED_PROPOSALS", "config_key", "take_reuses"]
+__all__ = ["FailureAwareOptunaSearch", "MAX_REPEATED_PROPOSALS", "MeasuredRun", "ResumeNews", "config_key",
+           "take_reuses", "tell_resumed"]
 
 # Proposals in a row of configs already measured before the space counts as searched
 # out: TPE keeps proposing its best region, and a small space runs out of new points.
@@ -24,14 +26,38 @@ MAX_REPEATED_PROPOSALS = 20
 # objects Tune pickles apart, in one driver process.
 _REUSES: dict[str, list[tuple[dict, str]]] = {}
 _SEARCHED_OUT: set[str] = set()
-# Configs of trials a killed driver started after Tune's last save (their MLflow runs are
-# orphans), for the resumed searcher to propose first: a trial of that config adopts the run.
-_ORPHANED: dict[str, list[dict]] = {}
 
 
-def propose_again(sweep_token: str, configs: list[dict]) -> None:
-    """Have the sweep's (resumed) searcher propose ``configs`` next, before its own."""
-    _ORPHANED[sweep_token] = list(configs)
+@dataclass
+class MeasuredRun:
+    """A trial a killed driver measured after Tune's last save: its MLflow run has its
+    result, Tune's saved state (and so the restored searcher) has not."""
+
+    trial_id: str
+    config: dict
+    result: dict  # its MLflow metrics
+    failed: bool
+
+
+@dataclass
+class ResumeNews:
+    """What a resumed sweep's searcher must learn before its first proposal
+    (sweeps/driver/resumed_runs.py): results its saved state lacks, and the configs of
+    trials cut off by the kill, to be proposed again first."""
+
+    measured: list[MeasuredRun] = field(default_factory=list)
+    again: list[dict] = field(default_factory=list)
+    # The trials in Tune's saved state (None: it saved none): the proposals that count.
+    tune_trials: Optional[set[str]] = None
+
+
+# ResumeNews by sweep, left by the resumed callback for the searcher it cannot reach.
+_RESUME_NEWS: dict[str, ResumeNews] = {}
+
+
+def tell_resumed(sweep_token: str, news: ResumeNews) -> None:
+    """Have the sweep's (resumed) searcher learn ``news`` before it proposes again."""
+    _RESUME_NEWS[sweep_token] = news
 
 
 def config_key(config: Mapping[str, Any]) -> str:
@@ -68,27 +94,58 @@ class FailureAwareOptunaSearch(OptunaSearch):
     again. TPE re-proposes its best points (the baseline among them) as a matter of
     course; a second run of one config is noise, not information, and once it was named
     "best" at +26% with every knob unchanged. ``sweep_token`` names where the reuses are
-    left for the sweep's callback (``take_reuses``)."""
+    left for the sweep's callback (``take_reuses``).
 
-    def __init__(self, *args, repeats: bool = False, sweep_token: str = "", **kwargs):
+    On ``--resume`` (``ResumeNews``, before its first proposal) it learns the results of
+    the trials a killed driver measured after Tune's last save, so none is measured again
+    and each counts toward ``budget`` (the sweep's num_samples), and it proposes first the
+    configs of the trials the kill cut off, which then run again in their own MLflow runs."""
+
+    def __init__(self, *args, repeats: bool = False, sweep_token: str = "", budget: Optional[int] = None,
+                 **kwargs):
         super().__init__(*args, **kwargs)
-        self.repeats, self.sweep_token = repeats, sweep_token
+        self.repeats, self.sweep_token, self.budget = repeats, sweep_token, budget
         self._proposed: dict[str, str] = {}  # trial id -> config key
         self._outcomes: dict[str, tuple[str, Optional[Any]]] = {}  # config key -> (trial id, value; None: failed)
         self.reused = 0
+        self._returned = 0  # configs given to Tune: its count of trials created (SearchGenerator)
+        # Trials a killed driver measured after Tune's last save (trial id -> config key):
+        # each took one of the sweep's proposals that Tune's saved count lacks.
+        self._recovered: dict[str, str] = {}
+        # Their configs, enqueued: the proposal of each is answered with its result (config
+        # key -> [(trial id, value)]), not run.
+        self._answers: dict[str, list[tuple[str, Optional[Any]]]] = {}
+
+    def _since_resume_was_added(self) -> None:
+        """What a searcher saved by a version before these counts lacks."""
+        for name, empty in (("budget", None), ("_returned", len(getattr(self, "_ot_trials", ()))),
+                            ("_recovered", {}), ("_answers", {})):
+            self.__dict__.setdefault(name, empty)
+
+    def __setstate__(self, state: dict) -> None:  # unpickled from Tune's tuner.pkl
+        self.__dict__.update(state)
+        self._since_resume_was_added()
 
     def suggest(self, trial_id: str) -> Optional[dict]:
+        self._learn(_RESUME_NEWS.pop(self.sweep_token, None))
+        if self.budget is not None and self._returned + len(self._recovered) >= self.budget:
+            return Searcher.FINISHED  # the recovered trials took the proposals left
         # Repeats answered on the way to this trial's config: recorded (once per config)
         # when it comes; repeats that end the search (its space used up) are not news.
         answered: dict[str, tuple[dict, str]] = {}
-        for config in _ORPHANED.pop(self.sweep_token, []):
-            if config_key(config) not in self._outcomes:
-                self._ot_study.enqueue_trial(config)
         for _ in range(MAX_REPEATED_PROPOSALS):
             config = super().suggest(trial_id)
-            if config is None or config == Searcher.FINISHED or self.repeats:
+            if config is None or config == Searcher.FINISHED:
                 return self._publish(answered, config)
             key = config_key(config)
+            if self._answers.get(key):
+                # A recovered trial's config: Optuna gets its result as this proposal's, once.
+                _, value = self._answers[key].pop(0)
+                if not self._tell(self._ot_trials.pop(trial_id), value):
+                    break
+                continue
+            if self.repeats:
+                return self._publish(answered, config)
             measured = self._outcomes.get(key)
             running = key in {k for t, k in self._proposed.items() if t not in self._completed_trials}
             if measured is None and not running:
@@ -111,7 +168,52 @@ class FailureAwareOptunaSearch(OptunaSearch):
 
     def _publish(self, answered: Mapping[str, tuple[dict, str]], config: Any) -> Any:
         _REUSES.setdefault(self.sweep_token, []).extend(answered.values())
+        if isinstance(config, dict):
+            self._returned += 1
         return config
+
+    def _learn(self, news: Optional[ResumeNews]) -> None:
+        """A resumed sweep's news (idempotent: a sweep killed again before Tune saved this
+        searcher hands the same news to the next resume)."""
+        if news is None:
+            return
+        if news.tune_trials is not None:
+            # This searcher was saved a moment apart from Tune's trials (a kill in the midst of
+            # Tune's save): Tune's trials count, and a proposal no trial has is withdrawn.
+            self._returned = len(news.tune_trials)
+            for trial_id in [t for t in self._ot_trials
+                             if t not in news.tune_trials and t not in self._completed_trials]:
+                self._tell(self._ot_trials.pop(trial_id), None)
+                self._proposed.pop(trial_id, None)
+        for run in news.measured:
+            if run.trial_id in self._completed_trials or run.trial_id in self._recovered:
+                continue  # known already
+            if run.trial_id in self._ot_trials:
+                # In flight when Tune saved it, ended before the kill: Tune's saved state now
+                # says it ended (resumed_runs.py), and Tune will not tell this searcher.
+                self.on_trial_complete(run.trial_id, result=run.result, error=run.failed)
+                continue
+            # Proposed and measured after the save: unknown to this searcher's state.
+            key = config_key(run.config)
+            value = None if run.failed else self._value_of(run.result)
+            self._recovered[run.trial_id] = key
+            self._outcomes.setdefault(key, (run.trial_id, value))
+            self._answers.setdefault(key, []).append((run.trial_id, value))
+            self._enqueue(run.config)
+        for config in news.again:
+            self._enqueue(config)
+
+    def _enqueue(self, config: dict) -> None:
+        """Have ``config`` proposed before anything new, unless it waits in the queue already
+        (a sweep's ``points`` not yet proposed when Tune saved this searcher)."""
+        waiting = self._ot_study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+        if not any(config_key(t.system_attrs.get("fixed_params") or {}) == config_key(config) for t in waiting):
+            self._ot_study.enqueue_trial(config)
+
+    def _value_of(self, result: Mapping[str, Any]) -> Any:
+        if isinstance(self.metric, list):
+            return [result.get(m) for m in self.metric]
+        return result.get(self.metric)
 
     def _tell(self, ot_trial, value) -> bool:
         """Tell Optuna a proposal's value (None or not finite: failed). False when the
@@ -127,20 +229,18 @@ class FailureAwareOptunaSearch(OptunaSearch):
 
     def restore(self, checkpoint_path: str) -> None:
         super().restore(checkpoint_path)
-        # Proposals in flight when the state was saved belonged to a driver that is gone (a
-        # resumed sweep): none runs for this one. A re-proposal of such a config must run,
-        # not wait for it: that is how a killed driver's lost trial gets its MLflow run back
-        # (SweepCallback adopts an orphan run by its config).
-        self._proposed = {t: k for t, k in self._proposed.items() if t in self._completed_trials}
+        # The trials in flight when Tune saved this searcher are run again by Tune under the
+        # same ids (or marked ended: resumed_runs.py), so their proposals stay known: a result
+        # of theirs is remembered, and their config is not proposed beside them.
+        self._since_resume_was_added()
 
     def on_trial_complete(self, trial_id, result=None, error=False):
+        if trial_id not in self._ot_trials:
+            return  # a trial Tune saved a moment after this searcher (a kill in the midst of a save)
         if result and result.get("trial_failed"):
             result, error = None, True
         key = self._proposed.get(trial_id)
         if key is not None and trial_id not in self._completed_trials:
-            value = None
-            if result and not error:
-                value = ([result.get(m) for m in self.metric] if isinstance(self.metric, list)
-                         else result.get(self.metric))
+            value = self._value_of(result) if result and not error else None
             self._outcomes.setdefault(key, (trial_id, value))
         super().on_trial_complete(trial_id, result=result, error=error)

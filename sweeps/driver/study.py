@@ -86,13 +86,32 @@ class SweepStudy:
         self._recorded: Optional[set[str]] = None  # MLflow run ids the study holds, read once
 
     def __getstate__(self):
-        return {**self.__dict__, "_study": None, "_recorded": None}
+        # A database URL's password stays in this process: --resume sets the URL from its
+        # flags again (api._resume).
+        return {**self.__dict__, "_study": None, "_recorded": None, "url": redact_uri(self.url)}
 
     @property
     def study(self):
         if self._study is None:
             self._study = open_study(self.url, self.name, [mode for _, mode in self.objectives])
         return self._study
+
+    def claim(self) -> str:
+        """Create the sweep's study now, under a name no other study in the database has:
+        its own, else with -2, -3, ... after it (two sweeps of one name started in the same
+        second into one database would otherwise share a study). Returns the name."""
+        import optuna
+
+        base, modes = self.name, [mode for _, mode in self.objectives]
+        for suffix in range(1, 1000):
+            name = base if suffix == 1 else f"{base}-{suffix}"
+            try:
+                self._study = open_study(self.url, name, modes, load_if_exists=False)
+            except optuna.exceptions.DuplicatedStudyError:
+                continue
+            self.name, self._recorded = name, set()
+            return name
+        raise RuntimeError(f"{self.describe()}: 999 studies named {base}-* already")
 
     def describe(self) -> str:
         return f"Optuna study {self.name!r} in {redact_uri(self.url)}"
@@ -137,10 +156,15 @@ class SweepStudy:
         return True
 
 
-def open_study(url: str, name: str, modes: Sequence[str]):
-    """The study ``name`` in ``url``, created on first use (directions from ``modes``)."""
+def open_study(url: str, name: str, modes: Sequence[str], load_if_exists: bool = True):
+    """The study ``name`` in ``url``, created on first use (directions from ``modes``). A
+    sqlite database is created whole first, safe against other processes creating it at
+    the same moment (trainables/sqlite_store.py)."""
     import optuna
 
+    from accelsweep.trainables.sqlite_store import create_optuna_storage
+
+    create_optuna_storage(url)
     directions = ["maximize" if mode == "max" else "minimize" for mode in modes]
     with quiet_optuna():
-        return optuna.create_study(storage=url, study_name=name, directions=directions, load_if_exists=True)
+        return optuna.create_study(storage=url, study_name=name, directions=directions, load_if_exists=load_if_exists)

@@ -276,6 +276,13 @@ class Platform(abc.ABC):
 
         return time_window(call_and_wait, lambda: None, min_calls, min_seconds)
 
+    def time_jax_calls(self, call: Callable[[], Any], wait: Callable[[Any], Any], min_calls: int,
+                       min_seconds: float) -> Window:
+        """A window of calls of a JAX kernel, each timed on the host clock to ``wait``
+        (``block_until_ready``) on its output. A platform whose device is asynchronous and
+        fast may time batches instead (cuda)."""
+        return time_window(lambda: wait(call()), lambda: None, min_calls, min_seconds)
+
     def compile_stats(self) -> dict[str, float]:
         """Compiler counters for this process: graph compilations and their seconds."""
         return {}

@@ -11,7 +11,9 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
-from accelsweep.trainables.measure import Window
+from accelsweep.trainables.device_timing import (CallWaitsForDevice, HeldStream, HeldWindow, async_batch_window,
+                                                 held_batch_window)
+from accelsweep.trainables.measure import Window, time_window
 from accelsweep.trainables.errors import boolean, optional_str
 from accelsweep.trainables.platforms.base import (Detection, Platform, PlatformKnobs, PlatformUnavailable,
                                                   channels_last_format)
@@ -115,7 +117,7 @@ class CudaPlatform(Platform):
     autocast_device_type = "cuda"
     cost_unit = "GPU"
     jax_backend = "gpu"
-    call_timer = "cuda events"
+    call_timer = HeldWindow.timer  # "cuda events around a held batch"
     # Inductor's GPU kernels are Triton's: its version names the compile cache's directory too.
     compiler_packages = ("torch", "triton")
 
@@ -203,22 +205,70 @@ class CudaPlatform(Platform):
 
     def time_calls(self, call: Callable[[], Any], device: "torch.device", min_calls: int,
                    min_seconds: float) -> Window:
-        """Each call's GPU time from a pair of CUDA events; one synchronize at the window's
-        end, so the host never stalls the stream mid-window."""
+        """Device time per call, from held batches (trainables/device_timing.py): the stream
+        is held by a spin kernel while a batch of calls is enqueued, and CUDA events around
+        the batch time the GPU's work alone, never the host's launches. A call that waits
+        for the GPU itself (torchvision's NMS reads its kept count back) cannot be held:
+        it is timed on the host clock around each call and a synchronize, and says so."""
+        stream = self.held_stream()
+        try:
+            return held_batch_window(call, stream, min_calls, min_seconds, clock=self.host_clock)
+        except CallWaitsForDevice:
+            window = time_window(lambda: (call(), stream.synchronize()), stream.synchronize, min_calls, min_seconds,
+                                 clock=self.host_clock)
+            return HeldWindow(steps=window.steps, seconds=window.seconds, step_seconds=window.step_seconds,
+                              timer=CALL_SYNCHRONISES_TIMER)
+
+    def held_stream(self) -> HeldStream:
+        return _CudaStream()
+
+    def host_clock(self) -> float:
+        return time.perf_counter()
+
+    def time_jax_calls(self, call: Callable[[], Any], wait: Callable[[Any], Any], min_calls: int,
+                       min_seconds: float) -> Window:
+        """JAX gives no stream to hold: batches of async calls, one block_until_ready each."""
+        return async_batch_window(call, wait, min_calls, min_seconds, clock=self.host_clock)
+
+
+# The timer of a call that synchronises with the host (CudaPlatform.time_calls).
+CALL_SYNCHRONISES_TIMER = "host clock around each call and a synchronize (the call waits for the GPU itself)"
+
+
+class _CudaStream:
+    """The current CUDA stream as a HeldStream: ``torch.cuda._sleep`` spins it for a number
+    of GPU clock cycles, and CUDA events mark and time it."""
+
+    def __init__(self) -> None:
         import torch
 
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        events = []
-        while len(events) < min_calls or time.perf_counter() - start < min_seconds:
-            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            begin.record()
-            call()
-            end.record()
-            events.append((begin, end))
-            if len(events) % 64 == 0:
-                end.synchronize()  # keep the host at most 64 calls ahead, so the clock above means something
-        torch.cuda.synchronize()
-        seconds = time.perf_counter() - start
-        return Window(steps=len(events), seconds=seconds,
-                      step_seconds=[begin.elapsed_time(end) / 1e3 for begin, end in events])
+        self.cuda = torch.cuda
+        self.cycles_per_s = self._spin_rate()
+
+    def _spin_rate(self) -> float:
+        """Cycles of ``_sleep`` per second, measured (the first spin loads the kernel). Only
+        a first guess: held_batch_window measures each hold and corrects for the GPU's clock."""
+        cycles = 1_000_000
+        for _ in range(2):
+            begin = self.mark()
+            self.cuda._sleep(cycles)
+            end = self.mark()
+            end.synchronize()
+        return cycles / self.between(begin, end)
+
+    def hold(self, seconds: float) -> None:
+        self.cuda._sleep(max(1, int(seconds * self.cycles_per_s)))
+
+    def mark(self) -> "torch.cuda.Event":
+        event = self.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def reached(self, marker: "torch.cuda.Event") -> bool:
+        return marker.query()
+
+    def between(self, first: "torch.cuda.Event", second: "torch.cuda.Event") -> float:
+        return first.elapsed_time(second) / 1e3
+
+    def synchronize(self) -> None:
+        self.cuda.synchronize()

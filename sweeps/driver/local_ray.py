@@ -1,0 +1,297 @@
+"""The local Ray instance a sweep starts, and nothing of it left after its driver.
+
+``connect_ray`` with no address (or "local") starts a private instance here (``start``)
+and ``run_sweep`` stops it before it returns (``shutdown``). A driver killed outright
+(SIGKILL, the OOM killer) runs neither; Ray's own processes then stay (GCS, raylet, the
+agents: a listening port and memory, until someone runs ``ray stop``, which stops every
+instance of the machine). Two things keep that from happening:
+
+- **A reaper** started with the instance: ``python -m accelsweep.sweeps.driver.local_ray``,
+  in a session of its own (a signal to the driver's process group does not reach it). Its
+  stdin is a pipe whose other end only the driver holds; the kernel closes that end
+  however the driver ends, SIGKILL included. At the pipe's end (or when the driver's pid
+  is gone: a forked child may hold the pipe) it stops the instance's processes: SIGTERM,
+  then SIGKILL after ``GRACE_S``. ``shutdown`` closes the pipe after ``ray.shutdown`` and
+  waits for the reaper, which then finds nothing left, or what Ray left.
+- **A record** in the instance's session directory (``RECORD``: the driver's and the
+  reaper's pids and start times). The next ``start`` reads every record under the same
+  Ray temp directory: an instance whose driver and reaper are both gone (the reaper was
+  killed too) and whose processes are still there is stopped, and said so.
+
+The processes of an instance are those whose command line names its session directory
+(GCS, raylet, log monitor, dashboard, ...) and every process below them (the agents,
+the workers, a trial's own children), collected before any is signalled. Nothing else
+is touched: neither Ray instances that some other process started (a ``ray start``
+cluster, a notebook's ``ray.init()``), nor instances of drivers still running.
+
+Joining: a bare ``ray.init()`` joins $RAY_ADDRESS, else the cluster the last ``ray
+start`` on this machine recorded (``ray_current_cluster`` in Ray's temp directory) even
+when that cluster is gone (then it fails, or waits on it). A sweep with no address
+starts its own instance whatever is running here; ``--address auto`` joins the ``ray
+start`` cluster (cli.py reads $RAY_ADDRESS into --address).
+
+Linux only (/proc; elsewhere an instance has Ray's own shutdown only). Importing this
+module imports no Ray: the reaper starts in a blink.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import logging
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+__all__ = ["RECORD", "instance_processes", "shutdown", "start", "stop_stale_instances"]
+
+RECORD = "accelsweep-driver.json"
+# Between SIGTERM and SIGKILL. Ray's processes that still have their raylet exit in well
+# under it; orphaned agents (their raylet died with the driver) may never answer SIGTERM.
+GRACE_S = 3.0
+POLL_S = 2.0  # how often the reaper checks the driver's pid besides its pipe
+REAPER_WAIT_S = 30.0  # how long shutdown waits for the reaper (it stops what ray.shutdown left)
+
+
+@dataclass
+class _Instance:
+    session_dir: str
+    reaper: subprocess.Popen
+    pipe: int  # the driver's end of the reaper's stdin
+
+
+_current: Optional[_Instance] = None
+
+
+def start() -> str:
+    """Start a private local Ray instance with its reaper, after stopping any instance a
+    killed driver left; says what it did (one line each)."""
+    global _current
+    import ray
+
+    from accelsweep.trainables import ray_adapter
+
+    # No dashboard. The GCS, raylet and workers still listen on every interface (Ray
+    # 2.60 has no loopback-only mode), so token auth stays on: with RAY_AUTH_MODE unset,
+    # ray.init turns it on for a new local instance (and reloads Ray's cached config,
+    # which setting the variable here would not). RAY_AUTH_MODE=disabled opts out.
+    # address="local": a new instance even where a bare ray.init() would join one.
+    with ray_adapter.sigterm_handler_kept():
+        context = ray.init(address="local", include_dashboard=False, logging_level=logging.WARNING,
+                           log_to_driver=True)
+    session_dir = context.address_info["session_dir"]
+    cpus = ray.cluster_resources().get("CPU", 0)
+    if not os.path.isdir("/proc"):  # not Linux: Ray's own shutdown only
+        return f"started a local Ray instance ({cpus:g} CPUs; session {session_dir})"
+    lines = stop_stale_instances(os.path.dirname(session_dir), keep=session_dir)
+    read_end, write_end = os.pipe()  # not inherited by what this process starts later (PEP 446)
+    log_path = os.path.join(session_dir, "logs", "accelsweep-reaper.log")
+    with open(log_path, "ab") as log:
+        reaper = subprocess.Popen([sys.executable, "-m", __name__, "--driver-pid", str(os.getpid()),
+                                   "--session-dir", session_dir],
+                                  stdin=read_end, stdout=log, stderr=log, start_new_session=True)
+    os.close(read_end)
+    _current = _Instance(session_dir, reaper, write_end)
+    _write_json(os.path.join(session_dir, RECORD),
+                {"driver_pid": os.getpid(), "driver_started": _started_at(os.getpid()),
+                 "reaper_pid": reaper.pid, "reaper_started": _started_at(reaper.pid)})
+    lines.append(f"started a local Ray instance ({cpus:g} CPUs; session {session_dir}; it stops with this driver)")
+    return "\n".join(lines)
+
+
+def shutdown() -> None:
+    """``ray.shutdown()``; for the instance ``start`` started, also its reaper (which stops
+    whatever of the instance ray.shutdown left) and its record."""
+    global _current
+    import ray
+
+    ray.shutdown()
+    instance, _current = _current, None
+    if instance is None:
+        return
+    os.close(instance.pipe)
+    try:
+        instance.reaper.wait(timeout=REAPER_WAIT_S)
+    except subprocess.TimeoutExpired:
+        pass  # it goes on alone; the record says whose it is
+    _remove(os.path.join(instance.session_dir, RECORD))
+
+
+def stop_stale_instances(temp_dir: str, keep: str = "") -> list[str]:
+    """Stop every instance under ``temp_dir`` (Ray's temp directory) that a sweep driver
+    started, whose driver and reaper are both gone and whose processes are still
+    there; one line for each. ``keep``: a session directory left alone."""
+    lines = []
+    for record_path in sorted(glob.glob(os.path.join(temp_dir, "session_*", RECORD))):
+        session_dir = os.path.dirname(record_path)
+        if session_dir == keep:
+            continue
+        try:
+            with open(record_path) as record_file:
+                record = json.load(record_file)
+        except (OSError, ValueError):
+            continue  # being written, or not ours to judge
+        if _alive(record.get("driver_pid"), record.get("driver_started")) or \
+                _alive(record.get("reaper_pid"), record.get("reaper_started")):
+            continue  # a sweep still running, or a reaper stopping it now
+        pids = instance_processes(session_dir)
+        if pids:
+            stop_processes(pids)
+            lines.append(f"stopped a Ray instance left running by a sweep driver that is gone (pid "
+                         f"{record.get('driver_pid')}; session {session_dir}): {len(pids)} processes")
+        _remove(record_path)
+    return lines
+
+
+def instance_processes(session_dir: str, exclude: tuple[int, ...] = ()) -> list[int]:
+    """The live processes of the Ray instance whose session directory is ``session_dir``:
+    those whose command line names it or that hold a file open under it (every Ray
+    process writes its logs there: the agents and workers, whose command lines Ray
+    rewrites to "ray::...", and what a trial started with its output), and every
+    process below them. ``exclude``: pids that are not (the driver itself logs there)."""
+    session_dir = session_dir.rstrip("/")
+    named = re.compile(re.escape(session_dir) + r"(?=/|$)")
+    table = _process_table()
+    roots = [pid for pid, (_, args) in table.items()
+             if pid not in exclude and pid != os.getpid()
+             and (any(named.search(arg) for arg in args) or _holds_file_under(pid, session_dir))]
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _) in table.items():
+        children.setdefault(parent, []).append(pid)
+    found, todo = set(), list(roots)
+    while todo:
+        pid = todo.pop()
+        if pid not in found and pid not in exclude and pid != os.getpid():
+            found.add(pid)
+            todo += children.get(pid, [])
+    return sorted(found)
+
+
+def stop_processes(pids: list[int], grace_s: float = GRACE_S) -> None:
+    """SIGTERM each, then SIGKILL what is still there after ``grace_s``."""
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, grace_s)):
+        left = [pid for pid in pids if _running(pid)]
+        for pid in left:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + wait_s
+        while any(_running(pid) for pid in left) and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+
+# ---- the reaper -------------------------------------------------------------------------
+
+def _reap(driver_pid: int, session_dir: str) -> None:
+    """Wait for the driver to end (its pipe on stdin closes, or its pid goes), then stop
+    its instance. A stop that starts more of the instance's processes (a raylet starting
+    a worker as it goes) is followed by another round."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
+    driver_started = _started_at(driver_pid)
+    while True:
+        readable, _, _ = select.select([sys.stdin.fileno()], [], [], POLL_S)
+        if readable and not os.read(sys.stdin.fileno(), 4096):
+            break  # the driver's end closed: it shut its instance down, or it died
+        if not _alive(driver_pid, driver_started):
+            break
+    for _ in range(3):
+        pids = instance_processes(session_dir, exclude=(driver_pid,))
+        if not pids:
+            break
+        print(f"{time.strftime('%H:%M:%S')} driver {driver_pid} gone: stopping {len(pids)} processes {pids}",
+              flush=True)
+        stop_processes(pids)
+    _remove(os.path.join(session_dir, RECORD))
+
+
+# ---- /proc ------------------------------------------------------------------------------
+
+def _process_table() -> dict[int, tuple[int, list[str]]]:
+    """pid -> (parent pid, command line) of every live process this user can read."""
+    table = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+            if fields[0] == "Z":
+                continue  # a zombie is gone but for its exit status
+            with open(f"/proc/{name}/cmdline", "rb") as cmdline:
+                args = cmdline.read().decode("utf-8", "replace").split("\0")
+        except OSError:
+            continue  # ended meanwhile
+        table[int(name)] = (int(fields[1]), args)
+    return table
+
+
+def _holds_file_under(pid: int, directory: str) -> bool:
+    try:
+        descriptors = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False  # ended, or another user's
+    for descriptor in descriptors:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{descriptor}").startswith(directory + "/"):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def _stat_fields(pid: int) -> Optional[list[str]]:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _started_at(pid: int) -> Optional[int]:
+    """The process's start time (clock ticks since boot): with its pid, it names one
+    process even after the pid is reused."""
+    fields = _stat_fields(pid)
+    return int(fields[19]) if fields else None
+
+
+def _running(pid: int) -> bool:
+    fields = _stat_fields(pid)
+    return fields is not None and fields[0] != "Z"
+
+
+def _alive(pid: Optional[int], started: Optional[int]) -> bool:
+    return isinstance(pid, int) and _running(pid) and _started_at(pid) == started
+
+
+def _write_json(path: str, values: dict) -> None:
+    partial = f"{path}.{os.getpid()}.tmp"
+    with open(partial, "w") as out:
+        json.dump(values, out)
+    os.replace(partial, path)
+
+
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    parser = argparse.ArgumentParser(description="Stop a local Ray instance when the driver that started it ends.")
+    parser.add_argument("--driver-pid", type=int, required=True)
+    parser.add_argument("--session-dir", required=True)
+    args = parser.parse_args(argv)
+    _reap(args.driver_pid, args.session_dir)
+
+
+if __name__ == "__main__":
+    main()

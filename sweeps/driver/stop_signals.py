@@ -1,0 +1,194 @@
+"""SIGINT and SIGTERM end a sweep the way Ctrl-C ends a Ray Tune run, and the script with
+a stated exit status.
+
+SIGTERM is what ``kill``, systemd, tmux and batch schedulers send; Ctrl-C in a terminal
+is SIGINT. Either one, while ``run_sweep`` runs:
+
+- while trials run (Tune's loop): Tune is told to stop as its own Ctrl-C handler would
+  (it saves the experiment one last time and stops the trials); the trials still running
+  end as interrupted (MLflow KILLED, tag ``status`` interrupted), the parent run too, and
+  the sweep's marker says interrupted;
+- in ``Sweep.before_trials`` (a precompile phase may run for minutes): at once;
+- anywhere else (the checks, a store being created, Ray starting, the parent run being
+  opened or closed: seconds each): that step ends first, then the sweep stops there.
+
+Then the Ray instance the sweep started is stopped, the resume hint is printed, and
+``run_sweep`` raises ``SweepInterrupted`` (a KeyboardInterrupt), which the scripts
+(``cli.main_guard``) turn into exit status 128 + the signal's number, as a shell reports
+a process a signal ended: 130 for SIGINT, 143 for SIGTERM. A second signal stops at once,
+without waiting for the trials to stop (--resume closes what it left open).
+
+Why the sweep handles them itself: ray.init sets SIGTERM to exit the driver, and a local
+head node to kill the instance's processes first; the driver's core worker then finds its
+raylet gone and aborts (SIGABRT, a C++ stack trace) and the parent run ends FAILED. Tune
+itself handles SIGINT only (and SIGUSR1); here its SIGINT handler is off
+(TUNE_DISABLE_SIGINT_HANDLER) and both signals reach Tune's stop the same way.
+
+To the driver's pid, that is: a SIGTERM sent to its whole process group (bash's ``kill
+%job``, systemd's default KillMode=control-group) reaches the local Ray instance's own
+processes too (Ray's processes block SIGINT only, so Ctrl-C in a terminal is fine): they
+stop at once, the sweep cannot close its trials, and the driver ends some 60 s later when
+its Ray client gives up, its runs left RUNNING (--resume closes them; nothing of Ray
+stays, local_ray.py). Use KillMode=mixed, or signal the driver's pid.
+
+The handlers are set for the sweep's duration and the previous ones put back after it
+(run_sweep may run in a notebook). Only the main thread can set them: a sweep run from
+another thread leaves signals to the process's own handlers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import threading
+import time
+from typing import Any, Callable, Iterator, Optional
+
+from accelsweep.trainables import ray_adapter
+
+__all__ = ["STOP_SIGNALS", "StopSignals", "SweepInterrupted"]
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# Tune's own lines on a stop ("Resume experiment with: Tuner.restore(...)", "Trials did
+# not complete") would contradict the sweep's: they are kept quiet while it stops.
+TUNE_LOGGER = "ray.tune.tune"
+AT_ONCE, AFTER_STEP, THROUGH_TUNE = "at once", "after the step", "through Tune"
+
+
+class SweepInterrupted(KeyboardInterrupt):
+    """A sweep stopped by SIGINT or SIGTERM. Raised by ``run_sweep`` once the sweep has
+    closed its runs and stopped the Ray instance it started (``result``: its summary, None
+    when it stopped before its parent run was opened)."""
+
+    def __init__(self, signum: int, result: Any = None):
+        super().__init__(signum)
+        self.signum, self.result = signum, result
+
+    @property
+    def exit_status(self) -> int:
+        return 128 + self.signum
+
+    def __str__(self) -> str:
+        return f"interrupted by {signal.Signals(self.signum).name} (exit status {self.exit_status})"
+
+
+class StopSignals:
+    """The sweep's SIGINT and SIGTERM handlers, as a context for its duration. What a
+    signal does depends on the step the sweep is in: in ``through_tune`` it stops Tune's
+    loop, in ``at_once`` it raises SweepInterrupted there; anywhere else it is acted on
+    where the sweep calls ``raise_if_requested`` (between steps)."""
+
+    def __init__(self, say: Optional[Callable[[str], None]] = None):
+        self.say = say or (lambda line: print(line, flush=True))
+        self.received: Optional[int] = None
+        self.mode = AFTER_STEP
+        self.active = False
+        self._previous: dict[int, Any] = {}
+        self._tune_handler_setting: Optional[str] = None
+        self._tune_logger_level = logging.NOTSET
+
+    @property
+    def requested(self) -> bool:
+        return self.received is not None
+
+    def __enter__(self) -> "StopSignals":
+        if threading.current_thread() is not threading.main_thread():
+            return self  # signal.signal works on the main thread only
+        self._previous = {signum: signal.getsignal(signum) for signum in (*STOP_SIGNALS, signal.SIGUSR1)}
+        self._tune_handler_setting = os.environ.get("TUNE_DISABLE_SIGINT_HANDLER")
+        os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
+        self._tune_logger_level = logging.getLogger(TUNE_LOGGER).level
+        if ray_adapter.tune_interrupt_handler() is not None:
+            # An earlier Tune run's, which Tune leaves set: taken for this sweep's, it
+            # would stop nothing while this sweep's fit sets up its own.
+            signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+        self.active = True
+        self.claim()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if not self.active:
+            return
+        self.active = False
+        for signum, previous in self._previous.items():
+            # None: a handler set outside Python (a C library's), which Python cannot set again.
+            signal.signal(signum, signal.SIG_DFL if previous is None else previous)
+        if self._tune_handler_setting is None:
+            os.environ.pop("TUNE_DISABLE_SIGINT_HANDLER", None)
+        else:
+            os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = self._tune_handler_setting
+        logging.getLogger(TUNE_LOGGER).setLevel(self._tune_logger_level)
+
+    def claim(self) -> None:
+        """Set the handlers (again): starting Ray puts its core worker's C++ handler over
+        SIGTERM (it prints a stack trace, then calls the previous one)."""
+        if self.active:
+            for signum in STOP_SIGNALS:
+                signal.signal(signum, self._handle)
+
+    @contextlib.contextmanager
+    def at_once(self) -> Iterator[None]:
+        """A step a signal may cut short (it has written nothing the sweep keeps)."""
+        with self._mode(AT_ONCE):
+            yield
+
+    @contextlib.contextmanager
+    def through_tune(self) -> Iterator[None]:
+        """Tune's loop (``Tuner.fit``): a signal ends it as Tune's Ctrl-C does, one that
+        came before it (the parent run being opened) as soon as it begins: its state is
+        saved then, which --resume needs."""
+        with self._mode(THROUGH_TUNE):
+            if self.requested:
+                self._stop_tune_when_it_begins()
+            yield
+
+    def raise_if_requested(self, result: Any = None) -> None:
+        if self.received is not None:
+            raise SweepInterrupted(self.received, result)
+
+    @contextlib.contextmanager
+    def _mode(self, mode: str) -> Iterator[None]:
+        before, self.mode = self.mode, mode
+        try:
+            yield
+        finally:
+            self.mode = before
+
+    def _handle(self, signum: int, frame) -> None:
+        name = signal.Signals(signum).name
+        if self.received is not None:
+            self._say(f"{name} again: stopping at once")
+            raise SweepInterrupted(self.received)
+        self.received = signum
+        if self.mode == AT_ONCE:
+            raise SweepInterrupted(signum)
+        if self.mode == THROUGH_TUNE:
+            stop_tune = ray_adapter.tune_interrupt_handler()
+            if stop_tune is None:
+                self._stop_tune_when_it_begins()
+            else:
+                logging.getLogger(TUNE_LOGGER).setLevel(logging.CRITICAL)
+                stop_tune(signal.SIGUSR1, frame)
+        self._say(f"{name}: stopping the sweep; trials still running end as interrupted (--resume runs them "
+                  f"again). {name} again stops at once")
+
+    def _stop_tune_when_it_begins(self) -> None:
+        """Tune is setting its loop up (seconds): once its handler is set, signal it. A
+        thread watches for it; the signal makes Tune's handler run on the main thread."""
+        def signal_tune() -> None:
+            while self.mode == THROUGH_TUNE:
+                if ray_adapter.tune_interrupt_handler() is not None:
+                    logging.getLogger(TUNE_LOGGER).setLevel(logging.CRITICAL)
+                    os.kill(os.getpid(), signal.SIGUSR1)
+                    return
+                time.sleep(0.05)
+
+        threading.Thread(target=signal_tune, name="accelsweep-stop-tune", daemon=True).start()
+
+    def _say(self, line: str) -> None:
+        try:
+            self.say(line)
+        except RuntimeError:  # the signal came while the main thread was writing the same stream
+            pass

@@ -1,0 +1,324 @@
+"""Checks that the places a sweep writes to can take its writes, made before anything
+starts (``api.preflight``; --dry-run makes none of them): the MLflow tracking store, the
+Optuna study's database, and Tune's storage path.
+
+Each refusal is a ConfigError naming the field, in seconds. Without these checks a bad
+store costs minutes and ends in a traceback (measured with MLflow 3.17): a directory or
+a path under /proc as ``sqlite:///`` ran 115 s, a file that is not a database 15 s, and
+``http://127.0.0.1:9/`` (nothing listening) 260 s of MLflow's own retries. A read-only or
+full storage path failed at start, and again on --resume.
+
+- ``sqlite:///<path>``: a file that is a sqlite database (or empty), readable and
+  writable, or absent; its folder writable (sqlite writes a journal beside the file; the
+  creation lock lives there too) with ``MIN_FREE_BYTES`` free.
+- ``http(s)://``: MLflow's REST API answers (one search of experiments, the credentials
+  MLflow would send, ``CONNECT_TIMEOUT_S`` to connect and ``ANSWER_TIMEOUT_S`` to answer).
+- ``postgresql``, ``mysql``, ``mssql``: the host's port accepts a connection, then the
+  database accepts ours through its driver, which must be installed (MLflow needs it).
+- ``databricks``: not checked here (its workspace configuration is the Databricks SDK's);
+  preflight says so.
+- the storage path (``--storage-path``, default ~/ray_results): it, or the nearest folder
+  above it that exists, takes a file (one is created and removed), with
+  ``MIN_FREE_BYTES`` free.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import socket
+import threading
+from typing import Any, Callable, Optional
+from urllib.parse import urlsplit, urlunsplit
+
+from accelsweep.trainables.errors import ConfigError
+from accelsweep.trainables.secrets import redact_uri, split_http_credentials
+from accelsweep.trainables.sqlite_store import sqlite_file
+
+__all__ = ["ANSWER_TIMEOUT_S", "CONNECT_TIMEOUT_S", "MIN_FREE_BYTES", "check_storage_path", "check_study_storage",
+           "check_tracking_store", "claim_experiment_dir", "free_bytes"]
+
+# A TCP handshake: as preflight.CONNECT_TIMEOUT_S (a lost SYN is sent again after RFC
+# 6298's 1 s and answered). An answer: one small query, which a healthy MLflow server or
+# database returns in well under a second; 5 s covers a cold start. Whatever blocks
+# outside those timeouts (a DNS lookup that hangs) is cut at PROBE_BOUND_S: every check
+# ends in under 10 s.
+CONNECT_TIMEOUT_S = 3.0
+ANSWER_TIMEOUT_S = 5.0
+PROBE_BOUND_S = 8.0
+# What a sweep writes besides its trials' results: Tune's saved state, about 12 KB per
+# trial (experiment state and the searcher's study; measured: 132 KB for a 4-trial sweep),
+# written again every 5 s beside the old copy; the MLflow writes kept while a tracking
+# server is away (with copies of the reports and plots to log, a few MB); a sqlite store
+# grows by about 40 KB per trial. 64 MiB holds all of it for a sweep of a thousand trials,
+# and refuses a disk that is full or nearly so before a trial runs.
+MIN_FREE_BYTES = 64 * 1024 * 1024
+DEFAULT_PORTS = {"postgresql": 5432, "mysql": 3306, "mssql": 1433}
+# Drivers' own connect-timeout arguments (seconds), so a server that accepts TCP but never
+# answers is given up on by the driver too.
+DRIVER_TIMEOUT_ARGS = {"postgresql": "connect_timeout", "mysql": "connect_timeout", "mssql": "timeout"}
+INSTALL_HINTS = {"postgresql": "pip install psycopg2-binary", "mysql": "pip install pymysql",
+                 "mssql": "pip install pyodbc (and an ODBC driver for SQL Server)"}
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def _mib(count: int) -> str:
+    return f"{count / 1024 / 1024:.0f} MiB"
+
+
+def _bounded(probe: Callable[[], Any], seconds: float = PROBE_BOUND_S) -> Any:
+    """``probe()``'s result or exception, or TimeoutError when it has not returned within
+    ``seconds`` (it is left to finish in a daemon thread: nothing it holds is ours)."""
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = probe()
+        except BaseException as error:  # noqa: BLE001 - handed to the caller
+            outcome["error"] = error
+
+    thread = threading.Thread(target=run, name="accelsweep-store-probe", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        raise TimeoutError(f"no answer within {seconds:g} s")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")
+
+
+def free_bytes(folder: str) -> int:
+    """Bytes an unprivileged writer may still write under ``folder``."""
+    return shutil.disk_usage(folder).free
+
+
+def _writable_folder(folder: str) -> Optional[str]:
+    """Why ``folder`` takes no file (None: it does). A file is created and removed: the
+    permission bits alone do not say (root passes them on a read-only mount)."""
+    probe = os.path.join(folder, f".accelsweep-write-probe-{os.getpid()}-{threading.get_ident()}")
+    try:
+        descriptor = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as error:
+        return f"{folder} takes no new file: {error.strerror or error}"
+    try:
+        os.write(descriptor, b"x")
+    except OSError as error:
+        return f"{folder} takes no data: {error.strerror or error}"
+    finally:
+        os.close(descriptor)
+        try:
+            os.remove(probe)
+        except OSError:
+            pass
+    return None
+
+
+def _nearest_existing(path: str) -> str:
+    while not os.path.exists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return path
+
+
+def check_storage_path(path: str, min_free: int = MIN_FREE_BYTES) -> None:
+    """Refuse a storage path Tune could not save the sweep's state under: not a folder,
+    read-only, or with less than ``min_free`` free. A path that does not exist yet is
+    judged by the nearest folder above it (it is created when the sweep starts, not now)."""
+    allowed = f"a writable folder with at least {_mib(min_free)} free (--storage-path; default ~/ray_results)"
+    where = _nearest_existing(path)
+    if not os.path.isdir(where):
+        what = "is" if where == path else f"is under {where}, which is"
+        raise ConfigError("storage_path", allowed, path, f"It {what} not a folder.")
+    why = _writable_folder(where)
+    if why is not None:
+        raise ConfigError("storage_path", allowed, path,
+                          f"{why}. Pass a --storage-path on a writable disk.")
+    free = free_bytes(where)
+    if free < min_free:
+        raise ConfigError("storage_path", allowed, path,
+                          f"{where} has {free / 1024 / 1024:.1f} MiB free: Tune saves the sweep's state there every "
+                          "few seconds. Free some space, or pass a --storage-path on another disk.")
+
+
+def check_sqlite_database(field: str, url: str, what: str) -> None:
+    """A ``sqlite:///`` URL's file: a sqlite database (or empty) we can read and write, or
+    absent in a writable folder with room; ``what`` names the database in messages."""
+    path = sqlite_file(url)
+    shown = redact_uri(url)
+    allowed = f"sqlite:///<path> naming {what} (a sqlite file, or a new one in a writable folder)"
+    if path is None:
+        raise ConfigError(field, allowed, shown, "It names no file (sqlite in memory is lost with the process).")
+    folder = os.path.dirname(path)
+    if os.path.isdir(path):
+        raise ConfigError(field, allowed, shown, f"{path} is a folder; name a file in it, e.g. "
+                                                 f"sqlite:///{os.path.join(path, 'mlflow.db')}.")
+    if os.path.exists(path):
+        if not os.path.isfile(path):
+            raise ConfigError(field, allowed, shown, f"{path} is not a regular file.")
+        try:
+            with open(path, "r+b") as database:  # r+: a read-only file or mount fails here, also for root
+                header = database.read(len(SQLITE_HEADER))
+        except OSError as error:
+            raise ConfigError(field, allowed, shown, f"{path} cannot be opened for reading and writing: "
+                                                     f"{error.strerror or error}.") from None
+        if header and header != SQLITE_HEADER:  # empty: a database another process is creating now
+            raise ConfigError(field, allowed, shown, f"{path} is not a sqlite database (it starts with "
+                                                     f"{header[:16]!r}). Name another file, or move this one away.")
+    if not os.path.isdir(folder):
+        raise ConfigError(field, allowed, shown, f"Directory {folder!r} does not exist.")
+    why = _writable_folder(folder)
+    if why is not None:
+        raise ConfigError(field, allowed, shown, f"{why}; sqlite writes its journal beside the database.")
+    free = free_bytes(folder)
+    if free < MIN_FREE_BYTES:
+        raise ConfigError(field, allowed, shown, f"{folder} has {free / 1024 / 1024:.1f} MiB free, under the "
+                                                 f"{_mib(MIN_FREE_BYTES)} a sweep needs.")
+
+
+def check_tracking_store(uri: str) -> Optional[str]:
+    """Refuse a tracking URI (syntax already checked: validate_tracking_uri) whose store
+    cannot take a sweep's writes, in under 10 s. Returns a note for a store that could not
+    be checked from here, else None."""
+    scheme = urlsplit(uri).scheme.split("+", 1)[0]
+    if scheme == "sqlite":
+        check_sqlite_database("tracking_uri", uri, "the MLflow store")
+    elif scheme in ("http", "https"):
+        _check_mlflow_server(uri)
+    elif scheme in DEFAULT_PORTS:
+        _check_database_server("tracking_uri", uri)
+    else:
+        return (f"note: tracking URI {redact_uri(uri)} is not checked before the sweep (a {scheme} workspace's "
+                "configuration is its SDK's); MLflow checks it when the sweep opens its store")
+    return None
+
+
+def check_study_storage(url: str) -> None:
+    """The Optuna study's database (--study-storage), as the tracking store's."""
+    scheme = urlsplit(url).scheme.split("+", 1)[0]
+    if scheme == "sqlite":
+        check_sqlite_database("study_storage", url, "the Optuna study's database")
+    elif scheme in DEFAULT_PORTS:
+        _check_database_server("study_storage", url)
+
+
+def _check_mlflow_server(uri: str) -> None:
+    import requests
+
+    parts = urlsplit(uri)
+    shown = redact_uri(uri)
+    allowed = "the address of an MLflow tracking server that answers"
+    host = parts.hostname or ""
+    netloc = host if ":" not in host else f"[{host}]"
+    if parts.port:
+        netloc += f":{parts.port}"
+    endpoint = urlunsplit((parts.scheme, netloc, parts.path.rstrip("/") + "/api/2.0/mlflow/experiments/search",
+                           "max_results=1", ""))
+    options: dict[str, Any] = {"timeout": (CONNECT_TIMEOUT_S, ANSWER_TIMEOUT_S), "allow_redirects": True}
+    # The credentials MLflow sends (mlflow/utils/rest_utils.py): the URI's, else its variables.
+    # The URI's own are percent-encoded (p%40ss is p@ss): split_http_credentials decodes them.
+    _, uri_user, uri_password = split_http_credentials(uri)
+    user = uri_user or os.environ.get("MLFLOW_TRACKING_USERNAME")
+    password = uri_password if uri_user else os.environ.get("MLFLOW_TRACKING_PASSWORD")
+    if user is not None and password is not None:
+        options["auth"] = (user, password)
+    elif os.environ.get("MLFLOW_TRACKING_TOKEN"):
+        options["headers"] = {"Authorization": f"Bearer {os.environ['MLFLOW_TRACKING_TOKEN']}"}
+    if os.environ.get("MLFLOW_TRACKING_INSECURE_TLS", "").lower() == "true":
+        options["verify"] = False
+    elif os.environ.get("MLFLOW_TRACKING_SERVER_CERT_PATH"):
+        options["verify"] = os.environ["MLFLOW_TRACKING_SERVER_CERT_PATH"]
+    if os.environ.get("MLFLOW_TRACKING_CLIENT_CERT_PATH"):
+        options["cert"] = os.environ["MLFLOW_TRACKING_CLIENT_CERT_PATH"]
+    shown_endpoint = redact_uri(endpoint)
+    try:
+        answer = _bounded(lambda: requests.get(endpoint, **options))
+    except (requests.RequestException, OSError) as error:
+        if isinstance(error, TimeoutError):
+            said = f"no answer within {PROBE_BOUND_S:g} s"
+        else:  # requests' own text quotes the whole request: its class says enough
+            said = type(error).__name__ + (": connection refused" if "refused" in str(error).lower() else "")
+        raise ConfigError("tracking_uri", allowed, shown,
+                          f"Nothing answered at {shown_endpoint} ({said}; {CONNECT_TIMEOUT_S:g} s to connect, "
+                          f"{ANSWER_TIMEOUT_S:g} s to answer). Is the server up (mlflow server ...) and its address "
+                          "right?") from None
+    status = answer.status_code
+    if status in (401, 403):
+        raise ConfigError("tracking_uri", allowed, shown,
+                          f"The server refused our credentials (HTTP {status} for {shown_endpoint}): set "
+                          "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN), or put "
+                          "user:password@ in the URI.")
+    if status != 200:
+        raise ConfigError("tracking_uri", allowed, shown,
+                          f"It answered HTTP {status} for {shown_endpoint}, not MLflow's REST API: is this the "
+                          "server's root address (no path after host:port, unless it serves under a prefix)?")
+    try:
+        answer.json()
+    except ValueError:
+        raise ConfigError("tracking_uri", allowed, shown,
+                          f"It answered {shown_endpoint} with something other than JSON: not an MLflow server?") \
+            from None
+
+
+def _check_database_server(field: str, url: str) -> None:
+    """A database server's port accepts a connection, then the database accepts ours."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    shown = redact_uri(url)
+    allowed = "a database server that accepts a connection from here"
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        raise ConfigError(field, "an SQLAlchemy database URL (postgresql://user@host/db, ...)", shown) from None
+    backend = parsed.get_backend_name()
+    host, port = parsed.host or "localhost", parsed.port or DEFAULT_PORTS.get(backend)
+    if port is not None and not host.startswith("/"):
+        try:
+            _bounded(lambda: socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S).close())
+        except OSError as error:
+            raise ConfigError(field, allowed, shown, f"Nothing answers at {host}:{port} within "
+                                                     f"{CONNECT_TIMEOUT_S:g} s: {error}. Is the database up, and "
+                                                     "its port open to this machine?") from None
+    timeout_arg = DRIVER_TIMEOUT_ARGS.get(backend)
+    try:
+        engine = create_engine(url, connect_args={timeout_arg: int(CONNECT_TIMEOUT_S + ANSWER_TIMEOUT_S)}
+                               if timeout_arg else {})
+    except (ImportError, NoSuchModuleError) as error:
+        raise ConfigError(field, allowed, shown, f"Its driver is not installed here ({error}); MLflow and Optuna "
+                                                 f"need it: {INSTALL_HINTS.get(backend, 'install it')}.") from None
+
+    def connect() -> None:
+        with engine.connect() as connection:
+            connection.execute(text("SELECT 1"))
+
+    try:
+        _bounded(connect)
+    except Exception as error:  # noqa: BLE001 - the driver's own classes: refused, unknown user, ...
+        said = redact_uri(str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__)
+        raise ConfigError(field, allowed, shown, f"The database did not accept a connection: {said[:300]}") from None
+    finally:
+        engine.dispose()
+
+
+def claim_experiment_dir(storage: str, name: str) -> str:
+    """``storage/name``, made now, or ``name-2``, ``-3``, ... when another sweep has it:
+    two sweeps of one name started in the same second on one storage path would otherwise
+    write one Tune experiment."""
+    os.makedirs(storage, exist_ok=True)
+    for suffix in range(1, 1000):
+        candidate = os.path.join(storage, name if suffix == 1 else f"{name}-{suffix}")
+        try:
+            os.mkdir(candidate)
+            return candidate
+        except FileExistsError:
+            continue
+        except OSError as error:
+            if error.errno in (errno.EROFS, errno.ENOSPC, errno.EACCES, errno.EDQUOT):
+                raise ConfigError("storage_path", "a writable folder (--storage-path; default ~/ray_results)",
+                                  storage, f"{candidate} could not be made: {error.strerror}.") from None
+            raise
+    raise RuntimeError(f"999 sweeps named {name}-* under {storage} already")
