@@ -17,11 +17,8 @@ import io
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +26,8 @@ from typing import Any
 import pytest
 
 from accelsweep.sweeps.driver.sweep_report import PLOTS_DIR, REPORT_FILES
-from tests.browser import REPO, Chromium, find_chromium, stop_group
+from tests.browser import REPO, Chromium, find_chromium
+from tests.mlflow_server import MlflowServer
 
 pytestmark = pytest.mark.slow
 
@@ -99,43 +97,14 @@ def sweep_runs(sweep_store) -> SweepRuns:
     return SweepRuns(client, experiment.experiment_id, parent, trials, artifacts)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def mlflow_ui(sweep_store, tmp_path_factory):
     """``mlflow server`` on the sweep's store, on a free port of 127.0.0.1: its base URL."""
-    folder = tmp_path_factory.mktemp("ui-server")
-    port = free_port()
-    log = open(folder / "server.log", "wb")
-    # One worker, and no job runner (six processes that run GenAI jobs): the 2-core
-    # machines this runs on have no use for either.
-    server = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{sweep_store}",
-         "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-        cwd=folder, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
-    base = f"http://127.0.0.1:{port}"
+    server = MlflowServer(tmp_path_factory.mktemp("ui-server"), f"sqlite:///{sweep_store}")
     try:
-        deadline = time.monotonic() + 180
-        while True:
-            assert server.poll() is None, (folder / "server.log").read_text(errors="replace")[-3000:]
-            try:
-                with urllib.request.urlopen(f"{base}/health", timeout=5) as reply:
-                    if reply.status == 200:
-                        break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, "mlflow server never answered /health: " + (
-                folder / "server.log").read_text(errors="replace")[-3000:]
-            time.sleep(0.5)
-        yield base
+        yield server.start().uri
     finally:
-        stop_group(server)
-        log.close()
+        server.stop()
 
 
 @pytest.fixture(scope="module")

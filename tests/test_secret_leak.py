@@ -15,7 +15,6 @@ from __future__ import annotations
 import base64
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ from urllib.parse import quote
 import pytest
 
 from tests.conftest import REPO
+from tests.mlflow_server import MlflowServer
 from tests.test_secrets import FAKE_SECRETS
 
 # '@' must be percent-encoded in the URI: the sweep must decode it to log in.
@@ -33,12 +33,6 @@ PASSWORD = "Leak-Test-P@ss-7f3a9c"
 USER = "admin"
 TRIALS = 4
 CRASH_SIGNS = ("Traceback", "*** SIG", "Stack trace", "Aborted", "core dumped")
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def status_of(url: str, auth: bool) -> int:
@@ -65,39 +59,26 @@ def auth_server(tmp_path):
     config.write_text("[mlflow]\ndefault_permission = READ\n"
                       f"database_uri = sqlite:///{folder}/basic_auth.db\nadmin_username = {USER}\n"
                       "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n")
-    port = free_port()
-    env = {**os.environ, "MLFLOW_AUTH_CONFIG_PATH": str(config), "MLFLOW_AUTH_ADMIN_PASSWORD": PASSWORD,
-           "MLFLOW_FLASK_SERVER_SECRET_KEY": "csrf-key-of-a-test-server",
-           # Its job runner (GenAI scorers) starts worker processes that slow the start 3-4x.
-           "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    log = open(folder / "server.log", "w")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", "--app-name", "basic-auth", "--host", "127.0.0.1",
-         "--port", str(port), "--workers", "1", "--backend-store-uri", f"sqlite:///{folder}/store.db",
-         "--artifacts-destination", str(folder / "artifacts")],
-        cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    search = "/api/2.0/mlflow/experiments/search?max_results=1"
+    server = MlflowServer(
+        folder, f"sqlite:///{folder}/store.db",
+        ["--app-name", "basic-auth", "--artifacts-destination", str(folder / "artifacts")],
+        env={"MLFLOW_AUTH_CONFIG_PATH": str(config), "MLFLOW_AUTH_ADMIN_PASSWORD": PASSWORD,
+             "MLFLOW_FLASK_SERVER_SECRET_KEY": "csrf-key-of-a-test-server"},
+        ready=lambda uri: _status_or_none(uri + search) == 200)
     try:
-        search = f"http://127.0.0.1:{port}/api/2.0/mlflow/experiments/search?max_results=1"
-        deadline = time.monotonic() + 180  # 2 shared cores: it starts in 10-30 s
-        while True:
-            assert server.poll() is None, (folder / "server.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "the MLflow server did not answer in 180 s"
-            try:
-                if status_of(search, auth=True) == 200:
-                    break
-            except OSError:
-                pass
-            time.sleep(0.5)
-        assert status_of(search, auth=False) == 401, "the server answers without a password: auth is off"
-        yield port
+        server.start()
+        assert status_of(server.uri + search, auth=False) == 401, "the server answers without a password: auth is off"
+        yield server.port
     finally:
-        os.killpg(server.pid, signal.SIGTERM)  # the server and its workers: a group of their own
-        try:
-            server.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
-        log.close()
+        server.stop()
+
+
+def _status_or_none(url: str):
+    try:
+        return status_of(url, auth=True)
+    except OSError:
+        return None
 
 
 def sweep(tmp_path, uri: str, *extra: str, seed: int = 0) -> list[str]:

@@ -18,24 +18,21 @@ from __future__ import annotations
 import glob
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from types import SimpleNamespace
 
 import pytest
 
 from accelsweep.trainables.tracking_buffer import (BUFFER_DIR, PLACEHOLDER_PREFIX, WRITES_FILE, TrackingBuffer,
                                                    unanswered)
+from tests.mlflow_server import MlflowServer, free_port
 from tests.test_sweep_e2e import mlflow_runs
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRIALS = 3
-# Generous: two cores shared with other test sessions start a server or a sweep slowly.
-SERVER_START_S = 120
+# Generous: two cores shared with other test sessions start a sweep slowly.
 SWEEP_S = 300
 
 
@@ -213,56 +210,11 @@ def test_a_store_that_does_not_answer_at_the_start_is_refused_before_anything_st
         open_tracker(uri, "x")
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class MlflowServer:
-    """``mlflow server`` on a sqlite store in ``folder``, on one port of 127.0.0.1, that a
-    test can kill (SIGKILL: no goodbye to its clients) and start again on the same port."""
-
-    def __init__(self, folder):
-        self.folder, self.port = folder, free_port()
-        self.uri = f"http://127.0.0.1:{self.port}"
-        self.process = None
-
-    def start(self) -> None:
-        log = open(self.folder / "server.log", "ab")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{self.folder}/m.db",
-             "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1"],
-            cwd=self.folder, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
-        log.close()
-        deadline = time.monotonic() + SERVER_START_S
-        while True:
-            assert self.process.poll() is None, self.log()
-            try:
-                with urllib.request.urlopen(f"{self.uri}/health", timeout=5) as reply:
-                    if reply.status == 200:
-                        return
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, "mlflow server never answered /health: " + self.log()
-            time.sleep(0.3)
-
-    def kill(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)  # uvicorn and its worker
-            self.process.wait()
-
-    def log(self) -> str:
-        return (self.folder / "server.log").read_text(errors="replace")[-3000:]
-
-
 @pytest.fixture
 def server(tmp_path):
     folder = tmp_path / "server"
     folder.mkdir()
-    running = MlflowServer(folder)
-    running.start()
+    running = MlflowServer(folder).start()
     yield running
     running.kill()
 
