@@ -111,6 +111,8 @@ def test_a_signal_to_the_driver_ends_the_sweep_cleanly_and_resume_completes_it(t
     assert json.load(open(marker))["status"] == "interrupted"
     assert gone_within(session_of(output), 10) == [], "the driver's Ray instance outlived it"
 
+    if signum == signal.SIGINT:
+        return  # resumed after SIGINT in tests/test_secret_leak.py: the suite's time is spent once
     resumed = subprocess.run(sweep_command(tmp_path, "--resume"), cwd=REPO, capture_output=True, text=True,
                              timeout=300)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]

@@ -200,7 +200,8 @@ def test_only_a_store_that_did_not_answer_is_waited_for():
 
 def test_a_store_that_does_not_answer_at_the_start_is_refused_before_anything_starts(monkeypatch):
     from accelsweep.trainables.errors import ConfigError
-    from accelsweep.trainables.tracking_buffer import MLFLOW_REQUEST_SETTINGS, open_tracker
+    from accelsweep.trainables.tracking import open_tracker
+    from accelsweep.trainables.tracking_buffer import MLFLOW_REQUEST_SETTINGS
 
     for name, value in MLFLOW_REQUEST_SETTINGS.items():  # as a sweep sets them
         monkeypatch.setenv(name, value)

@@ -13,12 +13,12 @@ from __future__ import annotations
 import math
 import os
 import re
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 from urllib.parse import urlparse
 
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.secrets import credentials_to_environment, redact_uri, scrub
-from accelsweep.trainables.tracking_buffer import TrackingBuffer
+from accelsweep.trainables.tracking_buffer import DEFAULT_WAIT_S, TrackingBuffer, said_of, unanswered
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 # MLflow prints "View run NAME at: URL" and "View experiment at: URL" on stdout each time
@@ -161,3 +161,21 @@ def artifact_location(tracking_uri: str) -> Optional[str]:
         return None
     database = os.path.abspath(tracking_uri[len("sqlite:///"):])
     return "file://" + os.path.join(os.path.dirname(database), "mlartifacts")
+
+
+def open_tracker(tracking_uri: str, experiment: str, wait_s: float = DEFAULT_WAIT_S,
+                 say: Optional[Callable[[str], None]] = None):
+    """The sweep's SweepTracker, its buffer waiting ``wait_s`` for a lost store. A store
+    that does not answer now is bad input, said before anything starts."""
+    try:
+        tracker = SweepTracker(tracking_uri, experiment)
+    except Exception as error:  # noqa: BLE001 - sorted: only an unanswered store is said so
+        if not unanswered(error):
+            raise
+        raise ConfigError("tracking_uri", "an MLflow tracking store that answers", redact_uri(tracking_uri),
+                          f"It did not ({said_of(error)}). Start it or correct the URI, then run the command again "
+                          "(with --resume to go on with a stopped sweep).") from None
+    tracker.buffer.wait_s = wait_s
+    if say is not None:
+        tracker.buffer.say = say
+    return tracker

@@ -53,7 +53,7 @@ from accelsweep.trainables.failures import one_line
 from accelsweep.trainables.secrets import redact_text, redact_uri, scrub, secret_values
 
 __all__ = ["BUFFER_DIR", "DEFAULT_WAIT_S", "MLFLOW_REQUEST_SETTINGS", "PLACEHOLDER_PREFIX", "TrackingBuffer",
-           "WRITES_FILE", "open_tracker", "unanswered"]
+           "WRITES_FILE", "unanswered"]
 
 PLACEHOLDER_PREFIX = "accelsweep-pending-"
 TUNE_LOGGER = "ray.tune.tune"
@@ -91,26 +91,6 @@ def unanswered(error: BaseException) -> bool:
                               ConnectionError, TimeoutError))
 
 
-def open_tracker(tracking_uri: str, experiment: str, wait_s: float = DEFAULT_WAIT_S,
-                 say: Optional[Callable[[str], None]] = None):
-    """The sweep's SweepTracker, its buffer waiting ``wait_s`` for a lost store. A store
-    that does not answer now is bad input, said before anything starts."""
-    from accelsweep.trainables.tracking import SweepTracker
-
-    try:
-        tracker = SweepTracker(tracking_uri, experiment)
-    except Exception as error:  # noqa: BLE001 - sorted: only an unanswered store is said so
-        if not unanswered(error):
-            raise
-        raise ConfigError("tracking_uri", "an MLflow tracking store that answers", redact_uri(tracking_uri),
-                          f"It did not ({_said(error)}). Start it or correct the URI, then run the command again "
-                          "(with --resume to go on with a stopped sweep).") from None
-    tracker.buffer.wait_s = wait_s
-    if say is not None:
-        tracker.buffer.say = say
-    return tracker
-
-
 # What urllib3 says inside MLflow's message, shown instead of the whole of it (a
 # paragraph that names the URL twice).
 _REASONS = (re.compile(r"Failed to establish a new connection: (\[Errno -?\d+\] [^\"')]+)"),
@@ -118,7 +98,7 @@ _REASONS = (re.compile(r"Failed to establish a new connection: (\[Errno -?\d+\] 
             re.compile(r"(Connection (?:aborted|reset|refused)[^\"')]*)"))
 
 
-def _said(error: BaseException) -> str:
+def said_of(error: BaseException) -> str:
     """An error as a line of output: why the store did not answer, or MLflow's message
     (which quotes the request's URL: redacted)."""
     text = one_line(error)
@@ -242,7 +222,7 @@ class TrackingBuffer:
     def _lost(self, error: BaseException) -> None:
         self.down_since = time.monotonic()
         self._next_try = self.down_since + self._retry_every_s
-        self.say(f"warning: the MLflow tracking store {self.store} did not answer ({_said(error)}); the trials go "
+        self.say(f"warning: the MLflow tracking store {self.store} did not answer ({said_of(error)}); the trials go "
                  f"on, and their MLflow writes are kept in order until it answers (for up to {self.wait_s:g} s, "
                  "--tracking-wait-s)")
 
@@ -289,7 +269,7 @@ class TrackingBuffer:
                         self._lost(error)
                     break
                 self.say(f"warning: MLflow refused a kept write ({op['op']} of run {op['run_id']}): "
-                         f"{_said(error)}; it is dropped")
+                         f"{said_of(error)}; it is dropped")
             else:
                 if op["op"] == "create_run":
                     self.resolved[op["run_id"]] = run_id

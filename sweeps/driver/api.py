@@ -102,8 +102,8 @@ from accelsweep.trainables.platforms import get_platform
 from accelsweep.trainables.platforms.capabilities import Capabilities, not_known
 from accelsweep.trainables.rejection import REJECT_RATIO, BoardLimits, SweepBoard, TrialLimits
 from accelsweep.trainables.secrets import mlflow_credentials_hidden, mlflow_credentials_restored, redact_uri, shown_uri
-from accelsweep.trainables.tracking import validate_tracking_uri
-from accelsweep.trainables.tracking_buffer import DEFAULT_WAIT_S, MLFLOW_REQUEST_SETTINGS, open_tracker
+from accelsweep.trainables.tracking import open_tracker, validate_tracking_uri
+from accelsweep.trainables.tracking_buffer import DEFAULT_WAIT_S, MLFLOW_REQUEST_SETTINGS
 
 __all__ = ["Objective", "Plan", "Sweep", "SweepConfig", "SweepResult", "declare_metrics", "plan_sweep", "preflight",
            "remeasure", "run_sweep"]

@@ -30,8 +30,8 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
-from accelsweep.sweeps.driver.callbacks import (CUT_BY_BUDGET, FAILED, FINISHED, INTERRUPTED, REJECTED, REUSED,
-                                                STOPPED_EARLY, TrialRecord)
+from accelsweep.sweeps.driver.records import (CUT_BY_BUDGET, FAILED, FINISHED, INTERRUPTED, REJECTED, REUSED,
+                                              STOPPED_EARLY, TrialRecord)
 from accelsweep.trainables import ray_adapter
 
 __all__ = ["LOST", "StoppedRun", "StoppedSweep", "keep_tuner_file", "read_stopped_sweep", "restore_tuner_file",

@@ -1,0 +1,72 @@
+"""A trial as the sweep's driver keeps it (TrialRecord) and the outcomes it can end with.
+
+Apart from the callback that fills them (callbacks.py), so that what reads records (the
+resume of a killed driver's runs, reports) need not import the callback."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+__all__ = ["CUT_BY_BUDGET", "FAILED", "FINISHED", "INTERRUPTED", "NOISE_METRICS", "NOT_RANKED", "REJECTED", "REUSED",
+           "STOPPED_EARLY", "TrialRecord"]
+
+FINISHED, STOPPED_EARLY, FAILED, CUT_BY_BUDGET = "finished", "stopped early", "failed", "cut by time budget"
+INTERRUPTED = "interrupted"  # the sweep stopped (Ctrl-C) while it ran: --resume runs it again
+# Stopped by its own first steps: their projection was hopeless (trainables/rejection.py).
+REJECTED = "rejected"
+# Proposed again after it was measured: the earlier result stands, nothing ran (searchers.py).
+REUSED = "reused"
+NOT_RANKED = (FAILED, REJECTED, REUSED)  # a projection or a copy is not a measurement of its own
+# A trial's window-to-window spread (cv) of what ranks it, by trainable: training, kernels.
+NOISE_METRICS = ("throughput_cv", "latency_cv")
+
+
+@dataclass
+class TrialRecord:
+    number: int
+    trial_id: str
+    searched: dict[str, Any]
+    config: dict[str, Any]
+    resources: dict[str, float]
+    is_baseline: bool
+    created_at: float
+    run_id: Optional[str] = None
+    status: str = "running"
+    result: dict[str, Any] = field(default_factory=dict)
+    error: str = ""
+    error_class: str = ""
+    error_cause: str = ""
+    wall_s: float = float("nan")
+    retries: int = 0  # restarts after its process or node went away
+    measured_by: str = ""  # the sweep's first objective (SweepCallback sets it): what ranks the trial
+    reused_from: Optional[int] = None  # REUSED: the number of the trial whose result this is
+    ordinal: int = 0  # among the trials that ran (not REUSED): how far the sweep's num_samples it is
+    curves_logged: bool = False  # its per-window curves are in MLflow
+    # Ended, with its result, by a driver killed before Tune saved that: rebuilt from its
+    # MLflow run on --resume (resumed_runs.py), not run again.
+    recovered: bool = False
+
+    def metric(self, name: str) -> float:
+        value = self.result.get(name, float("nan"))
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else float("nan")
+
+    def measured(self, metric: str) -> bool:
+        """It did not fail, and ``metric`` has a finite value: it can be ranked by it."""
+        return self.status not in NOT_RANKED and not self.error and math.isfinite(self.metric(metric))
+
+    @property
+    def noise(self) -> float:
+        """Its window-to-window spread (cv) of what ranks it: a training trial's throughput,
+        a kernel's latency; NaN with one window."""
+        for name in NOISE_METRICS:
+            value = self.metric(name)
+            if math.isfinite(value):
+                return value
+        return float("nan")
+
+    @property
+    def has_measurement(self) -> bool:
+        """Measured on the sweep's first objective (``measured_by``)."""
+        return bool(self.measured_by) and self.measured(self.measured_by)
