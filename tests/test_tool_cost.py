@@ -200,20 +200,24 @@ def test_the_default_output_names_the_machine_and_keeps_quick_runs_out_of_the_re
 
 
 @pytest.mark.slow
-def test_a_quick_run_leaves_every_figure_with_its_target_and_verdict(tmp_path):
+def test_a_quick_run_leaves_each_figure_it_measures_with_its_target_and_verdict(tmp_path):
+    # Groups 4 and 5 (the driver at many trials, concurrency): a quick run of every group
+    # takes 95 s of the suite's 20 minutes; figures 1-3 run real training trials and 6 a
+    # cold torch.compile, which tests/test_compile_cache.py and the e2e sweeps cover.
+    measured = ("4a", "4b", "5")
     out = tmp_path / "tool_cost.json"
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "MLFLOW_DISABLE_TELEMETRY": "true"}
-    done = subprocess.run([sys.executable, "benchmarks/tool_cost.py", "--quick", "--out", str(out)], cwd=REPO,
-                          env=env, capture_output=True, text=True, timeout=900)
+    done = subprocess.run([sys.executable, "benchmarks/tool_cost.py", "--quick", "--figures", "4,5", "--out", str(out)],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     report = json.loads(out.read_text(), parse_constant=lambda name: pytest.fail(f"{name} in the JSON"))
     figures = {f["key"]: f for f in report["figures"]}
-    assert sorted(figures) == sorted(EVERY_FIGURE)
+    assert sorted(figures) == sorted(measured)
     for key, figure in figures.items():
         assert figure["error"] is None, f"figure {key}: {figure['error']}"
         assert figure["target"] and figure["op"] in ("<=", ">=") and figure["verdict"] in ("pass", "FAIL")
         assert isinstance(figure["measured"], (int, float)) and figure["passed"] == (figure["verdict"] == "pass")
         assert figure["passed"] == judge(figure["measured"], figure["op"], figure["target_value"])
     assert report["quick"] is True and report["machine"]["cpu_model"]
-    for key in EVERY_FIGURE:  # the printed table is the JSON's
+    for key in measured:  # the printed table is the JSON's
         assert f"{key}. {figures[key]['name']}" in done.stdout
