@@ -130,7 +130,7 @@ def describe_machine() -> dict:
 def measure_config(config) -> dict:
     """Train one config with the library's loop; its row of the table. A failure is a
     row with its error (and what it measured before it)."""
-    from accelsweep.trainables.train_loop import run_training
+    from accelsweep.trainables.loop.train_loop import run_training
 
     windows: list[dict] = []
     last: dict = {}
@@ -194,7 +194,7 @@ def record(grid: Grid, out: str, order_seed: int = 0, progress: Callable[[str], 
     it measured) and return it."""
     import importlib
 
-    from accelsweep.trainables.workload import load_workload
+    from accelsweep.trainables.workloads.base import load_workload
 
     # The modules every trial needs are loaded once, before the first trial, so their
     # import is not charged to whichever config happens to come first.
@@ -373,12 +373,12 @@ class ShuffledGrid:
 
 
 def make_searcher(sampler: str, table: Table, seed: int, num_samples: int) -> Searcher:
-    """``tpe`` as the tool builds it (sweeps/driver/api.py: _searcher), with the baseline
+    """``tpe`` as the tool builds it (sweeps/driver/lifecycle.py: _searcher), with the baseline
     first; ``grid``, every config in a seeded random order; ``random`` (Optuna's
     RandomSampler), a reference the tool does not offer."""
     import optuna
 
-    from accelsweep.sweeps.driver.api import startup_trials
+    from accelsweep.sweeps.driver.plan import startup_trials
 
     if sampler == "tpe":
         tpe = optuna.samplers.TPESampler(seed=seed,
@@ -392,7 +392,7 @@ def make_searcher(sampler: str, table: Table, seed: int, num_samples: int) -> Se
 
 
 def make_asha(windows: int):
-    """Ray Tune's ASHA as the tool configures it (sweeps/driver/api.py: _scheduler): the
+    """Ray Tune's ASHA as the tool configures it (sweeps/driver/lifecycle.py: _scheduler): the
     scheduler itself, so its cutoff rule is Ray's and not a copy (at a rung, a trial
     below the median of the values recorded there stops)."""
     from ray.tune.schedulers import ASHAScheduler
@@ -460,7 +460,7 @@ class Replay:
 
 def rejection(row: Row, best_so_far: Optional[float], ratio: float,
               warmup_steps: int) -> Optional[tuple[str, float, float]]:
-    """Where the training loop's rejection rule (trainables/rejection.py: StepGuard) stops
+    """Where the training loop's rejection rule (trainables/loop/rejection.py: StepGuard) stops
     ``row``, if it does: (stage, device-seconds spent, throughput reported).
 
     The rule: a step time ``deadline`` = batch * ratio / best projects exactly best / ratio.
@@ -471,7 +471,7 @@ def rejection(row: Row, best_so_far: Optional[float], ratio: float,
     table has the warm-up's mean step, not each step's: every warm-up step after the
     first is taken to run at that mean, and each first-window step at the window's mean.
     The grid compiles nothing (a compiling config's first step is the compile limit's)."""
-    from accelsweep.trainables.rejection import FIRST_STEP_ALLOWANCE
+    from accelsweep.trainables.loop.rejection import FIRST_STEP_ALLOWANCE
 
     if best_so_far is None or row.first_step_s is None or row.setup_s is None:
         return None
@@ -546,7 +546,7 @@ def replay(table: Table, policy: Policy, seed: int, reject_ratio: Optional[float
     from accelsweep.sweeps.driver.searchers import MAX_REPEATED_PROPOSALS
 
     if policy.reject and reject_ratio is None:
-        from accelsweep.trainables.rejection import REJECT_RATIO
+        from accelsweep.trainables.loop.rejection import REJECT_RATIO
 
         reject_ratio = REJECT_RATIO
     searcher = searcher or make_searcher(policy.sampler, table, seed, num_samples)
@@ -661,9 +661,9 @@ def rejected_once_best_known(table: Table, ratio: float) -> int:
 
 def format_report(table: Table, summaries: Mapping[str, Summary], reject_ratio: float, seeds: int,
                   num_samples: int) -> str:
-    from accelsweep.sweeps.driver.api import startup_trials
+    from accelsweep.sweeps.driver.plan import startup_trials
     from accelsweep.sweeps.driver.searchers import MAX_REPEATED_PROPOSALS
-    from accelsweep.trainables.rejection import FIRST_STEP_ALLOWANCE
+    from accelsweep.trainables.loop.rejection import FIRST_STEP_ALLOWANCE
 
     machine = table.machine
     lines = [f"Table: {table.size} configs, {sum(r.throughput is None for r in table.rows.values())} failed; "
@@ -678,7 +678,7 @@ def format_report(table: Table, summaries: Mapping[str, Summary], reject_ratio: 
              f"the search ends after {MAX_REPEATED_PROPOSALS} such proposals in a row, as the tool's does).",
              f"TPE: the baseline first, {startup_trials(SimpleNamespace(num_samples=num_samples))} random start-up "
              f"trials (num_samples {num_samples}). ASHA as the tool sets it (grace 1 window, reduction 2, max_t "
-             f"{table.windows} windows). Rejection: trainables/rejection.py's rule on the recorded step times (first "
+             f"{table.windows} windows). Rejection: trainables/loop/rejection.py's rule on the recorded step times (first "
              "step, warm-up, first window); a rejected trial's projection is told to TPE and recorded at ASHA's "
              "first rung.",
              f"Reached: the config the searcher would name best is within {TOLERANCE:.0%} of the grid's best "
@@ -739,7 +739,7 @@ def summary_json(table: Table, summaries: Mapping[str, Summary], reject_ratio: f
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
     from accelsweep.sweeps.neuron_vit import DEFAULT_SAMPLES
-    from accelsweep.trainables.rejection import REJECT_RATIO
+    from accelsweep.trainables.loop.rejection import REJECT_RATIO
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -164,7 +164,7 @@ def _finite_or_none(value: Optional[float]) -> Optional[float]:
 def coefficient_of_variation(values: Sequence[float]) -> float:
     """The training loop's own definition (population stdev / mean), so that the
     trial-to-trial figure reads like the windows' ``throughput_cv`` beside it."""
-    from accelsweep.trainables.measure import coefficient_of_variation as cv
+    from accelsweep.trainables.loop.measure import coefficient_of_variation as cv
 
     return cv(list(values))
 
@@ -288,10 +288,10 @@ def stopwatch_trainable(searched, base, cost=None, marks_dir: str = "") -> None:
 
     from ray import tune
 
-    from accelsweep.trainables.workload import load_workload
+    from accelsweep.trainables.workloads.base import load_workload
 
     for module in ("torch", *load_workload(base.get("workload", "image-classification")).imports,
-                   "accelsweep.trainables.train_loop"):
+                   "accelsweep.trainables.loop.train_loop"):
         importlib.import_module(module)
     imported = time.monotonic()
     from accelsweep.trainables.trainable import train_trainable
@@ -844,7 +844,7 @@ def figure_concurrency(measured: dict) -> Figure:
 def compile_cache_use(cache_dir: str) -> tuple[dict, Optional[str], str]:
     """How figure 6's sweeps point their compile cache at ``cache_dir``: (config changes,
     a variable to set before Ray starts, the words for it). The sweep's own cache is the
-    config's ``compile_cache`` field (trainables/compile_cache.py); without that field,
+    config's ``compile_cache`` field (trainables/loop/compile_cache.py); without that field,
     inductor's own directory variable (torch/_inductor/runtime/cache_dir_utils.py:
     cache_dir() reads TORCHINDUCTOR_CACHE_DIR), which Ray's trial processes inherit when
     it is set before ray.init."""

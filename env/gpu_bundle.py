@@ -49,7 +49,7 @@ DEFAULT_INSTALLED = os.path.join(REPO, "env", "gpu_machine_packages.txt")
 DEV_CONSTRAINTS = os.path.join(REPO, "env", "dev-constraints.txt")
 
 # What a sweep needs beyond the machine's own stack. mlflow-skinny, not mlflow: the driver
-# writes to a sqlite store through MlflowClient (trainables/tracking.py); full mlflow adds
+# writes to a sqlite store through MlflowClient (sweeps/driver/record/tracking.py); full mlflow adds
 # the UI server, Flask, scikit-learn and more (the UI runs back here, on the store).
 TOOL_REQUIREMENTS = ("ray[tune]", "optuna", "mlflow-skinny", "mlflow-tracing", "sqlalchemy", "alembic")
 
@@ -70,7 +70,7 @@ UNUSED = {
         "ray/jars/": "Java workers (Ray's cross-language API): Ray starts them only where java and these jars "
                      "exist, and a Python sweep needs none",
         "ray/dashboard/client/build/": "the dashboard's web page: a local sweep starts Ray with "
-                                       "include_dashboard=False (sweeps/driver/api.py connect_ray)",
+                                       "include_dashboard=False (sweeps/driver/lifecycle.py connect_ray)",
         "ray/rllib/": "RLlib: Tune imports it only to look up a trainable given by name, and takes an "
                       "ImportError as 'not an RLlib trainable' (ray/tune/registry.py)",
     },

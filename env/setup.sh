@@ -33,7 +33,10 @@ build() {  # build VENV CONSTRAINTS EXTRAS
   # pip warns once per package about this machine's missing extra indexes: keep them out
   # of the log, so that a real error is not buried.
   "$venv/bin/python" -m pip install --quiet --upgrade pip 2> >(grep -v "^WARNING: Location '.*' is ignored" >&2)
-  "$venv/bin/python" -m pip install --quiet -c "$constraints" -e ".[$extras]" \
+  # setuptools says in a box, at every editable install, that a folder named like the
+  # package may shadow it: information, not a warning (setuptools' InformationOnly).
+  PYTHONWARNINGS="ignore:Editable installation" \
+    "$venv/bin/python" -m pip install --quiet -c "$constraints" -e ".[$extras]" \
     2> >(grep -v "^WARNING: Location '.*' is ignored" >&2)
   echo "$want" > "$stamp"
 }

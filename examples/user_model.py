@@ -8,7 +8,7 @@ from accelsweep.sweeps.driver.api import Objective, Sweep, plan_sweep, run_sweep
 from accelsweep.sweeps.driver.cli import common_parser, main_guard, platform_from_args, sweep_options
 from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.trainable import train_trainable
-from accelsweep.trainables.workload import Workload, WorkloadKnobs, import_path, knob
+from accelsweep.trainables.workloads.base import Workload, WorkloadKnobs, import_path, knob
 
 VOCAB = 512
 

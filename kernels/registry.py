@@ -231,7 +231,7 @@ class OpSpec:
 def _is_dtype(name: Any) -> bool:
     import numpy as np
 
-    if name == "bfloat16":  # ml_dtypes' (trainables/microbench.py), not numpy's
+    if name == "bfloat16":  # ml_dtypes' (trainables/harness/microbench.py), not numpy's
         return True
     try:
         return isinstance(name, str) and np.dtype(name).name == name

@@ -63,7 +63,7 @@ from accelsweep.sweeps.driver.cli import common_parser, cost_basis, main_guard, 
 from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.fresh_process import fresh_process_trainable
-from accelsweep.trainables.workload import Workload, WorkloadKnobs, import_path, knob
+from accelsweep.trainables.workloads.base import Workload, WorkloadKnobs, import_path, knob
 
 DEFAULT_SAMPLES = 16
 CPU_TIME_BUDGET_S = 420  # stops starting trials in time for the default run to end within 10 minutes on 2 cores

@@ -83,7 +83,7 @@ from accelsweep.sweeps.driver.cli import common_parser, main_guard, platform_fro
 from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.trainable import train_trainable
-from accelsweep.trainables.workload import Workload, WorkloadKnobs, import_path, knob
+from accelsweep.trainables.workloads.base import Workload, WorkloadKnobs, import_path, knob
 
 NUM_CLASSES = 1000  # the seed's (ImageNet-sized) classification head and metrics
 COMPUTE_EVERY = 100  # steps between compute() + reset(), as in the seed

@@ -109,7 +109,7 @@ def base_config(platform: str, smoke: bool, cpus: int, instance_type, seed: int,
                      neuron_optlevel=2, neuron_auto_cast="matmult", neuron_auto_cast_type="bf16")
     if pin_instance_type:
         extra["instance_type"] = pin_instance_type
-    if compile_cache:  # every platform's compiler caches there (trainables/compile_cache.py)
+    if compile_cache:  # every platform's compiler caches there (trainables/loop/compile_cache.py)
         extra["compile_cache"] = compile_cache
     # CPU and the XLA CPU client use every core they are given: one trial owns the node.
     cpus_per_worker = cpus if platform in ("cpu", "xla") else 1
@@ -127,7 +127,7 @@ def main() -> None:
                              "(a directory every node sees, or s3:// for Neuron)")
     parser.add_argument("--nan-capture", action="store_true",
                         help="on a non-finite gradient, save the step (weights, optimizer, batch, RNG) with the "
-                             "trial and end it as nan; replay: python -m accelsweep.trainables.nan_replay FILE")
+                             "trial and end it as nan; replay: python -m accelsweep.trainables.loop.nan_replay FILE")
     parser.add_argument("--precompile", type=int, default=0, metavar="N",
                         help="neuron: before the first trial, compile the first N configs the search will propose "
                              "with neuron_parallel_compile into --compile-cache (at most TPE's start-up count)")

@@ -33,7 +33,7 @@ from accelsweep.sweeps.driver.cli import common_parser, main_guard, platform_fro
 from accelsweep.sweeps.driver.kernel_sweep import SMOKE_MEASUREMENT
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.metrics import KERNEL_METRICS
-from accelsweep.trainables.microbench import KernelConfig, kernel_trainable
+from accelsweep.trainables.harness.microbench import KernelConfig, kernel_trainable
 
 LIBRARY, KERNEL = "jax-dot", "pallas"
 DTYPES = ("int8", "bfloat16")
@@ -52,7 +52,7 @@ METRICS = KERNEL_METRICS.replace("tflops", label="TFLOP/s (int8: TOP/s)")
 
 def library_then_blocks(blocks: Mapping[str, Sequence[int]], defaults: Mapping[str, int]):
     """A define-by-run space whose first trial may be the library and whose others are
-    all the kernel. sweeps/driver/api.py enqueues the baseline as the study's first trial
+    all the kernel. sweeps/driver/lifecycle.py enqueues the baseline as the study's first trial
     (trial.number 0); were ``impl`` a knob of every trial, TPE would learn that the
     library is the fastest and keep proposing it instead of searching blocks."""
 

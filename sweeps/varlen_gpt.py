@@ -76,7 +76,7 @@ from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.errors import ConfigError, positive_int
 from accelsweep.trainables.metrics import Metric
 from accelsweep.trainables.trainable import train_trainable
-from accelsweep.trainables.workload import Workload, WorkloadKnobs, import_path, knob
+from accelsweep.trainables.workloads.base import Workload, WorkloadKnobs, import_path, knob
 
 PAD_TOKEN = 0  # the seed's PAD_ID; documents' tokens are 1..VOCAB-1
 IGNORE = -100  # the targets of pad slots: F.cross_entropy's ignore_index

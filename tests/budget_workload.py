@@ -9,7 +9,7 @@ import time
 import torch
 from torch import nn
 
-from accelsweep.trainables.workload import Workload, WorkloadKnobs, knob
+from accelsweep.trainables.workloads.base import Workload, WorkloadKnobs, knob
 
 
 class SleepyMLP(nn.Module):

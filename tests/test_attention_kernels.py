@@ -15,7 +15,7 @@ from accelsweep.kernels.registry import KernelUnavailable, get_op
 from tests.conftest import REPO
 from tests.test_sweep_e2e import mlflow_runs
 from accelsweep.trainables.errors import ConfigError
-from accelsweep.trainables.microbench import KernelConfig, run_microbench
+from accelsweep.trainables.harness.microbench import KernelConfig, run_microbench
 
 SPEC = get_op("attention")
 SMALL = dict(batch=2, heads=2, seq=64, head_dim=16)  # seq 64: an 8 x 8 patch grid

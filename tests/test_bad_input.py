@@ -19,7 +19,7 @@ from tests.conftest import REPO
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.metrics import TRAINING_METRICS
-from accelsweep.trainables.microbench import KernelConfig
+from accelsweep.trainables.harness.microbench import KernelConfig
 
 
 def closed_port() -> int:
@@ -72,7 +72,7 @@ def local_cpus() -> int:
 
 
 def kernel(**values):
-    from accelsweep.trainables.microbench import KernelConfig
+    from accelsweep.trainables.harness.microbench import KernelConfig
 
     KernelConfig.make(**values)
 
@@ -84,7 +84,7 @@ def cost(instance_type=None, price_per_hour=None):
 
 
 def tracking(uri):
-    from accelsweep.trainables.tracking import validate_tracking_uri
+    from accelsweep.sweeps.driver.record.tracking import validate_tracking_uri
 
     validate_tracking_uri(uri)
 
@@ -268,7 +268,7 @@ def test_an_unreachable_address_is_refused_in_seconds_not_minutes():
 def test_connect_ray_checks_the_address_before_ray_init(monkeypatch):
     import ray
 
-    from accelsweep.sweeps.driver.api import connect_ray
+    from accelsweep.sweeps.driver.lifecycle import connect_ray
 
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "init", lambda *a, **k: pytest.fail("ray.init called with an unreachable address"))

@@ -12,9 +12,9 @@ from accelsweep.sweeps.driver.callbacks import REJECTED, REUSED, TrialRecord
 from accelsweep.sweeps.driver.verdict import verdict
 from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.errors import ConfigError
-from accelsweep.trainables.rejection import CompileTimeout, SlowTrial, StepGuard, TrialLimits
-from accelsweep.trainables.train_loop import run_training
-from accelsweep.trainables.watchdog import TrialAborted, Watchdog
+from accelsweep.trainables.loop.rejection import CompileTimeout, SlowTrial, StepGuard, TrialLimits
+from accelsweep.trainables.loop.train_loop import run_training
+from accelsweep.trainables.loop.watchdog import TrialAborted, Watchdog
 
 SLEEPY = "tests.budget_workload:Sleepy"
 QUICK = dict(workload=SLEEPY, batch_size=8, warmup_steps=3, window_min_steps=3, window_min_s=0.05, windows=2)

@@ -18,7 +18,8 @@ import optuna
 import pytest
 from ray import tune
 
-from accelsweep.sweeps.driver.api import Objective, Sweep, SweepConfig, _searcher, declare_metrics, plan_sweep
+from accelsweep.sweeps.driver.api import Objective, Sweep, SweepConfig, declare_metrics, plan_sweep
+from accelsweep.sweeps.driver.lifecycle import _searcher
 from accelsweep.sweeps.driver.cli import common_parser, sweep_options
 from accelsweep.sweeps.driver.space import SearchSpace
 from accelsweep.trainables.config import TrialConfig

@@ -21,7 +21,7 @@ from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.platforms import cpu as cpu_platform
 from accelsweep.trainables.platforms import get_platform
 from accelsweep.trainables.platforms.base import PlatformUnavailable
-from accelsweep.trainables.workload import import_path
+from accelsweep.trainables.workloads.base import import_path
 from tests.test_examples import _public_section, accelsweep_imports, assert_public_imports, run_smoke
 
 SCRIPT = Path(cpu_resnet.__file__)

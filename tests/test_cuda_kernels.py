@@ -9,8 +9,8 @@ to install."""
 import pytest
 
 from accelsweep.kernels.registry import OPS, KernelUnavailable, get_op
-from accelsweep.trainables.device_timing import AsyncBatchWindow, HeldWindow
-from accelsweep.trainables.microbench import KernelConfig, run_microbench
+from accelsweep.trainables.harness.device_timing import AsyncBatchWindow, HeldWindow
+from accelsweep.trainables.harness.microbench import KernelConfig, run_microbench
 from accelsweep.trainables.platforms.cuda import CALL_SYNCHRONISES_TIMER
 
 SHAPES = {"giou": dict(batch=8, boxes=512), "nms": dict(boxes=300), "matmul": dict(m=256, k=256, n=256),

@@ -118,7 +118,7 @@ def test_an_objective_is_checked_against_the_declared_metrics():
 
 
 def test_a_config_without_resource_fields_is_planned_and_sized():
-    from accelsweep.sweeps.driver.api import _trial_resources
+    from accelsweep.sweeps.driver.lifecycle import _trial_resources
     from accelsweep.sweeps.driver.preflight import check_fits_locally
 
     bare = plan(base=BareConfig())
@@ -227,7 +227,7 @@ def test_pareto_stopping_stops_a_trial_only_when_most_beat_it_on_every_objective
 def test_several_objectives_get_the_pareto_rule_one_gets_asha():
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 
-    from accelsweep.sweeps.driver.api import _scheduler
+    from accelsweep.sweeps.driver.lifecycle import _scheduler
     from accelsweep.sweeps.driver.schedulers import ParetoStoppingRule
 
     assert isinstance(_scheduler(plan()), ASHAScheduler)
@@ -240,7 +240,7 @@ def test_several_objectives_get_the_pareto_rule_one_gets_asha():
 # ---- process-wide settings and Ray ---------------------------------------------------
 
 def test_sweep_settings_are_put_back(monkeypatch):
-    from accelsweep.sweeps.driver.api import sweep_settings
+    from accelsweep.sweeps.driver.lifecycle import sweep_settings
 
     monkeypatch.delenv("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", raising=False)
     monkeypatch.setenv("TUNE_GLOBAL_CHECKPOINT_S", "60")  # the caller's own

@@ -18,10 +18,10 @@ README = (ROOT / "README.md").read_text()
 # The modules whose __all__ is the public API (README: "Write your own sweep").
 PUBLIC_MODULES = (
     "accelsweep.sweeps.driver.api", "accelsweep.sweeps.driver.cli", "accelsweep.sweeps.driver.kernel_sweep",
-    "accelsweep.trainables.workload", "accelsweep.trainables.config", "accelsweep.trainables.trainable",
-    "accelsweep.trainables.metrics", "accelsweep.trainables.errors", "accelsweep.trainables.measure",
-    "accelsweep.trainables.train_loop", "accelsweep.trainables.fresh_process",
-    "accelsweep.trainables.microbench", "accelsweep.trainables.rejection", "accelsweep.kernels.registry",
+    "accelsweep.trainables.workloads.base", "accelsweep.trainables.config", "accelsweep.trainables.trainable",
+    "accelsweep.trainables.metrics", "accelsweep.trainables.errors", "accelsweep.trainables.loop.measure",
+    "accelsweep.trainables.loop.train_loop", "accelsweep.trainables.fresh_process",
+    "accelsweep.trainables.harness.microbench", "accelsweep.trainables.loop.rejection", "accelsweep.kernels.registry",
     "accelsweep.sweeps.driver.history", "accelsweep.sweeps.driver.sweep_report", "accelsweep.sweeps.driver.study",
     "accelsweep.sweeps.driver.compare",
 )
@@ -81,15 +81,15 @@ def test_an_example_imports_only_documented_public_names(path):
 
 def test_the_import_check_finds_a_private_name(tmp_path):
     script = tmp_path / "private.py"
-    script.write_text("from accelsweep.trainables.train_loop import _Trial\nimport accelsweep.kernels\n")
+    script.write_text("from accelsweep.trainables.loop.train_loop import _Trial\nimport accelsweep.kernels\n")
     with pytest.raises(AssertionError, match="use from-imports"):
         accelsweep_imports(script)
-    script.write_text("from accelsweep.trainables.failures import run_isolated\n"
-                      "from accelsweep.trainables.train_loop import _Trial\n")
+    script.write_text("from accelsweep.trainables.loop.failures import run_isolated\n"
+                      "from accelsweep.trainables.loop.train_loop import _Trial\n")
     imports = accelsweep_imports(script)
-    assert imports == [("accelsweep.trainables.failures", "run_isolated"), ("accelsweep.trainables.train_loop", "_Trial")]
-    assert "accelsweep.trainables.failures" not in PUBLIC_MODULES
-    assert "_Trial" not in importlib.import_module("accelsweep.trainables.train_loop").__all__
+    assert imports == [("accelsweep.trainables.loop.failures", "run_isolated"), ("accelsweep.trainables.loop.train_loop", "_Trial")]
+    assert "accelsweep.trainables.loop.failures" not in PUBLIC_MODULES
+    assert "_Trial" not in importlib.import_module("accelsweep.trainables.loop.train_loop").__all__
 
 
 @pytest.mark.slow

@@ -35,7 +35,7 @@ def faulty_trainable(searched, base, cost=None):
     import torch
 
     from accelsweep.trainables.config import TrialConfig
-    from accelsweep.trainables.train_loop import run_training
+    from accelsweep.trainables.loop.train_loop import run_training
 
     fault = searched["fault"]
     training = TrialConfig.make(model="vit-micro", batch_size=8, warmup_steps=1, window_min_steps=2, window_min_s=0.0,

@@ -16,7 +16,7 @@ from accelsweep.kernels.registry import ENTRY_POINT_GROUP, OPS, KernelImpl, OpSp
 from accelsweep.sweeps.driver.api import plan_sweep
 from accelsweep.sweeps.driver.kernel_sweep import SMOKE_MEASUREMENT, build_kernel_sweep, kernel_main
 from accelsweep.trainables.errors import ConfigError
-from accelsweep.trainables.microbench import KernelConfig, kernel_metrics, kernel_trainable, run_microbench
+from accelsweep.trainables.harness.microbench import KernelConfig, kernel_metrics, kernel_trainable, run_microbench
 
 HERE = __name__  # "tests.test_kernel_ops_api": what a user's package would be
 ROW_SUM_PATH = f"{HERE}:ROW_SUM"
@@ -68,7 +68,7 @@ def test_an_op_by_import_path_is_checked_and_timed_like_a_built_in_one(impl):
 
 
 def test_a_wrong_implementation_of_a_users_op_fails_its_check(monkeypatch):
-    from accelsweep.trainables.microbench import KernelMismatch
+    from accelsweep.trainables.harness.microbench import KernelMismatch
 
     monkeypatch.setattr(sys.modules[HERE], "row_sum_wrong", lambda x, scale: x.sum(axis=-1), raising=False)
     wrong = KernelImpl("wrong", f"{HERE}:row_sum_wrong", "numpy", ("cpu",), "numpy")
@@ -247,7 +247,7 @@ def test_the_trainable_declares_its_metrics_per_op():
     assert kernel_trainable.metrics(row_sum).measurement == "latency_p50_s"
 
 
-@pytest.mark.parametrize("module", ["accelsweep.kernels.registry", "accelsweep.trainables.microbench",
+@pytest.mark.parametrize("module", ["accelsweep.kernels.registry", "accelsweep.trainables.harness.microbench",
                                     "accelsweep.sweeps.driver.kernel_sweep"])
 def test_public_names_are_listed_and_exist(module):
     import importlib

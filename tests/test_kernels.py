@@ -16,7 +16,7 @@ from accelsweep.kernels.registry import OPS, KernelImpl, KernelUnavailable, get_
 from tests.conftest import REPO
 from tests.test_sweep_e2e import mlflow_runs
 from accelsweep.trainables.errors import ConfigError
-from accelsweep.trainables.microbench import KernelConfig, KernelMismatch, run_microbench
+from accelsweep.trainables.harness.microbench import KernelConfig, KernelMismatch, run_microbench
 
 SMALL = {"giou": dict(batch=4, boxes=32), "nms": dict(boxes=64), "matmul": dict(m=128, k=128, n=128),
          "attention": dict(batch=2, heads=2, seq=64, head_dim=16)}
@@ -97,10 +97,10 @@ def _with_extra_giou(monkeypatch, *impls):
 
 def test_five_measurements_of_a_steady_kernel_agree(monkeypatch, capsys):
     """The harness adds no noise of its own: a kernel of fixed cost measures the same
-    five times in a row (python -m accelsweep.trainables.stability), and its latency_cv is small.
+    five times in a row (python -m accelsweep.trainables.harness.stability), and its latency_cv is small.
     (Real kernels on this shared 2-core VM do not reach 5%: the host's CPU speed drifts;
     see the README. That is the machine, not the harness.)"""
-    from accelsweep.trainables.stability import main
+    from accelsweep.trainables.harness.stability import main
 
     _with_extra_giou(monkeypatch, KernelImpl("steady", f"{__name__}:steady_giou", "numpy", ("cpu",), "nothing"))
     settings = ["batch=2", "boxes=16", "warmup_calls=2", "window_min_calls=20", "window_min_s=0.05", "windows=3"]
@@ -112,8 +112,8 @@ def test_five_measurements_of_a_steady_kernel_agree(monkeypatch, capsys):
 
 
 def test_a_kernel_that_drifts_is_reported_not_steady(monkeypatch, capsys):
-    import accelsweep.trainables.microbench as microbench
-    from accelsweep.trainables.stability import main
+    import accelsweep.trainables.harness.microbench as microbench
+    from accelsweep.trainables.harness.stability import main
 
     _with_extra_giou(monkeypatch, KernelImpl("slowing", f"{__name__}:slowing_giou", "numpy", ("cpu",), "nothing"))
     monkeypatch.setattr(microbench, "host_probe_s", lambda: 1e-3)  # a machine of constant speed
@@ -127,8 +127,8 @@ def test_a_kernel_that_drifts_is_reported_not_steady(monkeypatch, capsys):
 def test_a_machine_that_changes_speed_is_named_as_the_cause(monkeypatch, capsys):
     """The fixed CPU loop timed between windows goes 1.5x slower half-way, like a shared
     host changing speed: the verdict blames the machine, with the loop's figures."""
-    import accelsweep.trainables.microbench as microbench
-    from accelsweep.trainables.stability import main
+    import accelsweep.trainables.harness.microbench as microbench
+    from accelsweep.trainables.harness.stability import main
 
     _with_extra_giou(monkeypatch, KernelImpl("slowing", f"{__name__}:slowing_giou", "numpy", ("cpu",), "nothing"))
     probes = iter([1e-3, 1.5e-3] * 20)
@@ -164,7 +164,7 @@ def test_the_harness_asks_the_platform_instead_of_testing_its_name():
 
 
 def test_host_probe_times_a_fixed_loop():
-    from accelsweep.trainables.measure import coefficient_of_variation, host_probe_s
+    from accelsweep.trainables.loop.measure import coefficient_of_variation, host_probe_s
 
     probe = host_probe_s(seconds=0.01)
     assert 1e-5 < probe < 0.1  # a 20k-iteration Python loop: well under a millisecond to a few ms

@@ -19,7 +19,7 @@ from accelsweep.kernels.nms.reference import kept, nms
 from accelsweep.kernels.registry import OPS, KernelUnavailable, get_op
 from tests.conftest import REPO
 from accelsweep.trainables.errors import ConfigError
-from accelsweep.trainables.microbench import KernelConfig, run_microbench
+from accelsweep.trainables.harness.microbench import KernelConfig, run_microbench
 
 GIOU_TOLERANCE = get_op("giou").tolerance["float32"]
 # Boxes whose GIoU is known exactly: identical (1), far apart (below -0.5), side by side (0).

@@ -1,4 +1,4 @@
-"""The GPU kernel timer's logic (trainables/device_timing.py), on the CPU, against a fake
+"""The GPU kernel timer's logic (trainables/harness/device_timing.py), on the CPU, against a fake
 GPU with its own clock: launches cost the host X, kernels cost the device Y, and the
 device runs what is queued in order. The held-batch method must report Y per call, not
 X, whatever the host does, flag launch-bound calls (X >= Y), shrink batches that fill the
@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from accelsweep.trainables.device_timing import (AsyncBatchWindow, BatchPlan, CallWaitsForDevice, HeldWindow,
+from accelsweep.trainables.harness.device_timing import (AsyncBatchWindow, BatchPlan, CallWaitsForDevice, HeldWindow,
                                                  async_batch_window, held_batch_window)
-from accelsweep.trainables.measure import percentile
+from accelsweep.trainables.loop.measure import percentile
 
 US = 1e-6
 
@@ -238,7 +238,7 @@ def test_the_cuda_platform_times_held_batches_and_falls_back_for_a_call_that_syn
 def test_the_harness_reports_the_device_time_the_enqueue_time_and_the_flag(monkeypatch):
     """run_microbench with a platform whose time_calls gives held windows (a fake GPU):
     latency is the device's time per call, host_enqueue_s the host's, launch_bound 1."""
-    from accelsweep.trainables import microbench
+    from accelsweep.trainables.harness import microbench
     from accelsweep.trainables.platforms import PLATFORMS
 
     cpu = PLATFORMS["cpu"]
@@ -259,7 +259,7 @@ def test_the_harness_reports_the_device_time_the_enqueue_time_and_the_flag(monke
 
 
 def test_the_cpu_keeps_its_timer_and_reports_no_enqueue_figure():
-    from accelsweep.trainables.microbench import KernelConfig, run_microbench
+    from accelsweep.trainables.harness.microbench import KernelConfig, run_microbench
 
     result = run_microbench(KernelConfig.make(op="giou", impl="torch-naive", batch=2, boxes=16, warmup_calls=1,
                                               window_min_calls=5, window_min_s=0.0, windows=1))

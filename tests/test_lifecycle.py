@@ -145,7 +145,7 @@ def test_a_driver_killed_alone_takes_its_ray_instance_with_it(tmp_path):
 START = """
 import sys, time
 from accelsweep.sweeps.driver import local_ray
-from accelsweep.sweeps.driver.api import connect_ray
+from accelsweep.sweeps.driver.lifecycle import connect_ray
 print(connect_ray(None), flush=True)
 if sys.argv[1] == "wait":
     time.sleep(600)

@@ -15,7 +15,7 @@ from accelsweep.kernels.registry import KernelImpl, get_op
 from tests.conftest import REPO
 from tests.test_sweep_e2e import mlflow_runs
 from accelsweep.trainables.errors import ConfigError
-from accelsweep.trainables.microbench import KernelConfig, KernelMismatch, run_microbench
+from accelsweep.trainables.harness.microbench import KernelConfig, KernelMismatch, run_microbench
 
 # Two blocks along every axis: the kernel must zero, accumulate over k and write back.
 SMALL = dict(m=64, k=256, n=256)
@@ -178,7 +178,7 @@ def test_the_library_is_the_baseline_and_every_searched_trial_is_the_kernel():
 
     plan = plan_sweep(build_sweep(sweep_args(), SMOKE_SHAPE, SMOKE_BLOCKS))
     assert plan.baseline_point == {"impl": "jax-dot", "bm": 128, "bk": 128, "bn": 128}
-    # As the searcher runs it (sweeps/driver/api.py): the baseline enqueued first, then TPE.
+    # As the searcher runs it (sweeps/driver/lifecycle.py): the baseline enqueued first, then TPE.
     study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=0, n_startup_trials=2))
     study.enqueue_trial(plan.baseline_point)
     proposed = []

@@ -14,8 +14,8 @@ pytest.importorskip("torchmetrics")
 
 from accelsweep.sweeps import metric_collection as study  # noqa: E402
 from accelsweep.trainables.config import TrialConfig  # noqa: E402
-from accelsweep.trainables.train_loop import run_training  # noqa: E402
-from accelsweep.trainables.workload import load_workload  # noqa: E402
+from accelsweep.trainables.loop.train_loop import run_training  # noqa: E402
+from accelsweep.trainables.workloads.base import load_workload  # noqa: E402
 from tests.test_examples import assert_public_imports, run_smoke  # noqa: E402
 
 SCRIPT = Path(study.__file__)
@@ -27,7 +27,7 @@ def test_the_study_imports_only_public_names():
 
 
 def test_the_workload_path_is_what_import_path_gives():
-    from accelsweep.trainables.workload import import_path
+    from accelsweep.trainables.workloads.base import import_path
 
     assert study.WORKLOAD == import_path(study.MetricCollection) == "accelsweep.sweeps.metric_collection:MetricCollection"
 

@@ -158,7 +158,7 @@ def test_per_window_curves_are_the_declared_ones():
 
 
 def test_the_harness_reports_every_declared_kernel_metric():
-    from accelsweep.trainables.microbench import KernelConfig, run_microbench
+    from accelsweep.trainables.harness.microbench import KernelConfig, run_microbench
 
     result = run_microbench(KernelConfig.make(op="giou", impl="torch-naive", batch=2, boxes=16, warmup_calls=1,
                                               window_min_calls=1, window_min_s=0.0, windows=2))

@@ -18,11 +18,11 @@ from tests.conftest import REPO
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.workloads.random_images import RandomImageDataset
-from accelsweep.trainables.failures import failure_cause
-from accelsweep.trainables.nan_capture import CAPTURE_FILE, load_capture
-from accelsweep.trainables.nan_overhead import measure_overhead, overhead_config
-from accelsweep.trainables.nan_replay import show_replay
-from accelsweep.trainables.train_loop import NonFiniteGradient, run_training
+from accelsweep.trainables.loop.failures import failure_cause
+from accelsweep.trainables.loop.nan_capture import CAPTURE_FILE, load_capture
+from accelsweep.trainables.loop.nan_overhead import measure_overhead, overhead_config
+from accelsweep.trainables.loop.nan_replay import show_replay
+from accelsweep.trainables.loop.train_loop import NonFiniteGradient, run_training
 
 # window_min_s=0: every run takes the same steps, so two runs' losses compare exactly.
 # Steps: 0 first, 1 warm-up, 2-4 window 1, 5-7 window 2, 8-10 window 3.
@@ -59,7 +59,7 @@ def poisoned_batch(monkeypatch):
 
 
 def replay_command(path):
-    return subprocess.run([sys.executable, "-m", "accelsweep.trainables.nan_replay", str(path)], cwd=REPO,
+    return subprocess.run([sys.executable, "-m", "accelsweep.trainables.loop.nan_replay", str(path)], cwd=REPO,
                           capture_output=True, text=True, timeout=300)
 
 
@@ -109,7 +109,7 @@ def test_round_trip_capture_reload_non_finite_at_the_same_step(poisoned_batch, t
 
 def test_without_the_capture_the_poisoned_step_is_only_a_non_finite_loss(poisoned_batch, tmp_path):
     """The same poison with the option off: the loop's loss check ends it, nothing is saved."""
-    from accelsweep.trainables.train_loop import NonFiniteLoss
+    from accelsweep.trainables.loop.train_loop import NonFiniteLoss
 
     with pytest.raises(NonFiniteLoss) as caught:
         run_training(TrialConfig.make(**MICRO), capture_dir=str(tmp_path))

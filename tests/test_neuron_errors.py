@@ -61,7 +61,7 @@ def test_an_older_log_is_not_blamed_and_other_errors_are_left_alone(tmp_path):
 
 
 def test_run_training_raises_the_compilers_words(tmp_path, monkeypatch):
-    import accelsweep.trainables.train_loop as train_loop
+    import accelsweep.trainables.loop.train_loop as train_loop
 
     monkeypatch.setattr(neuron_errors, "compile_log_roots", lambda cache_url: [str(tmp_path)])
 

@@ -22,7 +22,7 @@ def test_the_command_runs_the_trials_own_config_under_neuron_parallel_compile():
     config = TrialConfig.make(platform="neuron", model="vit-b16", batch_size=32, neuron_optlevel=3,
                               neuron_target="trn1", compile_cache="s3://bucket/cache")
     command = precompile_command(config)
-    assert command[:4] == ["neuron_parallel_compile", sys.executable, "-m", "accelsweep.trainables.precompile"]
+    assert command[:4] == ["neuron_parallel_compile", sys.executable, "-m", "accelsweep.trainables.loop.precompile"]
     assert TrialConfig.from_dict(json.loads(command[-1])) == config
     env = precompile_env(config)
     assert env["NEURON_COMPILE_CACHE_URL"] == "s3://bucket/cache"
@@ -101,7 +101,7 @@ def test_each_config_is_extracted_and_compiled_as_a_ray_task_holding_a_neuroncor
     calls = [path.read_text().splitlines() for path in record.iterdir()]
     assert len(calls) == 2
     assert sorted("--optlevel=3" in flags for flags, _, _ in calls) == [False, True]
-    assert all(cache == "/shared/cache" and "-m accelsweep.trainables.precompile --config" in argv for _, cache, argv in calls)
+    assert all(cache == "/shared/cache" and "-m accelsweep.trainables.loop.precompile --config" in argv for _, cache, argv in calls)
 
 
 def test_dry_run_lists_what_would_be_precompiled():

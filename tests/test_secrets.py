@@ -18,7 +18,7 @@ import pytest
 
 from tests.conftest import REPO
 from tests.test_sweep_e2e import mlflow_runs
-from accelsweep.trainables.secrets import REDACTED, looks_secret, redact_uri, scrub
+from accelsweep.sweeps.driver.record.secrets import REDACTED, looks_secret, redact_uri, scrub
 
 # Fake credentials, each in the shape of the real thing.
 FAKE_SECRETS = {
@@ -81,7 +81,7 @@ def assert_no_secret(text: str, where: str) -> None:
 def test_tracker_scrubs_every_param_and_tag(monkeypatch, tmp_path):
     from mlflow.tracking import MlflowClient
 
-    from accelsweep.trainables.tracking import SweepTracker
+    from accelsweep.sweeps.driver.record.tracking import SweepTracker
 
     for name, value in FAKE_SECRETS.items():
         monkeypatch.setenv(name, value)
@@ -104,7 +104,7 @@ def test_tracker_scrubs_every_param_and_tag(monkeypatch, tmp_path):
 
 
 def test_ui_command_binds_localhost_and_hides_a_database_password(tmp_path):
-    from accelsweep.trainables.tracking import SweepTracker
+    from accelsweep.sweeps.driver.record.tracking import SweepTracker
 
     tracker = SweepTracker(f"sqlite:///{tmp_path}/m.db", "ui")
     assert tracker.ui_command().endswith("--host 127.0.0.1 --port 5000")
@@ -173,7 +173,7 @@ def test_a_smoke_sweep_records_no_secret(tmp_path):
 LISTENERS = r'''
 import json, os, socket, sys, time
 os.environ.pop("RAY_AUTH_MODE", None)
-from accelsweep.sweeps.driver.api import connect_ray
+from accelsweep.sweeps.driver.lifecycle import connect_ray
 connect_ray(None)
 time.sleep(5)  # Ray starts its workers and agents after ray.init returns
 
@@ -268,7 +268,7 @@ def test_a_local_instance_serves_nothing_beyond_what_ray_needs():
 
 
 def test_a_server_password_goes_to_mlflow_variables_not_the_uri(monkeypatch):
-    from accelsweep.trainables.secrets import (credentials_to_environment, mlflow_credentials_restored,
+    from accelsweep.sweeps.driver.record.secrets import (credentials_to_environment, mlflow_credentials_restored,
                                                shown_uri, split_http_credentials)
 
     monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "someone-else")

@@ -1,5 +1,5 @@
 """Where a sweep writes, shared or broken: the MLflow store and Optuna study opened by
-several processes at once (trainables/sqlite_store.py), tracking stores that cannot take
+several processes at once (sweeps/driver/record/sqlite_store.py), tracking stores that cannot take
 a sweep's writes (sweeps/driver/store_checks.py), and a storage path that is read-only,
 full, or fills up mid-sweep (store_checks.py, storage_watch.py).
 
@@ -67,7 +67,7 @@ OPENER = textwrap.dedent("""
     uri, start_at, kind = sys.argv[1], float(sys.argv[2]), sys.argv[3]
     import mlflow, optuna
     from mlflow.tracking import MlflowClient
-    from accelsweep.trainables.sqlite_store import create_optuna_storage, open_experiment
+    from accelsweep.sweeps.driver.record.sqlite_store import create_optuna_storage, open_experiment
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     while time.time() < start_at:
         time.sleep(0.001)

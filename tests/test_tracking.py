@@ -1,7 +1,7 @@
 import pytest
 
 from accelsweep.trainables.errors import ConfigError
-from accelsweep.trainables.tracking import SweepTracker, validate_tracking_uri
+from accelsweep.sweeps.driver.record.tracking import SweepTracker, validate_tracking_uri
 
 
 @pytest.mark.parametrize("uri", ["sqlite:///mlflow.db", "http://127.0.0.1:5000", "https://mlflow.example.com",

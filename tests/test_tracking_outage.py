@@ -1,4 +1,4 @@
-"""The MLflow tracking server lost mid-sweep (trainables/tracking_buffer.py).
+"""The MLflow tracking server lost mid-sweep (sweeps/driver/record/tracking_buffer.py).
 
 The buffer alone, against a fake client that stops answering: writes kept in order,
 placeholder run ids mapped (also in tags), the file a new driver replays, a refused write
@@ -25,7 +25,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from accelsweep.trainables.tracking_buffer import (BUFFER_DIR, PLACEHOLDER_PREFIX, WRITES_FILE, TrackingBuffer,
+from accelsweep.sweeps.driver.record.tracking_buffer import (BUFFER_DIR, PLACEHOLDER_PREFIX, WRITES_FILE, TrackingBuffer,
                                                    unanswered)
 from tests.mlflow_server import MlflowServer, free_port
 from tests.test_sweep_e2e import mlflow_runs
@@ -200,8 +200,8 @@ def test_only_a_store_that_did_not_answer_is_waited_for():
 
 def test_a_store_that_does_not_answer_at_the_start_is_refused_before_anything_starts(monkeypatch):
     from accelsweep.trainables.errors import ConfigError
-    from accelsweep.trainables.tracking import open_tracker
-    from accelsweep.trainables.tracking_buffer import MLFLOW_REQUEST_SETTINGS
+    from accelsweep.sweeps.driver.record.tracking import open_tracker
+    from accelsweep.sweeps.driver.record.tracking_buffer import MLFLOW_REQUEST_SETTINGS
 
     for name, value in MLFLOW_REQUEST_SETTINGS.items():  # as a sweep sets them
         monkeypatch.setenv(name, value)

@@ -8,7 +8,7 @@ import pytest
 from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.workloads.random_images import RandomImageDataset
 from accelsweep.trainables.metrics import DRIVER_METRICS, TRAINING_METRICS
-from accelsweep.trainables.train_loop import NonFiniteLoss, run_training
+from accelsweep.trainables.loop.train_loop import NonFiniteLoss, run_training
 
 MICRO = dict(model="vit-micro", cpus_per_worker=2, batch_size=16, warmup_steps=2, window_min_steps=3,
              window_min_s=0.2, windows=2)

@@ -21,7 +21,7 @@ from accelsweep.sweeps.driver import deadline as deadline_module
 from accelsweep.sweeps.driver.deadline import (DRIVER_PAUSE_S, StallRule, TrialDeadline, check_trial_timeout,
                                                kill_process_tree)
 from accelsweep.trainables.errors import ConfigError
-from accelsweep.trainables.failures import TIMEOUT
+from accelsweep.trainables.loop.failures import TIMEOUT
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -17,8 +17,8 @@ import torch
 from accelsweep.sweeps import varlen_gpt as study
 from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.errors import ConfigError
-from accelsweep.trainables.train_loop import run_training
-from accelsweep.trainables.workload import Workload, import_path
+from accelsweep.trainables.loop.train_loop import run_training
+from accelsweep.trainables.workloads.base import Workload, import_path
 from tests.test_examples import assert_public_imports, run_smoke
 
 SCRIPT = Path(study.__file__)

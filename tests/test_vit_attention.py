@@ -85,7 +85,7 @@ def test_the_forced_backend_is_the_one_that_ran(attention):
 
 @pytest.mark.parametrize("attention", ("sdpa-math", "sdpa-flash"))
 def test_the_knob_reaches_the_model_the_training_loop_trains(attention):
-    from accelsweep.trainables.train_loop import run_training
+    from accelsweep.trainables.loop.train_loop import run_training
 
     config = TrialConfig.make(model="vit-micro", attention=attention, batch_size=4, warmup_steps=1,
                               window_min_steps=1, window_min_s=0.0, windows=1)

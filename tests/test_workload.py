@@ -10,8 +10,8 @@ import torch
 from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.metrics import Metric
-from accelsweep.trainables.train_loop import run_training
-from accelsweep.trainables.workload import Workload, WorkloadKnobs, import_path, knob, load_workload
+from accelsweep.trainables.loop.train_loop import run_training
+from accelsweep.trainables.workloads.base import Workload, WorkloadKnobs, import_path, knob, load_workload
 
 QUICK = dict(warmup_steps=1, window_min_steps=3, window_min_s=0.0, windows=2, batch_size=4)
 
@@ -159,8 +159,8 @@ class PoisonedRegression(Workload):
 
 
 def test_nan_capture_and_replay_work_for_a_user_workload(tmp_path):
-    from accelsweep.trainables.nan_replay import show_replay
-    from accelsweep.trainables.train_loop import NonFiniteGradient
+    from accelsweep.trainables.loop.nan_replay import show_replay
+    from accelsweep.trainables.loop.train_loop import NonFiniteGradient
 
     config = TrialConfig.make(workload=import_path(PoisonedRegression), nan_capture=True, **QUICK)
     with pytest.raises(NonFiniteGradient) as caught:
@@ -321,7 +321,7 @@ class KilledBySignal(Tokens):
 
 
 def test_a_fresh_process_killed_by_a_signal_is_a_lost_process_not_a_plain_error():
-    from accelsweep.trainables.failures import KILLED, failure_cause
+    from accelsweep.trainables.loop.failures import KILLED, failure_cause
     from accelsweep.trainables.fresh_process import run_in_fresh_process
 
     with pytest.raises(RuntimeError, match="killed by SIGKILL") as caught:

@@ -15,7 +15,7 @@ pytest.importorskip("torch_xla", reason="torch_xla is not installed here: the XL
 from tests.conftest import REPO  # noqa: E402
 from tests.test_sweep_e2e import mlflow_runs  # noqa: E402
 from accelsweep.trainables.config import TrialConfig  # noqa: E402
-from accelsweep.trainables.train_loop import run_training  # noqa: E402
+from accelsweep.trainables.loop.train_loop import run_training  # noqa: E402
 from accelsweep.trainables.workloads.image_classification import ImageClassification  # noqa: E402
 
 os.environ.setdefault("PJRT_DEVICE", "CPU")

@@ -11,7 +11,7 @@ pytest.importorskip("torch_xla", reason="torch_xla is not installed here: the XL
 
 from accelsweep.kernels.giou.reference import giou as giou_reference  # noqa: E402
 from accelsweep.kernels.registry import OPS, KernelImpl, get_op  # noqa: E402
-from accelsweep.trainables.microbench import KernelConfig, run_microbench  # noqa: E402
+from accelsweep.trainables.harness.microbench import KernelConfig, run_microbench  # noqa: E402
 
 SMALL = {"giou": dict(batch=4, boxes=64), "attention": dict(batch=2, heads=2, seq=64, head_dim=16, causal=True,
                                                            soft_cap=5.0)}

@@ -7,7 +7,7 @@ one result dict. Nothing downstream re-derives a knob; it reads it from this con
 ``TrialConfig`` holds the generic knobs, the platform's own (``knobs``, a frozen
 dataclass the platform declares: ``CpuKnobs``, ``XlaKnobs``, ``NeuronKnobs``, ...) and
 the workload's own (``workload_knobs``: the ``Knobs`` of the workload it names,
-trainables/workload.py). As a flat dict (Tune configs, search spaces, MLflow params) all
+trainables/workloads/base.py). As a flat dict (Tune configs, search spaces, MLflow params) all
 sit side by side under their own names; ``TrialConfig.from_dict`` is the one place a
 flat dict becomes a config, and ``TrialConfig.make(**flat)`` the same for keyword
 arguments:
@@ -23,14 +23,14 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
-from accelsweep.trainables.compile_cache import check_setting as check_compile_cache
+from accelsweep.trainables.loop.compile_cache import check_setting as check_compile_cache
 from accelsweep.trainables.errors import (ConfigError, non_negative_float, one_of, positive_float, positive_int,
                                           random_seed)
-from accelsweep.trainables.precision import PRECISION_NAMES
+from accelsweep.trainables.loop.precision import PRECISION_NAMES
 
 if TYPE_CHECKING:
     from accelsweep.trainables.platforms.base import PlatformKnobs
-    from accelsweep.trainables.workload import WorkloadKnobs
+    from accelsweep.trainables.workloads.base import WorkloadKnobs
 
 __all__ = ["DictConfig", "TrialConfig"]
 
@@ -62,11 +62,11 @@ class TrialConfig:
     trained (its knobs: ``workload_knobs``); ``knobs`` are the platform's own."""
 
     platform: str = "cpu"
-    # A built-in workload's name, or a user's as "package.module:Name" (trainables/workload.py).
+    # A built-in workload's name, or a user's as "package.module:Name" (trainables/workloads/base.py).
     workload: str = DEFAULT_WORKLOAD
     batch_size: int = 32
     num_workers: int = 0  # DataLoader worker processes
-    precision: str = "fp32"  # trainables/precision.py says what each one means
+    precision: str = "fp32"  # trainables/loop/precision.py says what each one means
     torch_compile: str = "none"
     workers: int = 1  # data-parallel workers (processes); > 1 runs a Ray Train TorchTrainer
     cpus_per_worker: int = 1  # CPUs each worker holds (Ray resource and cost share)
@@ -83,7 +83,7 @@ class TrialConfig:
     learning_rate: float = 1e-3
     seed: int = 0
     # On a non-finite gradient, save the step's model and optimizer state, batch and RNG
-    # state, and end the trial as nan (trainables/nan_replay.py replays the capture).
+    # state, and end the trial as nan (trainables/loop/nan_replay.py replays the capture).
     nan_capture: bool = False
     # Where compiled graphs are kept for every later trial and sweep (trainables/
     # compile_cache.py): an absolute directory (one every node sees, on a cluster), s3://...
@@ -97,7 +97,7 @@ class TrialConfig:
 
     def __post_init__(self) -> None:
         from accelsweep.trainables.platforms import get_platform
-        from accelsweep.trainables.workload import load_workload
+        from accelsweep.trainables.workloads.base import load_workload
 
         platform = get_platform(self.platform)
         if self.knobs is None:
@@ -151,7 +151,7 @@ class TrialConfig:
         workload side by side. An unknown key, or a knob of another platform, is refused
         by name."""
         from accelsweep.trainables.platforms import PLATFORMS, get_platform
-        from accelsweep.trainables.workload import load_workload
+        from accelsweep.trainables.workloads.base import load_workload
 
         platform = get_platform(values.get("platform", cls.platform))
         workload = load_workload(values.get("workload", cls.workload))

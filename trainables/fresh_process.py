@@ -25,7 +25,7 @@ from typing import Any, Iterator, Mapping
 
 from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.platforms import get_platform
-from accelsweep.trainables.train_loop import run_training
+from accelsweep.trainables.loop.train_loop import run_training
 from accelsweep.trainables.trainable import metrics_of, train_trainable
 
 __all__ = ["fresh_process_trainable", "run_in_fresh_process"]

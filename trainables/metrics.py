@@ -119,7 +119,7 @@ DRIVER_METRICS = (
     Metric("overhead_s", "s", "min", progress="overhead {:.2f} s"),
 )
 
-# trainables/train_loop.py: run_training's result, after each window.
+# trainables/loop/train_loop.py: run_training's result, after each window.
 TRAINING_METRICS = MetricSet(
     metrics=(
         # Over all the trial's measured windows; each window's own is the curve beside it.
@@ -134,7 +134,7 @@ TRAINING_METRICS = MetricSet(
         # The peak over what the process held before the workload was built (model,
         # optimizer state, activations, batches): on a CPU, peak RSS is mostly torch and Ray.
         Metric("workload_memory_mb", "MB", "min", label="workload memory (MB)", fmt="{:.0f}"),
-        # The compile cache (trainables/compile_cache.py): per trial, graphs loaded from it
+        # The compile cache (trainables/loop/compile_cache.py): per trial, graphs loaded from it
         # (hits), compiled and stored (misses), or not cacheable (bypasses); where it is, a tag.
         Metric("fxgraph_cache_hits", "graphs"),
         Metric("fxgraph_cache_misses", "graphs"),
@@ -168,7 +168,7 @@ def training_metrics(unit: str = "samples") -> MetricSet:
                      headline=(own[0].name, own[2].name, "step_time_p50_s", "overhead_s"))
 
 
-# trainables/microbench.py: run_microbench's result, after each window. A kernel sweep is
+# trainables/harness/microbench.py: run_microbench's result, after each window. A kernel sweep is
 # not priced, so the driver's figures are not among them.
 KERNEL_METRICS = MetricSet(
     metrics=(

@@ -18,7 +18,7 @@ from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.cost import CostBasis
 from accelsweep.trainables.metrics import MetricSet, training_metrics
 from accelsweep.trainables.platforms import get_platform
-from accelsweep.trainables.workload import load_workload
+from accelsweep.trainables.workloads.base import load_workload
 
 __all__ = ["train_trainable", "metrics_of"]
 
@@ -27,7 +27,7 @@ def train_trainable(searched: Mapping[str, Any], base: Mapping[str, Any],
                     cost: Optional[CostBasis] = None) -> None:
     from ray import tune
 
-    from accelsweep.trainables.train_loop import run_training
+    from accelsweep.trainables.loop.train_loop import run_training
 
     config = TrialConfig.from_dict({**base, **searched})
     platform = get_platform(config.platform)
@@ -77,7 +77,7 @@ def run_workers(config: TrialConfig, usd_per_hour: float) -> None:
 def _worker_loop(loop_config: Mapping[str, Any]) -> None:
     import ray.train
 
-    from accelsweep.trainables.train_loop import run_training
+    from accelsweep.trainables.loop.train_loop import run_training
 
     # Every worker reports each window (Ray Train expects all ranks to); rank 0's
     # result, which already sums all workers, is the one Tune receives.

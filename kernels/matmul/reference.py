@@ -1,7 +1,7 @@
 """A @ B, the plain numpy reference in float64, and its inputs.
 
 The inputs are integers in [-128, 127], returned as float32 arrays: the harness casts
-floating inputs to the trial's dtype (trainables/microbench.py: _rounded), and every
+floating inputs to the trial's dtype (trainables/harness/microbench.py: _rounded), and every
 such integer is exact in int8, bfloat16 (8 significant bits hold integers up to 256)
 and float32. So all dtypes see the same matrices, and the reference needs no rounding
 allowance:

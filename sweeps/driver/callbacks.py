@@ -21,12 +21,12 @@ from accelsweep.sweeps.driver.deadline import TrialDeadline
 from accelsweep.sweeps.driver.records import (CUT_BY_BUDGET, FAILED, FINISHED, INTERRUPTED, NOISE_METRICS,
                                               NOT_RANKED, REJECTED, REUSED, STOPPED_EARLY, TrialRecord)
 from accelsweep.trainables.cost import CostBasis, trial_cost_usd
-from accelsweep.trainables.failures import ERROR, failure_cause, one_line
-from accelsweep.trainables.measure import HOST_LOADED
+from accelsweep.trainables.loop.failures import ERROR, failure_cause, one_line
+from accelsweep.trainables.loop.measure import HOST_LOADED
 from accelsweep.trainables.metrics import TRAINING_METRICS, MetricSet
-from accelsweep.trainables.microbench import NOISY_CV
-from accelsweep.trainables.secrets import redact_uri
-from accelsweep.trainables.tracking import SweepTracker
+from accelsweep.trainables.harness.microbench import NOISY_CV
+from accelsweep.sweeps.driver.record.secrets import redact_uri
+from accelsweep.sweeps.driver.record.tracking import SweepTracker
 
 # What Tune adds to every result (iteration counts, pid, host, clocks): its bookkeeping,
 # not the trial's figures; kept out of MLflow.
@@ -121,7 +121,7 @@ class SweepCallback(Callback):
         self.runs_of_saved_trials: dict[str, Any] = {}
         self.cut_off_runs: list = []
         self.number_floor = 0
-        # The sweep's best so far, for its trials' rejection rule (trainables/rejection.py),
+        # The sweep's best so far, for its trials' rejection rule (trainables/loop/rejection.py),
         # a Ray actor looked up by name; and where its searcher leaves reused proposals.
         self.board_name, self._board = board_name, None
         self.sweep_token = sweep_token
@@ -194,7 +194,7 @@ class SweepCallback(Callback):
 
     def adopt_run_ids(self) -> None:
         """A run created while MLflow's store did not answer has a placeholder id until
-        its creation is written (trainables/tracking_buffer.py): the id MLflow gave it."""
+        its creation is written (sweeps/driver/record/tracking_buffer.py): the id MLflow gave it."""
         buffer = self.tracker.buffer
         self.parent_run_id = buffer.run_id_of(self.parent_run_id)
         for record in self.records.values():
@@ -427,7 +427,7 @@ class SweepCallback(Callback):
                 figures.append(metric.shown(value))
         interpreted = " (interpreted: not ranked)" if record.result.get("interpreted") else ""
         noisy = ""
-        if record.noise > NOISY_CV:  # its windows disagree (trainables/microbench.py, train_loop.py)
+        if record.noise > NOISY_CV:  # its windows disagree (trainables/harness/microbench.py, train_loop.py)
             host_cv = record.metric("host_cv")
             noisy = (f" (noisy: the machine's own speed moved too, host cv {host_cv:.0%})" if host_cv > NOISY_CV
                      else " (noisy: its windows disagree)")

@@ -23,8 +23,8 @@ from typing import Any, Callable, Optional, Sequence
 from accelsweep.trainables.errors import ConfigError, SweepStopped
 from accelsweep.trainables.cost import CostBasis, resolve_cost_basis
 from accelsweep.trainables.platforms import PLATFORM_NAMES, get_platform, resolve_platform
-from accelsweep.trainables.rejection import REJECT_RATIO
-from accelsweep.trainables.tracking_buffer import DEFAULT_WAIT_S
+from accelsweep.trainables.loop.rejection import REJECT_RATIO
+from accelsweep.sweeps.driver.record.tracking_buffer import DEFAULT_WAIT_S
 
 __all__ = ["common_parser", "cost_basis", "main_guard", "platform_from_args", "sweep_options"]
 

@@ -31,7 +31,7 @@ from accelsweep.sweeps.driver.callbacks import TrialRecord
 from accelsweep.sweeps.driver.history import SweepHistory, load_sweep
 from accelsweep.sweeps.driver.report import Block, Table, best_record, html, markdown, ranked
 from accelsweep.trainables.errors import ConfigError
-from accelsweep.trainables.secrets import redact_uri
+from accelsweep.sweeps.driver.record.secrets import redact_uri
 
 __all__ = ["COMPARISON_FILES", "Comparison", "Entry", "cheaper_sentence", "compare_histories", "compare_sweeps",
            "comparison_plot", "differences", "log_comparison", "write_comparison"]

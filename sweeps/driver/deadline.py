@@ -3,7 +3,7 @@ enforced by the driver.
 
 A trial that stops making progress (a deadlocked DataLoader, a collective waiting for a
 dead peer, a compiler that never returns) reports nothing, and Tune would wait for it
-for ever. Nothing inside the trial can end it reliably: trainables/watchdog.py's
+for ever. Nothing inside the trial can end it reliably: trainables/loop/watchdog.py's
 exception reaches the trial's thread only at its next bytecode, and a thread blocked in
 C (a futex, a socket read, a wait on a compiler's process) runs none. The driver still
 runs, so the rule lives here, and SweepCallback applies it at every iteration of Tune's
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional
 
 from accelsweep.trainables.errors import ConfigError
-from accelsweep.trainables.failures import TIMEOUT
+from accelsweep.trainables.loop.failures import TIMEOUT
 
 __all__ = ["StallRule", "TIMEOUT_ERROR", "TrialDeadline", "check_trial_timeout", "deadline_for", "kill_process_tree"]
 

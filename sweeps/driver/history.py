@@ -17,7 +17,7 @@ from typing import Any, Optional
 from accelsweep.sweeps.driver.callbacks import TrialRecord
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.metrics import TRAINING_METRICS, Metric, MetricSet
-from accelsweep.trainables.tracking import ui_command, validate_tracking_uri
+from accelsweep.sweeps.driver.record.tracking import ui_command, validate_tracking_uri
 
 __all__ = ["SweepHistory", "find_sweep_run", "load_sweep", "metrics_tag"]
 

@@ -25,7 +25,7 @@ from accelsweep.sweeps.driver.api import Objective, Sweep, plan_sweep, run_sweep
 from accelsweep.sweeps.driver.cli import common_parser, main_guard, platform_from_args, sweep_options
 from accelsweep.trainables.errors import ConfigError, one_of
 from accelsweep.trainables.platforms import PLATFORM_NAMES
-from accelsweep.trainables.microbench import KernelConfig, kernel_metrics, kernel_trainable
+from accelsweep.trainables.harness.microbench import KernelConfig, kernel_metrics, kernel_trainable
 
 __all__ = ["SMOKE_MEASUREMENT", "accepted_impls", "build_kernel_sweep", "kernel_main", "run"]
 

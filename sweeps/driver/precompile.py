@@ -43,7 +43,8 @@ class PrecompileResult:
 def first_proposals(plan, count: int) -> list[dict[str, Any]]:
     """The first ``count`` configs (searched knobs) the sweep's searcher will propose,
     baseline first, capped at the ones that cannot depend on results."""
-    from accelsweep.sweeps.driver.api import _searcher, startup_trials
+    from accelsweep.sweeps.driver.plan import startup_trials
+    from accelsweep.sweeps.driver.lifecycle import _searcher
 
     searcher = _searcher(plan)
     knowable = min(count, startup_trials(plan.sweep))
@@ -51,7 +52,7 @@ def first_proposals(plan, count: int) -> list[dict[str, Any]]:
 
 
 def precompile_command(config: TrialConfig) -> list[str]:
-    return [TOOL, sys.executable, "-m", "accelsweep.trainables.precompile", "--config", json.dumps(config.to_dict())]
+    return [TOOL, sys.executable, "-m", "accelsweep.trainables.loop.precompile", "--config", json.dumps(config.to_dict())]
 
 
 def precompile_env(config: TrialConfig) -> dict[str, str]:

@@ -8,7 +8,7 @@ run. Two mistakes otherwise cost minutes or hang:
 - a trial that needs more CPUs, GPUs or NeuronCores than a local Ray instance has: with
   no autoscaler to add a node, Tune waits for them forever.
 
-``accelsweep.sweeps.driver.api.preflight`` runs them (``run_sweep`` runs that first):
+``accelsweep.sweeps.driver.plan.preflight`` runs them (``run_sweep`` runs that first):
 the checks take the plan; this module imports nothing of the driver.
 """
 

@@ -14,7 +14,7 @@ __all__ = ["CUT_BY_BUDGET", "FAILED", "FINISHED", "INTERRUPTED", "NOISE_METRICS"
 
 FINISHED, STOPPED_EARLY, FAILED, CUT_BY_BUDGET = "finished", "stopped early", "failed", "cut by time budget"
 INTERRUPTED = "interrupted"  # the sweep stopped (Ctrl-C) while it ran: --resume runs it again
-# Stopped by its own first steps: their projection was hopeless (trainables/rejection.py).
+# Stopped by its own first steps: their projection was hopeless (trainables/loop/rejection.py).
 REJECTED = "rejected"
 # Proposed again after it was measured: the earlier result stands, nothing ran (searchers.py).
 REUSED = "reused"

@@ -18,7 +18,7 @@ from typing import Iterable, Mapping, Optional, Sequence, Union
 from accelsweep.sweeps.driver.callbacks import CUT_BY_BUDGET, REJECTED, REUSED, TrialRecord
 from accelsweep.sweeps.driver.verdict import verdict
 from accelsweep.trainables.metrics import TRAINING_METRICS, MetricSet
-from accelsweep.trainables.microbench import NOISY_CV
+from accelsweep.trainables.harness.microbench import NOISY_CV
 
 # One definition of overhead_s, for every trainable (the driver computes it, callbacks.py).
 OVERHEAD_MEANING = ("the trial's wall time outside its compile, warm-up and measured windows: process start-up, "

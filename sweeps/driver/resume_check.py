@@ -21,7 +21,7 @@ import os
 from typing import Any, Mapping
 
 from accelsweep.trainables.errors import ConfigError
-from accelsweep.trainables.secrets import scrub, shown_uri
+from accelsweep.sweeps.driver.record.secrets import scrub, shown_uri
 
 __all__ = ["DEFINING", "ResumeMismatch", "check_same_sweep", "defining_flags", "storage_dir"]
 

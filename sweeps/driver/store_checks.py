@@ -33,8 +33,8 @@ from typing import Any, Callable, Optional
 from urllib.parse import urlsplit, urlunsplit
 
 from accelsweep.trainables.errors import ConfigError
-from accelsweep.trainables.secrets import redact_uri, split_http_credentials
-from accelsweep.trainables.sqlite_store import sqlite_file
+from accelsweep.sweeps.driver.record.secrets import redact_uri, split_http_credentials
+from accelsweep.sweeps.driver.record.sqlite_store import sqlite_file
 
 __all__ = ["ANSWER_TIMEOUT_S", "CONNECT_TIMEOUT_S", "MIN_FREE_BYTES", "check_storage_path", "check_study_storage",
            "check_tracking_store", "claim_experiment_dir", "free_bytes"]

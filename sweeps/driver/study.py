@@ -29,7 +29,7 @@ from accelsweep.sweeps.driver.callbacks import (CUT_BY_BUDGET, FAILED, FINISHED,
                                                 TrialRecord)
 from accelsweep.sweeps.driver.space import quiet_optuna
 from accelsweep.trainables.errors import ConfigError
-from accelsweep.trainables.secrets import redact_uri
+from accelsweep.sweeps.driver.record.secrets import redact_uri
 
 __all__ = ["SweepStudy", "default_study_storage", "validate_study_storage"]
 
@@ -159,10 +159,10 @@ class SweepStudy:
 def open_study(url: str, name: str, modes: Sequence[str], load_if_exists: bool = True):
     """The study ``name`` in ``url``, created on first use (directions from ``modes``). A
     sqlite database is created whole first, safe against other processes creating it at
-    the same moment (trainables/sqlite_store.py)."""
+    the same moment (sweeps/driver/record/sqlite_store.py)."""
     import optuna
 
-    from accelsweep.trainables.sqlite_store import create_optuna_storage
+    from accelsweep.sweeps.driver.record.sqlite_store import create_optuna_storage
 
     create_optuna_storage(url)
     directions = ["maximize" if mode == "max" else "minimize" for mode in modes]

@@ -136,7 +136,7 @@ def log_report(tracker, parent_run_id: str, study=None,
                 tracker.log_artifact(parent_run_id, path, None if folder == "." else folder)
                 logged.append(os.path.relpath(path, out_dir))
     except Exception as error:  # noqa: BLE001 - any failure here must not lose the sweep's end
-        from accelsweep.trainables.failures import one_line
+        from accelsweep.trainables.loop.failures import one_line
 
         say(f"warning: the sweep report could not be built ({type(error).__name__}: {one_line(error)}); "
             f"rebuild it with: python sweeps/report.py {parent_run_id} --tracking-uri ...")

@@ -11,9 +11,9 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
-from accelsweep.trainables.device_timing import (CallWaitsForDevice, HeldStream, HeldWindow, async_batch_window,
+from accelsweep.trainables.harness.device_timing import (CallWaitsForDevice, HeldStream, HeldWindow, async_batch_window,
                                                  held_batch_window)
-from accelsweep.trainables.measure import Window, time_window
+from accelsweep.trainables.loop.measure import Window, time_window
 from accelsweep.trainables.errors import boolean, optional_str
 from accelsweep.trainables.platforms.base import (Detection, Platform, PlatformKnobs, PlatformUnavailable,
                                                   channels_last_format)
@@ -205,7 +205,7 @@ class CudaPlatform(Platform):
 
     def time_calls(self, call: Callable[[], Any], device: "torch.device", min_calls: int,
                    min_seconds: float) -> Window:
-        """Device time per call, from held batches (trainables/device_timing.py): the stream
+        """Device time per call, from held batches (trainables/harness/device_timing.py): the stream
         is held by a spin kernel while a batch of calls is enqueued, and CUDA events around
         the batch time the GPU's work alone, never the host's launches. A call that waits
         for the GPU itself (torchvision's NMS reads its kept count back) cannot be held:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from accelsweep.trainables.errors import ConfigError
-from accelsweep.trainables.workload import Workload, WorkloadKnobs, knob
+from accelsweep.trainables.workloads.base import Workload, WorkloadKnobs, knob
 from accelsweep.trainables.workloads.vision_models import (ATTENTIONS, DEFAULT_ATTENTION, MODEL_PRESETS,
                                                            attention_refusal, trainable_attentions)
 

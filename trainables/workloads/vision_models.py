@@ -93,7 +93,7 @@ NO_TRAINING = {("flex", "cpu"): "FlexAttention has no backward pass on a CPU (to
 
 def attention_dtype(precision: str) -> str:
     """The dtype q, k and v have under ``precision``: autocast's, else the weights'."""
-    from accelsweep.trainables.precision import get_precision
+    from accelsweep.trainables.loop.precision import get_precision
 
     chosen = get_precision(precision)
     return chosen.autocast or chosen.parameters

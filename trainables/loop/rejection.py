@@ -6,7 +6,7 @@ shown that in its first steps. So the training loop projects the sweep's objecti
 every step it times (``project``) and stops the trial as soon as that projection is
 worse than the best value so far by more than ``ratio`` (``TrialLimits.verdict``); a step
 that runs past the time at which it could no longer meet that is abandoned mid-step
-(trainables/watchdog.py). The stopped trial reports its projection, marked ``rejected``:
+(trainables/loop/watchdog.py). The stopped trial reports its projection, marked ``rejected``:
 the searcher learns the region is slow, the sweep never ranks a projection.
 
 The best so far lives in a small Ray actor (``SweepBoard``) the driver starts for each
@@ -23,8 +23,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator, Mapping, Optional
 
 from accelsweep.trainables.errors import ConfigError
-from accelsweep.trainables.measure import host_probe_s
-from accelsweep.trainables.watchdog import TrialAborted, Watchdog
+from accelsweep.trainables.loop.measure import host_probe_s
+from accelsweep.trainables.loop.watchdog import TrialAborted, Watchdog
 
 # The driver's side (SweepBoard, BoardLimits, trial_limits) is not a user's: not listed.
 __all__ = ["CompileTimeout", "REJECT_RATIO", "SlowTrial", "StepGuard", "TrialLimits", "current_limits"]
@@ -71,7 +71,7 @@ class TrialLimits:
     best: float = float("nan")
     ratio: float = REJECT_RATIO
     max_compile_s: Optional[float] = None
-    # The sweep's typical (median) host speed probe so far (trainables/measure.py host_probe_s):
+    # The sweep's typical (median) host speed probe so far (trainables/loop/measure.py host_probe_s):
     # a trial on a host slower than it by LOADED_FOR_REJECTION is not judged. NaN: none yet.
     typical_probe_s: float = float("nan")
 

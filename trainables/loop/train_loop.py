@@ -1,7 +1,7 @@
 """The training loop: one config in, one result dict per measured window out.
 
     from accelsweep.trainables.config import TrialConfig
-    from accelsweep.trainables.train_loop import run_training
+    from accelsweep.trainables.loop.train_loop import run_training
     result = run_training(TrialConfig.make(model="vit-micro", windows=2))
 
 Measurement follows the seeds' hand-run loops, minus their mistakes: the first step
@@ -20,20 +20,20 @@ import math
 import time
 from typing import Any, Callable, Mapping, Optional
 
-from accelsweep.trainables.batches import map_tensors
-from accelsweep.trainables.compile_cache import DYNAMO_CACHE_COUNTERS, dynamo_cache_counts
+from accelsweep.trainables.loop.batches import map_tensors
+from accelsweep.trainables.loop.compile_cache import DYNAMO_CACHE_COUNTERS, dynamo_cache_counts
 from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.cost import usd_per_1m_samples
 from accelsweep.trainables.errors import ConfigError
-from accelsweep.trainables.failures import NonFiniteGradient, NonFiniteLoss
-from accelsweep.trainables.measure import (WindowStats, coefficient_of_variation, host_probe_s, percentile,
+from accelsweep.trainables.loop.failures import NonFiniteGradient, NonFiniteLoss
+from accelsweep.trainables.loop.measure import (WindowStats, coefficient_of_variation, host_probe_s, percentile,
                                            time_window, torch_compile_seconds)
 from accelsweep.trainables.metrics import DRIVER_METRICS, TRAINING_METRICS
 from accelsweep.trainables.platforms import get_platform
-from accelsweep.trainables.precision import get_precision
-from accelsweep.trainables.rejection import SlowTrial, StepGuard, TrialLimits, current_limits
-from accelsweep.trainables.watchdog import TrialAborted
-from accelsweep.trainables.workload import Workload, load_workload
+from accelsweep.trainables.loop.precision import get_precision
+from accelsweep.trainables.loop.rejection import SlowTrial, StepGuard, TrialLimits, current_limits
+from accelsweep.trainables.loop.watchdog import TrialAborted
+from accelsweep.trainables.workloads.base import Workload, load_workload
 
 __all__ = ["NonFiniteGradient", "NonFiniteLoss", "run_training"]
 
@@ -46,7 +46,7 @@ def run_training(config: TrialConfig, report: Optional[Callable[[dict], None]] =
     resources this trial holds cost (NaN: no price basis, so no cost metrics).
     ``capture_dir``: where ``nan_capture`` saves its file (default: the Tune trial's
     directory inside a Tune trial, else the working directory). ``limits``: when to give
-    up on the trial (trainables/rejection.py; default: the sweep's, inside a sweep's
+    up on the trial (trainables/loop/rejection.py; default: the sweep's, inside a sweep's
     trial): a hopeless projection ends it with a ``rejected`` result, a compile past the
     limit with CompileTimeout."""
     since = time.time()
@@ -63,7 +63,7 @@ def run_training(config: TrialConfig, report: Optional[Callable[[dict], None]] =
 
 def _run_training(config: TrialConfig, report: Optional[Callable[[dict], None]],
                   usd_per_hour: float, capture_dir: Optional[str], limits: Optional[TrialLimits]) -> dict:
-    from accelsweep.trainables.distributed import World
+    from accelsweep.trainables.loop.distributed import World
 
     started = time.perf_counter()
     platform = get_platform(config.platform)
@@ -251,7 +251,7 @@ class _Trial:
         self.segment = contextlib.nullcontext
 
     def capture_nans(self, report: Callable[[dict], None], capture_dir: Optional[str]) -> None:
-        from accelsweep.trainables.nan_capture import NanCapture
+        from accelsweep.trainables.loop.nan_capture import NanCapture
 
         self.nan_capture = NanCapture(self.model, self.optimizer, self.device, self.platform, self.config,
                                       self.train_step, report, capture_dir)

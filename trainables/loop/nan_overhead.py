@@ -1,8 +1,8 @@
 """What NaN capture costs: training throughput with the capture off and on, the same
 config, alternating, on this machine's CPU.
 
-    python -m accelsweep.trainables.nan_overhead                  # vit-tiny, 4 off/on pairs
-    python -m accelsweep.trainables.nan_overhead --model vit-micro --rounds 2
+    python -m accelsweep.trainables.loop.nan_overhead                  # vit-tiny, 4 off/on pairs
+    python -m accelsweep.trainables.loop.nan_overhead --model vit-micro --rounds 2
 
 Prints each pair, the medians, the relative cost and one JSON line.
 """
@@ -31,7 +31,7 @@ def measure_overhead(config: TrialConfig, rounds: int, out=sys.stdout) -> dict[s
     """Throughput with the capture off and on, the same config, alternating the order
     each round so that drift in the machine's speed falls on both alike."""
     from accelsweep.trainables.platforms import get_platform
-    from accelsweep.trainables.train_loop import run_training
+    from accelsweep.trainables.loop.train_loop import run_training
 
     throughputs: dict[bool, list[float]] = {False: [], True: []}
     threads = get_platform(config.platform).threads(config)  # a CPU measurement
@@ -63,7 +63,7 @@ def measure_overhead(config: TrialConfig, rounds: int, out=sys.stdout) -> dict[s
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m accelsweep.trainables.nan_overhead",
+    parser = argparse.ArgumentParser(prog="python -m accelsweep.trainables.loop.nan_overhead",
                                      description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="vit-tiny", help="the model (default: vit-tiny)")

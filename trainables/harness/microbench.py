@@ -1,6 +1,6 @@
 """The kernel microbenchmark harness: one implementation of one op, checked, then timed.
 
-    from accelsweep.trainables.microbench import KernelConfig, run_microbench
+    from accelsweep.trainables.harness.microbench import KernelConfig, run_microbench
     run_microbench(KernelConfig.make(op="giou", impl="torch-naive", batch=64, boxes=256))
     run_microbench(KernelConfig.make(op="my_package.ops:SPEC", impl="mine"))  # any package's op
 
@@ -16,7 +16,7 @@ and calls are timed to their device's completion by the platform (trainables/pla
 JAX's through ``time_jax_calls`` (``block_until_ready`` after each call; on a GPU,
 batches of async calls and one ``block_until_ready``), torch's through ``time_calls``. On
 a GPU that is the device's time alone: CUDA events around batches of calls enqueued
-while a spin kernel holds the stream (trainables/device_timing.py), so a launch-bound
+while a spin kernel holds the stream (trainables/harness/device_timing.py), so a launch-bound
 kernel's figure is not its host's launch time; the host's enqueue time per call is
 reported beside it (``host_enqueue_s``), with ``launch_bound`` where it is the larger,
 and ``latency_p*`` are percentiles of the batches' means (``batch_calls`` calls each).
@@ -41,7 +41,7 @@ from typing import Any, Callable, Mapping, Optional
 
 from accelsweep.trainables.errors import ConfigError, non_negative_float, one_of, positive_int, random_seed
 from accelsweep.trainables.config import DictConfig
-from accelsweep.trainables.measure import Window, coefficient_of_variation, host_probe_s, percentile, time_window
+from accelsweep.trainables.loop.measure import Window, coefficient_of_variation, host_probe_s, percentile, time_window
 from accelsweep.trainables.metrics import KERNEL_METRICS, MetricSet
 from accelsweep.trainables.platforms import PLATFORM_NAMES, Platform, PlatformUnavailable, get_platform
 

@@ -49,8 +49,8 @@ import uuid
 from typing import Any, Callable, Iterator, Optional
 
 from accelsweep.trainables.errors import ConfigError, SweepStopped
-from accelsweep.trainables.failures import one_line
-from accelsweep.trainables.secrets import redact_text, redact_uri, scrub, secret_values
+from accelsweep.trainables.loop.failures import one_line
+from accelsweep.sweeps.driver.record.secrets import redact_text, redact_uri, scrub, secret_values
 
 __all__ = ["BUFFER_DIR", "DEFAULT_WAIT_S", "MLFLOW_REQUEST_SETTINGS", "PLACEHOLDER_PREFIX", "TrackingBuffer",
            "WRITES_FILE", "unanswered"]

@@ -17,8 +17,8 @@ from typing import Any, Callable, Mapping, Optional
 from urllib.parse import urlparse
 
 from accelsweep.trainables.errors import ConfigError
-from accelsweep.trainables.secrets import credentials_to_environment, redact_uri, scrub
-from accelsweep.trainables.tracking_buffer import DEFAULT_WAIT_S, TrackingBuffer, said_of, unanswered
+from accelsweep.sweeps.driver.record.secrets import credentials_to_environment, redact_uri, scrub
+from accelsweep.sweeps.driver.record.tracking_buffer import DEFAULT_WAIT_S, TrackingBuffer, said_of, unanswered
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 # MLflow prints "View run NAME at: URL" and "View experiment at: URL" on stdout each time
@@ -76,7 +76,7 @@ class SweepTracker:
     def __init__(self, tracking_uri: str, experiment: str):
         import mlflow
 
-        from accelsweep.trainables.sqlite_store import open_experiment
+        from accelsweep.sweeps.driver.record.sqlite_store import open_experiment
 
         # A server's user and password go to MLflow's own variables (secrets.py): the URI
         # kept, and copied into Tune's pickled state by the sweep callback, has none.

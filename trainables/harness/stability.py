@@ -1,8 +1,8 @@
 """How steady is this machine for a kernel: measure it N times in a row and say how much
 its figure moves, within each measurement and between them.
 
-    python -m accelsweep.trainables.stability --op giou --impl torch-compile batch=64 boxes=256
-    python -m accelsweep.trainables.stability --op matmul --impl torch-matmul --repeat 10 m=256 k=256 n=256
+    python -m accelsweep.trainables.harness.stability --op giou --impl torch-compile batch=64 boxes=256
+    python -m accelsweep.trainables.harness.stability --op matmul --impl torch-matmul --repeat 10 m=256 k=256 n=256
 
 Each measurement is one ``run_microbench`` (checked against the reference, warm-up,
 timed windows), exactly what a sweep's trial does. Printed per measurement: p50 and
@@ -23,8 +23,8 @@ import ast
 import sys
 from typing import Any, Sequence
 
-from accelsweep.trainables.measure import coefficient_of_variation
-from accelsweep.trainables.microbench import NOISY_CV, KernelConfig, run_microbench
+from accelsweep.trainables.loop.measure import coefficient_of_variation
+from accelsweep.trainables.harness.microbench import NOISY_CV, KernelConfig, run_microbench
 
 
 def measure_repeatedly(config: KernelConfig, repeat: int) -> list[dict]:
@@ -39,7 +39,7 @@ def _value(text: str) -> Any:
 
 
 def main(argv: Sequence[str] = ()) -> int:
-    parser = argparse.ArgumentParser(prog="python -m accelsweep.trainables.stability", description=__doc__.split("\n\n")[0],
+    parser = argparse.ArgumentParser(prog="python -m accelsweep.trainables.harness.stability", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--op", required=True)
     parser.add_argument("--impl", required=True)

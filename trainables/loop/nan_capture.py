@@ -1,8 +1,8 @@
 """NaN capture: catch the first non-finite gradient of a trial with what it takes to
 replay that one step, then replay it here.
 
-    python -m accelsweep.trainables.nan_replay path/to/nan_capture.pt   # replay: exit 0 if the step is non-finite again
-    python -m accelsweep.trainables.nan_overhead                        # throughput with the capture off and on (CPU)
+    python -m accelsweep.trainables.loop.nan_replay path/to/nan_capture.pt   # replay: exit 0 if the step is non-finite again
+    python -m accelsweep.trainables.loop.nan_overhead                        # throughput with the capture off and on (CPU)
 
 This module is the in-loop hook (``NanCapture``) and the capture format; the replay
 command is ``nan_replay``, the overhead benchmark ``nan_overhead``.
@@ -44,7 +44,7 @@ from typing import Any, Callable, Iterable, Optional
 import torch
 
 from accelsweep.trainables.config import TrialConfig
-from accelsweep.trainables.failures import NonFiniteGradient
+from accelsweep.trainables.loop.failures import NonFiniteGradient
 
 CAPTURE_FILE = "nan_capture.pt"
 CAPTURE_FORMAT = "accelsweep-nan-capture-1"
@@ -250,7 +250,7 @@ class NanCapture:
         raise NonFiniteGradient(
             f"non-finite gradient at step {self.step_index}: {first['parameter']} = {first['value']} "
             f"({len(found)} of {len(self.parameters)} parameters non-finite); captured in {path}; "
-            f"replay: python -m accelsweep.trainables.nan_replay {path}", capture_path=path, step=self.step_index)
+            f"replay: python -m accelsweep.trainables.loop.nan_replay {path}", capture_path=path, step=self.step_index)
 
 
 def load_capture(path: str) -> dict[str, Any]:

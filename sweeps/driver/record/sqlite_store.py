@@ -247,7 +247,7 @@ def open_experiment(tracking_uri: str, experiment: str, artifact_location: Optio
     from mlflow.exceptions import MlflowException
 
     from accelsweep.trainables.errors import ConfigError
-    from accelsweep.trainables.secrets import redact_uri
+    from accelsweep.sweeps.driver.record.secrets import redact_uri
 
     path = sqlite_file(tracking_uri)
     try:

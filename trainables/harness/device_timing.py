@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Protocol
 
-from accelsweep.trainables.measure import Window
+from accelsweep.trainables.loop.measure import Window
 
 __all__ = ["AsyncBatchWindow", "BatchPlan", "CallWaitsForDevice", "HeldStream", "HeldWindow", "async_batch_window",
            "held_batch_window"]

@@ -82,8 +82,8 @@ def run_isolated(searched, *, trainable, objective_metrics, limits=None, **param
     """
     from ray import tune
 
-    from accelsweep.trainables.rejection import trial_limits
-    from accelsweep.trainables.watchdog import TrialAborted
+    from accelsweep.trainables.loop.rejection import trial_limits
+    from accelsweep.trainables.loop.watchdog import TrialAborted
 
     try:
         with trial_limits(limits.for_trial() if limits is not None else None):

@@ -1,6 +1,6 @@
 """The short run ``neuron_parallel_compile`` wraps to extract a trial's graphs.
 
-    neuron_parallel_compile python -m accelsweep.trainables.precompile --config '<TrialConfig JSON>'
+    neuron_parallel_compile python -m accelsweep.trainables.loop.precompile --config '<TrialConfig JSON>'
 
 Under neuron_parallel_compile the graphs are traced and handed to the compiler, not
 executed: the outputs are placeholders (the Neuron docs warn the model's output is
@@ -28,7 +28,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", required=True, help="the trial's TrialConfig as JSON")
     args = parser.parse_args(argv)
-    from accelsweep.trainables.train_loop import NonFiniteLoss, run_training
+    from accelsweep.trainables.loop.train_loop import NonFiniteLoss, run_training
 
     config = extraction_config(TrialConfig.from_dict(json.loads(args.config)))
     try:

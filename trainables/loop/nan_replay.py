@@ -1,10 +1,10 @@
 """Replay a NaN capture: the step a trial saved at its first non-finite gradient, run
 again here, eager, on the device asked for.
 
-    python -m accelsweep.trainables.nan_replay path/to/nan_capture.pt   # exit 0: non-finite again, same step
-    python -m accelsweep.trainables.nan_replay --device cuda path/to/nan_capture.pt
+    python -m accelsweep.trainables.loop.nan_replay path/to/nan_capture.pt   # exit 0: non-finite again, same step
+    python -m accelsweep.trainables.loop.nan_replay --device cuda path/to/nan_capture.pt
 
-The capture is written by ``accelsweep.trainables.nan_capture`` (config knob
+The capture is written by ``accelsweep.trainables.loop.nan_capture`` (config knob
 ``nan_capture``); its format is checked before anything runs.
 """
 
@@ -17,10 +17,10 @@ from typing import Any, Optional
 
 import torch
 
-from accelsweep.trainables.batches import map_tensors
+from accelsweep.trainables.loop.batches import map_tensors
 from accelsweep.trainables.config import TrialConfig
-from accelsweep.trainables.nan_capture import CAPTURE_FILE, load_capture, non_finite_gradients, set_rng_state
-from accelsweep.trainables.workload import load_workload
+from accelsweep.trainables.loop.nan_capture import CAPTURE_FILE, load_capture, non_finite_gradients, set_rng_state
+from accelsweep.trainables.workloads.base import load_workload
 
 SHOWN_PARAMETERS = 10  # parameters listed by the replay; the rest are counted
 
@@ -29,7 +29,7 @@ def replay(capture: dict[str, Any], device: str = "cpu") -> tuple[float, list[di
     """Run the captured step's forward and backward again (eager, with the workload's model,
     loss and the loop's autocast for ``device``) and return its loss and non-finite gradients."""
     from accelsweep.trainables.platforms import get_platform
-    from accelsweep.trainables.precision import get_precision
+    from accelsweep.trainables.loop.precision import get_precision
 
     config = TrialConfig.from_dict(capture["config"])
     workload = load_workload(config.workload)
@@ -90,7 +90,7 @@ def show_replay(path: str, device: str = "cpu", out=sys.stdout) -> bool:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m accelsweep.trainables.nan_replay",
+    parser = argparse.ArgumentParser(prog="python -m accelsweep.trainables.loop.nan_replay",
                                      description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("capture", help=f"a {CAPTURE_FILE} to replay")

@@ -1,10 +1,10 @@
 """What the training loop trains: a workload (model, data, loss, optimizer, own knobs).
 
-The loop (trainables/train_loop.py) owns everything measured: warm-up, windows, syncs,
+The loop (trainables/loop/train_loop.py) owns everything measured: warm-up, windows, syncs,
 compile time, memory, NaN capture, workers, cost. A workload owns what is trained:
 
     from dataclasses import dataclass
-    from accelsweep.trainables.workload import Workload, WorkloadKnobs, knob
+    from accelsweep.trainables.workloads.base import Workload, WorkloadKnobs, knob
 
     class TinyLM(Workload):
         unit = "tokens"  # throughput is also counted in tokens/s (throughput_tokens_per_s)
