@@ -63,6 +63,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from accelsweep.sweeps.driver.api import SweepConfig
+from accelsweep.trainables.processes import ProcessStat, descendants, process_table, stat_of
 
 FORMAT = 1
 SLOTS = 2  # the machine the targets are set for: 2 CPUs, so two one-CPU trials at once
@@ -310,8 +311,7 @@ def _process_started() -> float:
     """When this process started, on time.monotonic's clock: /proc/self/stat's starttime
     (clock ticks since boot, proc(5)) against CLOCK_BOOTTIME; NaN where there is no /proc."""
     try:
-        with open("/proc/self/stat") as stat:
-            ticks = int(stat.read().rsplit(")", 1)[1].split()[19])
+        ticks = stat_of(os.getpid()).started
         since_start = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
         return time.monotonic() - since_start
     except (OSError, ValueError, IndexError, AttributeError):
@@ -908,44 +908,12 @@ def figure_compile(measured: dict, cache: str) -> Figure:
 # --------------------------------------------------------------------------- the machine's other work
 
 
-def _process_table() -> dict[int, tuple[int, int, str]]:
-    """pid -> (parent pid, CPU clock ticks used so far: utime + stime, its name), from
-    /proc/<pid>/stat (proc(5))."""
-    table = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as stat:
-                head, tail = stat.read().rsplit(")", 1)
-            fields = tail.split()
-            table[int(entry)] = (int(fields[1]), int(fields[11]) + int(fields[12]), head.split("(", 1)[1])
-        except (OSError, IndexError, ValueError):
-            continue  # ended meanwhile
-    return table
-
-
-def descendants(table: Mapping[int, tuple], root: int) -> set[int]:
-    """``root`` and every process under it (Ray's processes, started by ray.init, and the
-    plain processes are this benchmark's own)."""
-    children: dict[int, list[int]] = {}
-    for pid, entry in table.items():
-        children.setdefault(entry[0], []).append(pid)
-    found, todo = set(), [root]
-    while todo:
-        pid = todo.pop()
-        if pid not in found:
-            found.add(pid)
-            todo.extend(children.get(pid, ()))
-    return found
-
-
-def cpu_ticks(before: Mapping[int, tuple], after: Mapping[int, tuple], pids) -> dict[int, int]:
+def cpu_ticks(before: Mapping[int, ProcessStat], after: Mapping[int, ProcessStat], pids) -> dict[int, int]:
     """CPU ticks each of ``pids`` used between two tables (those alive in both)."""
-    return {pid: max(0, after[pid][1] - before[pid][1]) for pid in pids if pid in before and pid in after}
+    return {pid: max(0, after[pid].cpu_ticks - before[pid].cpu_ticks) for pid in pids if pid in before and pid in after}
 
 
-def others_cpu_ticks(before: Mapping[int, tuple], after: Mapping[int, tuple], ours: set[int]) -> int:
+def others_cpu_ticks(before: Mapping[int, ProcessStat], after: Mapping[int, ProcessStat], ours: set[int]) -> int:
     """CPU ticks processes not ours used between two tables (those alive in both)."""
     return sum(cpu_ticks(before, after, set(after) - ours).values())
 
@@ -994,12 +962,12 @@ class NeighbourWatch:
         self._thread = threading.Thread(target=self._watch, daemon=True)
 
     def _watch(self) -> None:
-        before, then = _process_table(), time.monotonic()
+        before, then = process_table(), time.monotonic()
         while not self._stop.wait(self.period_s):
-            after, now = _process_table(), time.monotonic()
-            ours = descendants(after, os.getpid())
+            after, now = process_table(), time.monotonic()
+            ours = descendants(after, [os.getpid()])  # Ray's processes (ray.init's) and the plain ones
             ticks = others_cpu_ticks(before, after, ours)
-            self.samples.append((then, now, {pid: (after[pid][2], used)
+            self.samples.append((then, now, {pid: (after[pid].name, used)
                                              for pid, used in cpu_ticks(before, after, ours).items() if used}))
             self.ticks += ticks
             self.seconds += now - then

@@ -13,7 +13,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from benchmarks.tool_cost import (TARGETS, Figure, SweepClock, coefficient_of_variation, default_out, descendants,
+from accelsweep.trainables.processes import ProcessStat, descendants
+from benchmarks.tool_cost import (TARGETS, Figure, SweepClock, coefficient_of_variation, default_out,
                                   effective_concurrency, figure, figure_concurrency, figures_driver, format_table,
                                   judge, later_trial_parts, main, others_cpu_ticks, outside_loop_parts,
                                   paired_slowdown, peak_overlap, repeat_figures, slot_seconds_per_trial,
@@ -68,11 +69,15 @@ def test_every_figure_has_its_issues_target():
 def test_other_processes_cpu_leaves_out_ours_and_processes_not_seen_twice():
     # pid -> (parent, CPU ticks): 10 is the benchmark, 11 its Ray (a child), 12 a trial under it;
     # 20 a neighbour; 21 a neighbour that started in between (its ticks cannot be split)
-    before = {1: (0, 100, "init"), 10: (1, 50, "python"), 11: (10, 20, "raylet"), 12: (11, 0, "ray::Implicit"),
-              20: (1, 5, "pytest")}
-    after = {1: (0, 100, "init"), 10: (1, 80, "python"), 11: (10, 60, "raylet"), 12: (11, 90, "ray::Implicit"),
-             20: (1, 45, "pytest"), 21: (1, 7, "sh")}
-    ours = descendants(after, 10)
+    def table(rows):
+        return {pid: ProcessStat(parent=parent, state="S", cpu_ticks=ticks, started=0, name=name)
+                for pid, (parent, ticks, name) in rows.items()}
+
+    before = table({1: (0, 100, "init"), 10: (1, 50, "python"), 11: (10, 20, "raylet"), 12: (11, 0, "ray::Implicit"),
+                    20: (1, 5, "pytest")})
+    after = table({1: (0, 100, "init"), 10: (1, 80, "python"), 11: (10, 60, "raylet"), 12: (11, 90, "ray::Implicit"),
+                   20: (1, 45, "pytest"), 21: (1, 7, "sh")})
+    ours = descendants(after, [10])
     assert ours == {10, 11, 12}
     assert others_cpu_ticks(before, after, ours) == 40
 

@@ -152,7 +152,7 @@ def test_the_loop_batches_with_the_workloads_collate_and_counts_real_tokens():
     """Without the collate hook the loader could not stack documents of unequal length.
     With a fixed step count every layout trains on the same documents: the same real
     tokens per document (tokens/s over samples/s), and padding only where it pads."""
-    assert Workload().collate_fn(smoke_config("pad-max")) is None  # the default: torch's collate
+    assert Workload.collate_fn(None, smoke_config("pad-max")) is None  # the default: torch's collate
     results = {layout: run_training(smoke_config(layout)) for layout in ("pad-max", "packed-loop")}
     per_document = {layout: r["throughput_tokens_per_s"] / r["throughput_samples_per_s"]
                     for layout, r in results.items()}

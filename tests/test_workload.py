@@ -67,6 +67,11 @@ class NotAWorkload:
     pass
 
 
+class NoDataset(Workload):  # build_model only: Workload's abstract dataset is left
+    def build_model(self, config):
+        return torch.nn.Linear(2, 2)
+
+
 def test_a_user_workload_reports_its_unit_beside_samples():
     config = TrialConfig.make(workload=import_path(Tokens), seq_len=32, **QUICK)
     result = run_training(config)
@@ -121,6 +126,7 @@ def test_the_flat_dict_carries_the_workload_and_its_knobs():
     ("tests.test_workload:NotAWorkload", "not a Workload"),
     ("not a path", "as an import path 'package.module:Name'"),
     ("tests.test_workload:ClashingKnobs", "knob names of workload"),
+    ("tests.test_workload:NoDataset", "NoDataset does not override dataset"),
 ])
 def test_a_bad_workload_is_refused_by_name(name, says):
     with pytest.raises(ConfigError, match="workload") as refused:

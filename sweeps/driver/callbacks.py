@@ -114,7 +114,7 @@ class SweepCallback(Callback):
         self.print_line = print_line
         self.records: dict[str, TrialRecord] = {}
         # On --resume (resumed_runs.py): what a killed driver did after Tune's last save, read
-        # from MLflow (set by api._resume, taken with the saved records); the runs that new
+        # from MLflow (set by lifecycle._resume, taken with the saved records); the runs that new
         # Tune trials continue (their own, by trial id; one cut off by the kill, by config);
         # the highest trial number MLflow has (numbers go on after it: none is given twice).
         self.stopped = None
@@ -138,7 +138,7 @@ class SweepCallback(Callback):
         # Tune pickles its callbacks with the experiment state. The MLflow client, the
         # output function and the board's handle belong to this driver process. A
         # database URI's password stays here (a server's is not in the URI: secrets.py):
-        # --resume gets the URI from its flag again (api._resume).
+        # --resume gets the URI from its flag again (lifecycle._resume).
         return {**self.__dict__, "_tracker": None, "print_line": None, "_board": None,
                 "tracking_uri": redact_uri(self.tracking_uri)}
 
@@ -182,7 +182,7 @@ class SweepCallback(Callback):
 
     def _take_over_stopped_runs(self) -> None:
         """--resume: what the killed driver did after Tune's last save (resumed_runs.py)."""
-        stopped, self.stopped = getattr(self, "stopped", None), None
+        stopped, self.stopped = self.stopped, None
         if stopped is not None:
             from accelsweep.sweeps.driver.resumed_runs import take_over
 
@@ -190,7 +190,7 @@ class SweepCallback(Callback):
 
     def _next_number(self) -> int:
         """After every number given, MLflow's own included (a killed driver's runs)."""
-        return max([getattr(self, "number_floor", 0), *(r.number for r in self.records.values())]) + 1
+        return max([self.number_floor, *(r.number for r in self.records.values())]) + 1
 
     def adopt_run_ids(self) -> None:
         """A run created while MLflow's store did not answer has a placeholder id until
@@ -212,9 +212,8 @@ class SweepCallback(Callback):
             for trial in self.deadline.enforce(trials):
                 self._say(f"[trial {self.records[trial.trial_id].number}/{self.total_trials}] ended: "
                           f"{self.deadline.error_of(trial.trial_id)[1]}")
-        watch = getattr(self, "storage_watch", None)  # a callback pickled before it existed has none
-        if watch is not None:
-            watch.check()
+        if self.storage_watch is not None:
+            self.storage_watch.check()
         # MLflow writes kept while its store does not answer: tried again here too, which
         # Tune's loop passes while no trial reports (tracking_buffer.py).
         self.tracker.buffer.retry()
@@ -262,7 +261,7 @@ class SweepCallback(Callback):
             config, resources = dict(searched), {}
         # On --resume, a trial of a killed driver's goes on in its run, under its number.
         stopped_run = None
-        if getattr(self, "runs_of_saved_trials", None) or getattr(self, "cut_off_runs", None):
+        if self.runs_of_saved_trials or self.cut_off_runs:
             from accelsweep.sweeps.driver.resumed_runs import run_for
 
             stopped_run = run_for(self, trial.trial_id, searched)

@@ -33,6 +33,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional
 
+from accelsweep.trainables.processes import children_by_parent, process_table
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.loop.failures import TIMEOUT
 
@@ -176,7 +177,7 @@ def kill_process_tree(pid: int) -> int:
     while frontier:
         for member in frontier:
             _signal(member, signal.SIGSTOP)
-        children = _children_by_parent()
+        children = children_by_parent(process_table())
         frontier = [child for member in frontier for child in children.get(member, ()) if child not in found]
         found.update(frontier)
     with contextlib.suppress(OSError):
@@ -190,19 +191,3 @@ def kill_process_tree(pid: int) -> int:
 def _signal(pid: int, signum: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(pid, signum)
-
-
-def _children_by_parent() -> dict[int, list[int]]:
-    """Every live process's children, by parent pid, from /proc/<pid>/stat."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as stat:
-                # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
-                fields = stat.read().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue  # it exited while we read
-        children.setdefault(int(fields[1]), []).append(int(entry))
-    return children

@@ -21,7 +21,7 @@ from accelsweep.sweeps.driver.record.tracking import ui_command, validate_tracki
 
 __all__ = ["SweepHistory", "find_sweep_run", "load_sweep", "metrics_tag"]
 
-# Parent-run tags the driver writes for the report to read back (api.py _start/_finish).
+# Parent-run tags the driver writes for the report to read back (lifecycle.py _start/_finish).
 METRICS_TAG = "report.metrics"  # the trainable's MetricSet, as JSON: the table's rows and formats
 KNOBS_TAG = "report.knobs"  # the searched knobs, in the space's order
 SEARCHED_OUT_TAG = "searched_out"

@@ -73,6 +73,7 @@ from accelsweep.sweeps.driver.sweep_report import log_report
 from accelsweep.sweeps.driver.verdict import verdict
 from accelsweep.trainables import ray_adapter
 from accelsweep.trainables.environment import environment_tags
+from accelsweep.trainables.environment_variables import environment_snapshot, restore_environment
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.loop.failures import run_isolated
 from accelsweep.trainables.loop.rejection import BoardLimits, SweepBoard
@@ -247,7 +248,7 @@ def sweep_settings() -> Iterator[None]:
     of SWEEP_ENVIRONMENT (a value already set is kept), the loggers' levels and Optuna's
     verbosity, all put back as they were when it ends (a user's own Tune run afterwards
     gets Tune's loggers)."""
-    saved_env = {name: os.environ.get(name) for name in SWEEP_ENVIRONMENT}
+    saved_env = environment_snapshot(SWEEP_ENVIRONMENT)
     saved_levels = {name: logging.getLogger(name).level for name in SWEEP_LOGGER_LEVELS}
     try:
         for name, value in SWEEP_ENVIRONMENT.items():
@@ -258,11 +259,7 @@ def sweep_settings() -> Iterator[None]:
         with quiet_optuna():  # the searcher's study
             yield
     finally:
-        for name, value in saved_env.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        restore_environment(saved_env)
         for name, level in saved_levels.items():
             logging.getLogger(name).setLevel(level)
 

@@ -50,6 +50,8 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
+from accelsweep.trainables.processes import command_line, descendants, open_paths, process_table, stat_of
+
 __all__ = ["RECORD", "instance_processes", "shutdown", "start", "stop_stale_instances"]
 
 RECORD = "accelsweep-driver.json"
@@ -158,19 +160,11 @@ def instance_processes(session_dir: str, exclude: tuple[int, ...] = ()) -> list[
     process below them. ``exclude``: pids that are not (the driver itself logs there)."""
     session_dir = session_dir.rstrip("/")
     named = re.compile(re.escape(session_dir) + r"(?=/|$)")
-    table = _process_table()
-    roots = [pid for pid, (_, args) in table.items()
-             if pid not in exclude and pid != os.getpid()
-             and (any(named.search(arg) for arg in args) or _holds_file_under(pid, session_dir))]
-    children: dict[int, list[int]] = {}
-    for pid, (parent, _) in table.items():
-        children.setdefault(parent, []).append(pid)
-    found, todo = set(), list(roots)
-    while todo:
-        pid = todo.pop()
-        if pid not in found and pid not in exclude and pid != os.getpid():
-            found.add(pid)
-            todo += children.get(pid, [])
+    table = process_table(include_zombies=False)  # a zombie is gone but for its exit status
+    roots = [pid for pid in table
+             if any(named.search(arg) for arg in command_line(pid) or ())
+             or any(path.startswith(session_dir + "/") for path in open_paths(pid))]
+    found = descendants(table, roots, exclude=(*exclude, os.getpid()))
     return sorted(found)
 
 
@@ -212,59 +206,14 @@ def _reap(driver_pid: int, session_dir: str) -> None:
     _remove(os.path.join(session_dir, RECORD))
 
 
-# ---- /proc ------------------------------------------------------------------------------
-
-def _process_table() -> dict[int, tuple[int, list[str]]]:
-    """pid -> (parent pid, command line) of every live process this user can read."""
-    table = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-            if fields[0] == "Z":
-                continue  # a zombie is gone but for its exit status
-            with open(f"/proc/{name}/cmdline", "rb") as cmdline:
-                args = cmdline.read().decode("utf-8", "replace").split("\0")
-        except OSError:
-            continue  # ended meanwhile
-        table[int(name)] = (int(fields[1]), args)
-    return table
-
-
-def _holds_file_under(pid: int, directory: str) -> bool:
-    try:
-        descriptors = os.listdir(f"/proc/{pid}/fd")
-    except OSError:
-        return False  # ended, or another user's
-    for descriptor in descriptors:
-        try:
-            if os.readlink(f"/proc/{pid}/fd/{descriptor}").startswith(directory + "/"):
-                return True
-        except OSError:
-            continue
-    return False
-
-
-def _stat_fields(pid: int) -> Optional[list[str]]:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-
-
 def _started_at(pid: int) -> Optional[int]:
-    """The process's start time (clock ticks since boot): with its pid, it names one
-    process even after the pid is reused."""
-    fields = _stat_fields(pid)
-    return int(fields[19]) if fields else None
+    stat = stat_of(pid)
+    return stat.started if stat else None
 
 
 def _running(pid: int) -> bool:
-    fields = _stat_fields(pid)
-    return fields is not None and fields[0] != "Z"
+    stat = stat_of(pid)
+    return stat is not None and stat.state != "Z"
 
 
 def _alive(pid: Optional[int], started: Optional[int]) -> bool:

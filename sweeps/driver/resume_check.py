@@ -4,7 +4,7 @@ A resumed sweep writes into the stopped run's MLflow parent run and Optuna study
 its searcher goes on from the stopped one's state: a command with another tracking
 store, experiment, search space, seed, objectives or base config would mix two sweeps
 in one record (or, with another store, find no parent run at all). So the sweep's
-marker (api.SWEEP_MARKER in its experiment dir) keeps what defines it, with no
+marker (marker.SWEEP_MARKER in its experiment dir) keeps what defines it, with no
 credential in it (tracking and study URIs as ``secrets.shown_uri`` writes them, the
 base config scrubbed), and ``check_same_sweep`` compares it with the command's own
 before anything starts, naming every difference.

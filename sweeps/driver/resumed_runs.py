@@ -14,7 +14,7 @@ two saves (SIGKILL, the machine gone) leaves MLflow ahead of Tune's state:
   under its number.
 
 Trial numbers go on after the highest one MLflow has (reused proposals' included), so
-none is given twice. ``read_stopped_sweep`` runs in api._resume, before Tune restores
+none is given twice. ``read_stopped_sweep`` runs in lifecycle._resume, before Tune restores
 anything; ``take_over`` when our callback gets its saved records (or, for a sweep
 killed before Tune's first save, at its first step).
 """
@@ -40,7 +40,7 @@ __all__ = ["LOST", "StoppedRun", "StoppedSweep", "keep_tuner_file", "read_stoppe
 # The statuses of a trial that ended with a result of its own (a failure is one: the
 # config was tried); an interrupted one was cut off and runs again.
 ENDED_STATUSES = (FINISHED, STOPPED_EARLY, REJECTED, FAILED, CUT_BY_BUDGET)
-# How api._finish closes a run its sweep never ran again (error_class): not a result.
+# How lifecycle._finish closes a run its sweep never ran again (error_class): not a result.
 LOST = "Lost"
 # Tune's tuner.pkl (what Tuner.restore reads), as Tune wrote it at the sweep's start. A
 # resumed sweep's Tune copies it again, in place, with every save: a kill then can cut it
@@ -49,7 +49,7 @@ TUNER_FILE, TUNER_COPY = "tuner.pkl", "accelsweep-tuner.copy"
 
 
 def keep_tuner_file(experiment_dir: str) -> None:
-    """Keep Tune's tuner.pkl aside (api._start, once the Tuner is made)."""
+    """Keep Tune's tuner.pkl aside (lifecycle._start, once the Tuner is made)."""
     shutil.copyfile(os.path.join(experiment_dir, TUNER_FILE), os.path.join(experiment_dir, TUNER_COPY + ".tmp"))
     os.replace(os.path.join(experiment_dir, TUNER_COPY + ".tmp"), os.path.join(experiment_dir, TUNER_COPY))
 

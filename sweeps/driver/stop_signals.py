@@ -47,6 +47,7 @@ import time
 from typing import Any, Callable, Iterator, Optional
 
 from accelsweep.trainables import ray_adapter
+from accelsweep.trainables.environment_variables import environment_snapshot, restore_environment
 
 __all__ = ["STOP_SIGNALS", "StopSignals", "SweepInterrupted"]
 
@@ -86,7 +87,7 @@ class StopSignals:
         self.mode = AFTER_STEP
         self.active = False
         self._previous: dict[int, Any] = {}
-        self._tune_handler_setting: Optional[str] = None
+        self._tune_handler_setting: dict[str, Optional[str]] = {}
         self._tune_logger_level = logging.NOTSET
 
     @property
@@ -97,7 +98,7 @@ class StopSignals:
         if threading.current_thread() is not threading.main_thread():
             return self  # signal.signal works on the main thread only
         self._previous = {signum: signal.getsignal(signum) for signum in (*STOP_SIGNALS, signal.SIGUSR1)}
-        self._tune_handler_setting = os.environ.get("TUNE_DISABLE_SIGINT_HANDLER")
+        self._tune_handler_setting = environment_snapshot(["TUNE_DISABLE_SIGINT_HANDLER"])
         os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
         self._tune_logger_level = logging.getLogger(TUNE_LOGGER).level
         if ray_adapter.tune_interrupt_handler() is not None:
@@ -115,10 +116,7 @@ class StopSignals:
         for signum, previous in self._previous.items():
             # None: a handler set outside Python (a C library's), which Python cannot set again.
             signal.signal(signum, signal.SIG_DFL if previous is None else previous)
-        if self._tune_handler_setting is None:
-            os.environ.pop("TUNE_DISABLE_SIGINT_HANDLER", None)
-        else:
-            os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = self._tune_handler_setting
+        restore_environment(self._tune_handler_setting)
         logging.getLogger(TUNE_LOGGER).setLevel(self._tune_logger_level)
 
     def claim(self) -> None:

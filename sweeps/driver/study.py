@@ -87,7 +87,7 @@ class SweepStudy:
 
     def __getstate__(self):
         # A database URL's password stays in this process: --resume sets the URL from its
-        # flags again (api._resume).
+        # flags again (lifecycle._resume).
         return {**self.__dict__, "_study": None, "_recorded": None, "url": redact_uri(self.url)}
 
     @property

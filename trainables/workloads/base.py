@@ -29,6 +29,7 @@ Importing this module does not import torch: the driver validates configs withou
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import re
 from dataclasses import dataclass
@@ -79,7 +80,7 @@ class WorkloadKnobs:
         return tuple(f.name for f in dataclasses.fields(cls))
 
 
-class Workload:
+class Workload(abc.ABC):
     """Subclass it and override ``build_model`` and ``dataset``; the rest has defaults.
 
     A batch is ``(inputs, targets)``; inputs may be a tensor or a tuple, list or dict of
@@ -106,13 +107,14 @@ class Workload:
         """Checks across knobs (each knob's own values are checked by its ``knob``):
         raise ConfigError naming the field, what is allowed and the value given."""
 
+    @abc.abstractmethod
     def build_model(self, config: "TrialConfig") -> "torch.nn.Module":
-        raise NotImplementedError(f"{type(self).__name__}.build_model")
+        """The model, built on the CPU in fp32: the platform places and casts it."""
 
+    @abc.abstractmethod
     def dataset(self, config: "TrialConfig", rank: int, world_size: int) -> "torch.utils.data.Dataset":
         """Items are ``(input, target)``; worker ``rank`` of ``world_size`` should see its
         own shard. The loop batches it with ``config.batch_size`` and ``config.num_workers``."""
-        raise NotImplementedError(f"{type(self).__name__}.dataset")
 
     def collate_fn(self, config: "TrialConfig") -> Optional[Callable[[list], Any]]:
         """How the loader turns ``config.batch_size`` items into one ``(inputs, targets)``
@@ -169,7 +171,13 @@ def load_workload(name: str) -> Workload:
         return _LOADED[name]
     allowed = (f"a built-in workload ({', '.join(BUILT_IN_WORKLOADS)}) or a Workload subclass")
     found = load_path(BUILT_IN_WORKLOADS.get(name, name), "workload", allowed)
-    workload = found() if isinstance(found, type) and issubclass(found, Workload) else found
+    if isinstance(found, type) and issubclass(found, Workload):
+        missing = sorted(getattr(found, "__abstractmethods__", ()))
+        if missing:
+            raise ConfigError("workload", allowed + " that overrides build_model and dataset", name,
+                              f"{found.__name__} does not override {', '.join(missing)}.")
+        found = found()
+    workload = found
     if not isinstance(workload, Workload):
         raise ConfigError("workload", allowed, name, f"It names {found!r}, not a Workload.")
     _check_declaration(workload, name)

@@ -39,6 +39,7 @@ import os
 import re
 from typing import Any, Iterable, Iterator, Mapping, Optional
 from urllib.parse import unquote, urlsplit, urlunsplit
+from accelsweep.trainables.environment_variables import environment_restored
 
 SECRET_WORDS = ("KEY", "SECRET", "TOKEN", "PASSWORD", "PASSWD", "CREDENTIAL")
 REDACTED = "<redacted>"
@@ -131,15 +132,8 @@ def credentials_to_environment(uri: str) -> str:
 def mlflow_credentials_restored() -> Iterator[None]:
     """MLflow's credential variables as they were before, whatever ``credentials_to_environment``
     set meanwhile."""
-    saved = {name: os.environ.get(name) for name in MLFLOW_CREDENTIAL_VARIABLES}
-    try:
+    with environment_restored(MLFLOW_CREDENTIAL_VARIABLES):
         yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 @contextlib.contextmanager

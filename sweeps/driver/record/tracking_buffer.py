@@ -64,7 +64,7 @@ DEFAULT_WAIT_S = 600.0
 # server that swallows packets, waits as long again, so probing never takes most of
 # the driver's time).
 RETRY_EVERY_S = 5.0
-# MLflow's own retries of one HTTP request, for a sweep's duration (api.SWEEP_ENVIRONMENT).
+# MLflow's own retries of one HTTP request, for a sweep's duration (lifecycle.SWEEP_ENVIRONMENT).
 # Its defaults (7 retries, backoff factor 2, 120 s timeout) block the driver for minutes
 # on each write to a server that is gone; the buffer waits out outages instead. One
 # retry still absorbs a dropped connection; 20 s is ample for a small batch or a plot.

@@ -1,0 +1,34 @@
+"""Environment variables set for a while and put back as they were: a sweep's settings,
+MLflow's credentials, Tune's signal-handler switch. One way to do it, so that "was it
+unset before?" is answered the same everywhere (unset stays unset, not empty)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Iterable, Iterator, Mapping, Optional
+
+Snapshot = Mapping[str, Optional[str]]
+
+
+def environment_snapshot(names: Iterable[str]) -> dict[str, Optional[str]]:
+    """Each variable's value now; None for one that is unset."""
+    return {name: os.environ.get(name) for name in names}
+
+
+def restore_environment(snapshot: Snapshot) -> None:
+    for name, value in snapshot.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
+@contextlib.contextmanager
+def environment_restored(names: Iterable[str]) -> Iterator[None]:
+    """The variables ``names`` as they were before, whatever is set or unset meanwhile."""
+    snapshot = environment_snapshot(names)
+    try:
+        yield
+    finally:
+        restore_environment(snapshot)
