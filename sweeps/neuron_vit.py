@@ -123,8 +123,10 @@ def main() -> None:
     parser.add_argument("--cpus-per-worker", type=at_least_one, default=None,
                         help="CPUs each trial holds (default: cpu platform: all of this machine's; else 1)")
     parser.add_argument("--compile-cache", default=None,
-                        help="xla/neuron: persistent compile cache shared by all trials and sweeps "
-                             "(a directory every node sees, or s3:// for Neuron)")
+                        help="where every trial's compiler caches what it builds, shared by trials and sweeps: "
+                             "inductor's caches on cpu/cuda, torch-xla's on xla, Neuron's on neuron (a directory "
+                             "every node sees, or s3:// on Neuron; off: none; default: $ACCELSWEEP_COMPILE_CACHE, "
+                             "else ~/.cache/accelsweep/compile)")
     parser.add_argument("--nan-capture", action="store_true",
                         help="on a non-finite gradient, save the step (weights, optimizer, batch, RNG) with the "
                              "trial and end it as nan; replay: python -m accelsweep.trainables.loop.nan_replay FILE")

@@ -3,6 +3,7 @@ the MLflow client."""
 
 import json
 import math
+import os
 import re
 import subprocess
 import sys
@@ -24,23 +25,39 @@ def mlflow_runs(uri, experiment):
     return parents, children
 
 
+ACCELSWEEP = os.path.join(os.path.dirname(sys.executable), "accelsweep")  # the installed command
+# Lines of Ray's, Tune's and MLflow's own that the console of a sweep does not show
+# (unless --verbose): banners, boxes, Ray's log lines, its workers' log markers.
+NOT_THE_TOOLS = re.compile(r"Configuration for experiment|View detailed results here|Token authentication is|"
+                           r"INFO mlflow|WARNING .*\.py:\d+ --|:job_id:|:actor_name:|╭|No CUDA runtime is found")
+
+
 @pytest.fixture(scope="module")
 def smoke_sweep(tmp_path_factory):
-    """The README's main job, --smoke, run once for this module's tests: (tracking URI,
-    its stdout, the folder of its store)."""
+    """The README's main job, --smoke, run once for this module's tests, by the installed
+    command from a folder that is not the checkout: (tracking URI, its stdout, the folder
+    of its store, its stderr)."""
     folder = tmp_path_factory.mktemp("smoke")
     uri = f"sqlite:///{folder}/m.db"
     done = subprocess.run(
-        [sys.executable, "sweeps/neuron_vit.py", "--smoke", "--num-samples", "4", "--tracking-uri", uri,
+        [ACCELSWEEP, "run", "neuron_vit", "--smoke", "--num-samples", "4", "--tracking-uri", uri,
          "--storage-path", str(folder / "ray"), "--price-per-hour", "0.357", "--experiment", "X"],
-        cwd=REPO, capture_output=True, text=True, timeout=600)
+        cwd=folder, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return uri, done.stdout, folder
+    return uri, done.stdout, folder, done.stderr
+
+
+@pytest.mark.slow
+def test_the_console_shows_only_the_tools_lines(smoke_sweep):
+    _, out, _, err = smoke_sweep
+    foreign = [line for line in (out + err).splitlines() if NOT_THE_TOOLS.search(line)]
+    assert not foreign, "lines of Ray's, Tune's or MLflow's own on the console:\n" + "\n".join(foreign)
+    assert "started a local Ray instance" in out and "token auth" in out  # said by the tool instead
 
 
 @pytest.mark.slow
 def test_main_job_smoke_sweep_lands_in_mlflow(smoke_sweep):
-    uri, out, _ = smoke_sweep
+    uri, out, _, _ = smoke_sweep
     assert "baseline" in out and "best (trial" in out and "throughput (samples/s)" in out
     assert "$ per 1M samples" in out and "mean overhead per trial" in out
     assert f"mlflow ui --backend-store-uri {uri}" in out
@@ -75,6 +92,8 @@ def test_main_job_smoke_sweep_lands_in_mlflow(smoke_sweep):
 
 
 def failing_for_batch_8(searched, base, cost=None):
+    print(f"a line of trial output at batch_size={searched['batch_size']}", file=sys.stderr, flush=True)
+    os.write(1, b"a C library's line\n")  # below Python: the file descriptor itself
     if searched["batch_size"] == 8:
         raise RuntimeError("injected failure for batch_size=8")
     from accelsweep.trainables.trainable import train_trainable
@@ -115,6 +134,20 @@ def test_failed_trials_are_recorded_and_the_sweep_goes_on(ray_session, tracking_
         assert run.data.tags["error_class"] == "RuntimeError"
         assert "injected failure for batch_size=8" in run.data.tags["error"]
     assert any("FAILED (error): RuntimeError" in line for line in lines)
+    # Each trial's output is in its run; the console shows it for the failed trial only.
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri)
+    for run in children:
+        if run.data.tags["status"] == "reused":
+            continue
+        batch_size = run.data.params["batch_size"]
+        assert run.data.tags["trial_output"] == "trial-output.log"
+        kept = open(client.download_artifacts(run.info.run_id, "trial-output.log")).read()
+        assert f"a line of trial output at batch_size={batch_size}" in kept and "a C library's line" in kept
+    console = "\n".join(lines)
+    assert "a line of trial output at batch_size=8" in console
+    assert "a line of trial output at batch_size=16" not in console
 
 
 TUNE_BOOKKEEPING = {"training_iteration", "pid", "iterations_since_restore", "time_total_s", "time_this_iter_s",
@@ -125,7 +158,7 @@ TUNE_BOOKKEEPING = {"training_iteration", "pid", "iterations_since_restore", "ti
 def test_trial_runs_hold_curves_of_the_windows_and_no_tune_bookkeeping(smoke_sweep):
     from mlflow.tracking import MlflowClient
 
-    uri, _, _ = smoke_sweep
+    uri, _, _, _ = smoke_sweep
     _, children = mlflow_runs(uri, "X")
     client = MlflowClient(uri)
     ran = [r for r in children if r.data.tags["status"] == "finished"]
@@ -158,7 +191,7 @@ def test_the_report_and_plots_are_on_the_parent_run_with_the_trial_runs_numbers(
 
     from accelsweep.trainables.metrics import TRAINING_METRICS
 
-    uri, out, folder = smoke_sweep
+    uri, out, folder, _ = smoke_sweep
     parents, children = mlflow_runs(uri, "X")
     parent = parents[0]
     client = MlflowClient(uri)
@@ -189,7 +222,7 @@ def test_the_report_and_plots_are_on_the_parent_run_with_the_trial_runs_numbers(
 def test_the_optuna_study_holds_one_trial_per_tune_trial(smoke_sweep):
     import optuna
 
-    uri, _, folder = smoke_sweep
+    uri, _, folder, _ = smoke_sweep
     parents, children = mlflow_runs(uri, "X")
     tags = parents[0].data.tags
     assert tags["optuna_storage"] == f"sqlite:///{folder}/m.optuna.db"
@@ -213,7 +246,7 @@ def test_the_optuna_study_holds_one_trial_per_tune_trial(smoke_sweep):
 def test_the_report_rebuilds_from_the_store_alone(smoke_sweep, tmp_path):
     from mlflow.tracking import MlflowClient
 
-    uri, _, folder = smoke_sweep
+    uri, _, folder, _ = smoke_sweep
     parents, _ = mlflow_runs(uri, "X")
     name, run_id = parents[0].info.run_name, parents[0].info.run_id
     done = subprocess.run([sys.executable, "sweeps/report.py", name, "--tracking-uri", uri, "--out",

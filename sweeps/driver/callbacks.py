@@ -84,6 +84,24 @@ def result_tags(result: Mapping[str, Any]) -> dict[str, str]:
     return {k: v for k, v in trial_figures(result).items() if isinstance(v, str)}
 
 
+# A trial's output as an artifact of its run (trainables/trial_progress.py).
+TRIAL_OUTPUT = "trial-output.log"
+# How often a quiet trial's phase is said, and after how long quiet.
+PROGRESS_EVERY_S = 10.0
+SHOWN_OUTPUT_LINES = 30
+
+
+def shown_output(output: str, whole: bool = False) -> str:
+    """A trial's output for the console, indented under its line: its last
+    SHOWN_OUTPUT_LINES lines (a failure's reason is at the end), or all of it."""
+    lines = output.rstrip().splitlines()
+    head = f"  | {TRIAL_OUTPUT} (kept in the trial's MLflow run)"
+    if not whole and len(lines) > SHOWN_OUTPUT_LINES:
+        head += f": its last {SHOWN_OUTPUT_LINES} of {len(lines)} lines"
+        lines = lines[-SHOWN_OUTPUT_LINES:]
+    return "\n".join([head, *(f"  | {line}" for line in lines)])
+
+
 def _searched_key(searched: Mapping[str, Any]) -> str:
     return json.dumps(dict(searched), sort_keys=True, default=str)
 
@@ -133,13 +151,18 @@ class SweepCallback(Callback):
         self.deadline: Optional[TrialDeadline] = None
         # Stops the sweep before its storage path fills up (storage_watch.py); set by run_sweep.
         self.storage_watch = None
+        # Each running trial's phase and output (trainables/trial_progress.py): the actor's
+        # handle, set by run_sweep; with ``verbose`` every trial's output is shown as it ends.
+        self._progress = None
+        self.verbose = False
+        self._phase_said_at = time.monotonic()
 
     def __getstate__(self):
         # Tune pickles its callbacks with the experiment state. The MLflow client, the
         # output function and the board's handle belong to this driver process. A
         # database URI's password stays here (a server's is not in the URI: secrets.py):
         # --resume gets the URI from its flag again (lifecycle._resume).
-        return {**self.__dict__, "_tracker": None, "print_line": None, "_board": None,
+        return {**self.__dict__, "_tracker": None, "print_line": None, "_board": None, "_progress": None,
                 "tracking_uri": redact_uri(self.tracking_uri)}
 
     def _offer_best(self, record: TrialRecord) -> None:
@@ -214,10 +237,49 @@ class SweepCallback(Callback):
                           f"{self.deadline.error_of(trial.trial_id)[1]}")
         if self.storage_watch is not None:
             self.storage_watch.check()
+        self._say_phases()
         # MLflow writes kept while its store does not answer: tried again here too, which
         # Tune's loop passes while no trial reports (tracking_buffer.py).
         self.tracker.buffer.retry()
         self.adopt_run_ids()
+
+    def _say_phases(self) -> None:
+        """What each trial quiet for PROGRESS_EVERY_S is doing (compiling, warming up,
+        window k of n), at most every PROGRESS_EVERY_S: a long compile is not a hang."""
+        now = time.monotonic()
+        if self._progress is None or now - self._phase_said_at < PROGRESS_EVERY_S:
+            return
+        self._phase_said_at = now
+        quiet = {record.trial_id: record for record in self.records.values()
+                 if record.status == "running" and now - max(record.created_at, record.reported_at) >= PROGRESS_EVERY_S}
+        if not quiet:
+            return
+        import ray
+
+        try:
+            phases = ray.get(self._progress.phases.remote(), timeout=2)
+        except Exception:  # noqa: BLE001 - a busy or lost actor: the trials go on, said next time
+            return
+        for trial_id, record in sorted(quiet.items(), key=lambda item: item[1].number):
+            phase, since = phases.get(trial_id, ("starting (process, imports)", None))
+            running_s = now - record.created_at
+            in_phase = f", {time.time() - since:.0f} s in it" if since is not None else ""
+            self._say(f"[trial {record.number}/{self.total_trials}] running {running_s:.0f} s: {phase}{in_phase}")
+
+    def _take_output(self, record: TrialRecord) -> str:
+        """The trial's output (trainables/trial_progress.py), kept in its run as
+        trial-output.log; '' when it printed nothing or it cannot be had."""
+        if self._progress is None or record.run_id is None:
+            return ""
+        import ray
+
+        try:
+            output = ray.get(self._progress.take_output.remote(record.trial_id), timeout=10)
+        except Exception:  # noqa: BLE001 - the actor lost: the result itself is on record
+            return ""
+        if output.strip():
+            self.tracker.log_text(record.run_id, output, TRIAL_OUTPUT)
+        return output
 
     def _record_reuses(self) -> None:
         """Each proposal the searcher answered from an earlier trial becomes a run of its
@@ -300,6 +362,7 @@ class SweepCallback(Callback):
         if self.deadline is not None:
             self.deadline.reported(trial.trial_id)
         record = self.records[trial.trial_id]
+        record.reported_at = time.monotonic()
         if result.get("trial_failed"):
             # The trial caught its own error and reported it (trainables.failures.run_isolated).
             record.error_class, record.error = result["error_class"], result["error"]
@@ -382,10 +445,15 @@ class SweepCallback(Callback):
             if os.path.exists(capture):
                 self.tracker.log_artifact(record.run_id, capture)
                 tags["nan_capture_artifact"] = os.path.basename(capture)
+        output = self._take_output(record)
+        if output.strip():
+            tags["trial_output"] = TRIAL_OUTPUT
         mlflow_status = {FAILED: "FAILED", CUT_BY_BUDGET: "KILLED", INTERRUPTED: "KILLED"}.get(status, "FINISHED")
         self.tracker.finish(record.run_id, mlflow_status, metrics=final, tags=tags, step=_step_of(record.result))
         self._record_in_study(record)
         self._say(self.progress_line(record))
+        if output.strip() and (status == FAILED or self.verbose):
+            self._say(shown_output(output, whole=self.verbose))
 
     def _record_in_study(self, record: TrialRecord) -> None:
         """MLflow holds the trial already: a study that cannot be written is said, once,

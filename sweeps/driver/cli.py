@@ -80,6 +80,10 @@ def common_parser(description: str, default_samples: int) -> argparse.ArgumentPa
     parser.add_argument("--max-concurrent-trials", type=at_least_one, default=None,
                         help="default: as many as the cluster's resources fit")
     parser.add_argument("--smoke", action="store_true", help="tiny model and few steps (for tests)")
+    parser.add_argument("--verbose", action="store_true",
+                        help="also show Ray's, Tune's and MLflow's own output and every trial's output as it ends "
+                             "(default: the tool's lines only; a trial's output is shown when it fails, and kept in "
+                             "its MLflow run as trial-output.log either way)")
     parser.add_argument("--resume", action="store_true",
                         help="continue the newest stopped run of this sweep (same --storage-path and "
                              "--tracking-uri): finished trials are kept, interrupted ones run again")
@@ -130,7 +134,8 @@ def sweep_options(args: argparse.Namespace, *, default_samples: int, default_tim
                    trial_timeout_s=getattr(args, "trial_timeout_s", None),
                    tracking_wait_s=getattr(args, "tracking_wait_s", DEFAULT_WAIT_S),
                    repeats=getattr(args, "repeat_configs", False),
-                   study_storage=getattr(args, "study_storage", None))
+                   study_storage=getattr(args, "study_storage", None),
+                   verbose=getattr(args, "verbose", False))
     return {**options, **fixed}
 
 

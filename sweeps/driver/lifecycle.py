@@ -77,10 +77,11 @@ from accelsweep.trainables.environment_variables import environment_snapshot, re
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.loop.failures import run_isolated
 from accelsweep.trainables.loop.rejection import BoardLimits, SweepBoard
+from accelsweep.trainables.trial_progress import start_progress
 from accelsweep.trainables.platforms import get_platform
 
 
-def connect_ray(address: Optional[str]) -> str:
+def connect_ray(address: Optional[str], verbose: bool = False) -> str:
     """Connect to the cluster at ``address``, or start a private local instance (None,
     "local") that stops with this process, stopping first any a killed driver left
     (local_ray.py). A Ray instance this process has initialised already is used as it is."""
@@ -91,13 +92,13 @@ def connect_ray(address: Optional[str]) -> str:
     if address and address != "local":
         check_ray_address(address)  # ray.init retries an unreachable address for minutes
         with ray_adapter.sigterm_handler_kept():  # the sweep's own (stop_signals.py)
-            ray.init(address=address, logging_level=logging.WARNING, log_to_driver=True)
+            ray.init(address=address, logging_level=logging.WARNING, log_to_driver=verbose)
         return f"connected to Ray at {address}"
     # A private local instance that does not outlive this process, never a `ray start`
     # cluster a bare ray.init() would join (local_ray.py). Its processes inherit this
     # environment: not the tracking server's credentials.
     with mlflow_credentials_hidden():
-        return local_ray.start()
+        return local_ray.start(log_to_driver=verbose)
 
 
 def concurrency_for(per_trial: Mapping[str, float], sweep: Sweep) -> tuple[int, str]:
@@ -207,11 +208,11 @@ def run_sweep(sweep: Sweep) -> SweepResult:
     import ray
 
     started = time.monotonic()
-    with StopSignals(sweep.print_line) as stop:
+    with StopSignals(sweep.print_line) as stop, sweep_settings(verbose=sweep.verbose):
         plan = preflight(sweep)  # a signal meanwhile: acted on once it is done (a store may be created)
         stop.raise_if_requested()
         ray_was_running = ray.is_initialized()
-        with sweep_settings(), mlflow_credentials_restored():  # a server's credentials: set by SweepTracker
+        with mlflow_credentials_restored():  # a server's credentials: set by SweepTracker
             try:
                 result = _run(plan, started, stop)
             except OSError as error:  # a write of the sweep's own on a disk that filled up or went read-only
@@ -240,20 +241,39 @@ SWEEP_ENVIRONMENT = {
 # ...with Tune's loggers off, Tune's result grid finds no result files: it need not say
 # so. And ray.init sets the level of Ray's own logger.
 SWEEP_LOGGER_LEVELS = {"ray.tune.analysis.experiment_analysis": logging.ERROR, "ray": None}
+# The console shows the tool's own lines only, unless the sweep is verbose: what Ray, Tune
+# and MLflow announce on their own is said by the tool where it matters (the auth mode in
+# the line that says Ray started), or kept where it belongs (a trial's output, in its run).
+QUIET_ENVIRONMENT = {
+    # Tune's output engine prints a "Configuration for experiment" box and "View detailed
+    # results here" whatever RunConfig.verbose says; the older one is silent at verbose=0.
+    "RAY_AIR_NEW_OUTPUT": "0",
+}
+QUIET_LOGGER_LEVELS = {
+    "ray._private.authentication.authentication_token_setup": logging.ERROR,  # local_ray.start says it
+    "mlflow.store.db.utils": logging.WARNING,  # "Creating initial MLflow database tables..."
+    "alembic.runtime.migration": logging.WARNING,  # the same store's schema migrations
+    # "Study.stop is supposed to be invoked inside an objective function": Ray's Optuna
+    # searcher, when a grid is searched out (the summary says so).
+    "ray.tune.search.optuna.optuna_search": logging.ERROR,
+}
 
 
 @contextlib.contextmanager
-def sweep_settings() -> Iterator[None]:
+def sweep_settings(verbose: bool = False) -> Iterator[None]:
     """The process-wide settings a sweep needs, for the sweep's duration: the variables
     of SWEEP_ENVIRONMENT (a value already set is kept), the loggers' levels and Optuna's
     verbosity, all put back as they were when it ends (a user's own Tune run afterwards
-    gets Tune's loggers)."""
-    saved_env = environment_snapshot(SWEEP_ENVIRONMENT)
-    saved_levels = {name: logging.getLogger(name).level for name in SWEEP_LOGGER_LEVELS}
+    gets Tune's loggers). Unless ``verbose``, Ray's, Tune's and MLflow's own banners too
+    (QUIET_ENVIRONMENT, QUIET_LOGGER_LEVELS)."""
+    environment = SWEEP_ENVIRONMENT if verbose else {**SWEEP_ENVIRONMENT, **QUIET_ENVIRONMENT}
+    levels = SWEEP_LOGGER_LEVELS if verbose else {**SWEEP_LOGGER_LEVELS, **QUIET_LOGGER_LEVELS}
+    saved_env = environment_snapshot(environment)
+    saved_levels = {name: logging.getLogger(name).level for name in levels}
     try:
-        for name, value in SWEEP_ENVIRONMENT.items():
+        for name, value in environment.items():
             os.environ.setdefault(name, value)
-        for name, level in SWEEP_LOGGER_LEVELS.items():
+        for name, level in levels.items():
             if level is not None:
                 logging.getLogger(name).setLevel(level)
         with quiet_optuna():  # the searcher's study
@@ -280,7 +300,11 @@ def _run(plan: Plan, started: float, stop: StopSignals) -> SweepResult:
     board_name = f"accelsweep-board-{uuid.uuid4().hex[:12]}" if rejects(sweep) else None
     # Held here for the sweep's duration: Ray ends a named actor with its last handle.
     board = SweepBoard.start(board_name, sweep.objectives[0].mode) if board_name else None
-    trainable = _tune_trainable(plan, board_name)
+    # What each running trial is doing and printing (trainables/trial_progress.py): one
+    # actor per run of the driver, held here like the board.
+    progress_name = f"accelsweep-progress-{uuid.uuid4().hex[:12]}"
+    progress = start_progress(progress_name)
+    trainable = _tune_trainable(plan, board_name, progress_name)
     storage = storage_dir(sweep)
     stop.raise_if_requested()  # the last moment at which nothing of the sweep is written
     if sweep.resume:
@@ -288,6 +312,7 @@ def _run(plan: Plan, started: float, stop: StopSignals) -> SweepResult:
     else:
         run = _start(plan, trainable, storage, tracker, concurrency)
     run.callback.board_name, run.callback._board = board_name, board
+    run.callback._progress, run.callback.verbose = progress, sweep.verbose
     run.callback.deadline = deadline_for(sweep.trial_timeout_s)  # this run's flag, also on --resume
     watch = run.callback.storage_watch = StorageWatch(storage, sweep.print_line)  # stops it before the disk is full
     status = "FAILED"
@@ -320,7 +345,7 @@ def _run(plan: Plan, started: float, stop: StopSignals) -> SweepResult:
 def _connect_and_announce(plan: Plan, say: Callable[[str], None]) -> int:
     """Connect to Ray and say what will run; returns how many trials run at once."""
     sweep = plan.sweep
-    say(connect_ray(sweep.address))
+    say(connect_ray(sweep.address, verbose=sweep.verbose))
     baseline_resources = plan.resources_of(plan.baseline_point)
     concurrency, why = concurrency_for(baseline_resources, sweep)
     say(f"{sweep.name}: up to {sweep.num_samples} trials, {concurrency} at a time ({why}); "
@@ -333,7 +358,7 @@ def _connect_and_announce(plan: Plan, say: Callable[[str], None]) -> int:
     return concurrency
 
 
-def _tune_trainable(plan: Plan, board_name: Optional[str]):
+def _tune_trainable(plan: Plan, board_name: Optional[str], progress_name: Optional[str] = None):
     """The sweep's trainable as Tune runs it: isolated (its failures become results),
     with the base config and cost basis bound, and each trial's own resources."""
     from ray import tune
@@ -342,7 +367,7 @@ def _tune_trainable(plan: Plan, board_name: Optional[str]):
     objective_metrics = [o.metric for o in sweep.objectives]
     limits = BoardLimits(board_name, trial_limits_of(sweep))
     isolated = functools.partial(run_isolated, trainable=sweep.trainable, objective_metrics=objective_metrics,
-                                 limits=limits)
+                                 limits=limits, progress=progress_name)
     baseline_actor = _trial_resources(plan.config_for, {}, plan.baseline_point)
     resources = functools.partial(_trial_resources, plan.config_for, baseline_actor)
     return tune.with_resources(tune.with_parameters(isolated, base=plan.base_dict, cost=sweep.cost), resources)

@@ -72,9 +72,11 @@ class _Instance:
 _current: Optional[_Instance] = None
 
 
-def start() -> str:
+def start(log_to_driver: bool = False) -> str:
     """Start a private local Ray instance with its reaper, after stopping any instance a
-    killed driver left; says what it did (one line each)."""
+    killed driver left; says what it did (one line each). ``log_to_driver``: Ray copies
+    its processes' output to this one's (--verbose); a trial's own output reaches the
+    driver either way, through its result (trainables/trial_output.py)."""
     global _current
     import ray
 
@@ -87,7 +89,7 @@ def start() -> str:
     # address="local": a new instance even where a bare ray.init() would join one.
     with ray_adapter.sigterm_handler_kept():
         context = ray.init(address="local", include_dashboard=False, logging_level=logging.WARNING,
-                           log_to_driver=True)
+                           log_to_driver=log_to_driver)
     session_dir = context.address_info["session_dir"]
     cpus = ray.cluster_resources().get("CPU", 0)
     if not os.path.isdir("/proc"):  # not Linux: Ray's own shutdown only
@@ -104,8 +106,17 @@ def start() -> str:
     _write_json(os.path.join(session_dir, RECORD),
                 {"driver_pid": os.getpid(), "driver_started": _started_at(os.getpid()),
                  "reaper_pid": reaper.pid, "reaper_started": _started_at(reaper.pid)})
-    lines.append(f"started a local Ray instance ({cpus:g} CPUs; session {session_dir}; it stops with this driver)")
+    lines.append(f"started a local Ray instance ({cpus:g} CPUs; {auth_mode()}; session {session_dir}; "
+                 "it stops with this driver)")
     return "\n".join(lines)
+
+
+def auth_mode() -> str:
+    """Ray's token authentication as ray.init left it, in words: Ray's own warning about
+    it is kept off the console (lifecycle.QUIET_LOGGER_LEVELS), so the tool says it."""
+    if os.environ.get("RAY_AUTH_MODE", "").lower() == "token":
+        return "token auth on (RAY_AUTH_MODE=disabled opts out)"
+    return f"token auth {os.environ.get('RAY_AUTH_MODE') or 'off'}"
 
 
 def shutdown() -> None:

@@ -104,8 +104,8 @@ def study_parser(target: str) -> argparse.ArgumentParser:
     with _capture_lock, _argv([target]):
         argparse.ArgumentParser.parse_args = hand_back
         try:
-            if kind == "module":
-                runpy.run_module(where, run_name="__main__")
+            if kind == "module":  # as its own __main__, as run_study runs it
+                runpy.run_module(where, run_name="__main__", alter_sys=True)
             else:
                 runpy.run_path(where, run_name="__main__")
         except _ParserReady as ready:

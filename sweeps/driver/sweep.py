@@ -107,6 +107,10 @@ class Sweep:
     max_concurrent_trials: Optional[int] = None  # None: as many as the resources fit
     platform_note: str = ""
     print_line: Optional[Callable[[str], None]] = None  # None: print (looked up when called)
+    # Show Ray's, Tune's and MLflow's own output (banners, Ray's log lines) and every
+    # trial's output as it ends; by default only the tool's lines, and a trial's output
+    # only when it failed (it is always kept in the trial's MLflow run: trial-output.log).
+    verbose: bool = False
     # Continue the newest unfinished run of this sweep under storage_path: finished trials
     # are kept, interrupted ones run again, each keeps its one MLflow run.
     resume: bool = False

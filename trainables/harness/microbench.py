@@ -41,6 +41,7 @@ from typing import Any, Callable, Mapping, Optional
 
 from accelsweep.trainables.errors import ConfigError, non_negative_float, one_of, positive_int, random_seed
 from accelsweep.trainables.config import DictConfig
+from accelsweep.trainables.trial_progress import phase
 from accelsweep.trainables.loop.measure import Window, coefficient_of_variation, host_probe_s, percentile, time_window
 from accelsweep.trainables.metrics import KERNEL_METRICS, MetricSet
 from accelsweep.trainables.platforms import PLATFORM_NAMES, Platform, PlatformUnavailable, get_platform
@@ -319,6 +320,7 @@ def run_microbench(config: KernelConfig, report: Optional[Callable[[dict], None]
 
     spec = get_op(config.op)
     implementation = spec.impl(config.impl)
+    phase(f"loading {config.impl} and its inputs")
     os.environ.update(config.trial_env())  # before the framework initialises its runtime
     kernel = implementation.load()
     framework = _Framework(implementation.framework, get_platform(config.platform), config.cpus_per_worker)
@@ -332,12 +334,14 @@ def run_microbench(config: KernelConfig, report: Optional[Callable[[dict], None]
 
     # The first call compiles or traces (torch.compile, jax.jit, Pallas, Triton): timed apart
     # as compile_s, an upper bound that includes one cold run of the kernel.
+    phase("first call (compiling or tracing), checked against the reference")
     first_call_start = time.perf_counter()
     first_output = framework.wait(call())
     compile_s = time.perf_counter() - first_call_start
     max_abs_error = _checked_error(spec.canonical(framework.to_numpy(first_output)), expected,
                                    spec.tolerance[config.dtype], config)
 
+    phase(f"warming up ({config.warmup_calls} calls)")
     loop_start = time.perf_counter()
     for _ in range(config.warmup_calls):
         framework.wait(call())
@@ -352,6 +356,7 @@ def run_microbench(config: KernelConfig, report: Optional[Callable[[dict], None]
     host_probes: list[float] = []
     result: dict = {}
     for index in range(1, config.windows + 1):
+        phase(f"window {index} of {config.windows}")
         window = framework.window(call, config.window_min_calls, config.window_min_s)
         host_probes.append(host_probe_s())  # the machine's own speed, right after the window
         latencies += window.step_seconds

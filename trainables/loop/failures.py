@@ -67,7 +67,7 @@ def one_line(error: BaseException) -> str:
     return lines[-1] if lines else type(error).__name__
 
 
-def run_isolated(searched, *, trainable, objective_metrics, limits=None, **parameters) -> None:
+def run_isolated(searched, *, trainable, objective_metrics, limits=None, progress=None, **parameters) -> None:
     """Run a Tune trainable so that its own errors end the trial as a reported failure.
 
     An exception in the trial (an OOM, a non-finite loss, a compile failure, a bad
@@ -79,14 +79,18 @@ def run_isolated(searched, *, trainable, objective_metrics, limits=None, **param
 
     ``limits``: the sweep's rejection rule and compile limit (trainables.rejection
     BoardLimits), made the trial's own (with the best so far) while it runs.
+    ``progress``: the name of the sweep's TrialProgress actor (trainables/trial_progress.py),
+    which gets the trial's phases and output; its output is sent there before a failure
+    is reported, so the driver has it when it records the failure.
     """
     from ray import tune
 
     from accelsweep.trainables.loop.rejection import trial_limits
     from accelsweep.trainables.loop.watchdog import TrialAborted
+    from accelsweep.trainables.trial_progress import trial_progress
 
     try:
-        with trial_limits(limits.for_trial() if limits is not None else None):
+        with trial_progress(progress), trial_limits(limits.for_trial() if limits is not None else None):
             trainable(searched, **parameters)
     except (Exception, TrialAborted) as error:  # noqa: BLE001 - every trial error is a result; Ctrl-C is not
         tune.report({**{metric: float("nan") for metric in objective_metrics}, "trial_failed": 1,

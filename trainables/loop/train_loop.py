@@ -21,6 +21,7 @@ import time
 from typing import Any, Callable, Mapping, Optional
 
 from accelsweep.trainables.loop.batches import map_tensors
+from accelsweep.trainables.trial_progress import phase
 from accelsweep.trainables.loop.compile_cache import DYNAMO_CACHE_COUNTERS, dynamo_cache_counts
 from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.cost import usd_per_1m_samples
@@ -66,6 +67,7 @@ def _run_training(config: TrialConfig, report: Optional[Callable[[dict], None]],
     from accelsweep.trainables.loop.distributed import World
 
     started = time.perf_counter()
+    phase("building the model and data")
     platform = get_platform(config.platform)
     workload = load_workload(config.workload)
     device = platform.prepare(config)
@@ -136,6 +138,7 @@ def _measure(config: TrialConfig, report, usd_per_hour: float, platform, workloa
     window_throughputs = []
     trial.counting = True  # the workload's counts cover the measured steps only
     for index in range(1, config.windows + 1):
+        phase(f"window {index} of {config.windows}")
         units_before = trial.units_done
         # Only the first window can still reject the trial (a hopeless one never gets further).
         step = guard.watching(trial.step) if index == 1 else trial.step
@@ -298,6 +301,8 @@ class _Trial:
         """The first step, timed on its own (compilation, first touch), then the rest of
         the warm-up, untimed but for its mean step time. Returns both. ``guard`` may end
         the trial on the way (SlowTrial, CompileTimeout)."""
+        compiles = self.config.torch_compile != "none" or self.platform.torch_on_xla
+        phase("compiling (first step)" if compiles else "first step")
         start = time.perf_counter()
         with self.segment(), guard.first_step():
             self.step()
@@ -308,6 +313,7 @@ class _Trial:
         rest = self.config.warmup_steps - 1
         if self.group > 1:  # whole groups, at least one, so the k-step graph compiles in warm-up
             rest = -(-max(rest, self.group) // self.group) * self.group
+        phase(f"warming up ({rest} steps)")
         start = time.perf_counter()
         with self.segment():
             if self.platform.host_clock_times_steps:

@@ -17,7 +17,8 @@ from typing import Any, Callable, Mapping, Optional
 from urllib.parse import urlparse
 
 from accelsweep.trainables.errors import ConfigError
-from accelsweep.sweeps.driver.record.secrets import credentials_to_environment, redact_uri, scrub
+from accelsweep.sweeps.driver.record.secrets import (credentials_to_environment, redact_text, redact_uri, scrub,
+                                                     secret_values)
 from accelsweep.sweeps.driver.record.tracking_buffer import DEFAULT_WAIT_S, TrackingBuffer, said_of, unanswered
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
@@ -117,6 +118,19 @@ class SweepTracker:
 
     def log_artifact(self, run_id: str, path: str, artifact_path: Optional[str] = None) -> None:
         self.buffer.log_artifact(run_id, path, artifact_path)
+
+    def log_text(self, run_id: str, text: str, name: str) -> None:
+        """``text`` as the run's artifact ``name``. Written to a file first, beside the
+        buffer's own (the sweep's experiment dir), which outlasts the call: a write kept
+        while the store is away is made from it later."""
+        import tempfile
+
+        folder = os.path.join(self.buffer.folder or tempfile.gettempdir(), "artifacts", run_id)
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, name)
+        with open(path, "w") as out:
+            out.write(redact_text(text, secret_values()))  # a trial may print what it was given
+        self.log_artifact(run_id, path)
 
     def log_metrics(self, run_id: str, metrics: Mapping[str, Any], step: int = 0) -> None:
         self._log(run_id, metrics=metrics, step=step)
