@@ -157,7 +157,7 @@ def test_the_harness_asks_the_platform_instead_of_testing_its_name():
     assert {name: KernelConfig.make(op="giou", impl="torch-naive", platform=name).trial_env()
             for name in ("cpu", "cuda", "neuron", "tpu")} == {"cpu": {}, "cuda": {}, "neuron": {},
                                                              "tpu": {"PJRT_DEVICE": "TPU"}}
-    with open(os.path.join(REPO, "trainables", "microbench.py")) as source:
+    with open(os.path.join(REPO, "trainables", "harness", "microbench.py")) as source:
         harness = source.read()
     assert not [name for name in ('"cuda"', '"xla"', '"neuron"', '"tpu"', "XLA_PLATFORMS", "JAX_BACKEND")
                 if name in harness]

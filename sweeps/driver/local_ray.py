@@ -76,7 +76,7 @@ def start(log_to_driver: bool = False) -> str:
     """Start a private local Ray instance with its reaper, after stopping any instance a
     killed driver left; says what it did (one line each). ``log_to_driver``: Ray copies
     its processes' output to this one's (--verbose); a trial's own output reaches the
-    driver either way, through its result (trainables/trial_output.py)."""
+    driver either way, through the sweep's TrialProgress actor (trainables/trial_progress.py)."""
     global _current
     import ray
 
