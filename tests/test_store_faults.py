@@ -440,3 +440,33 @@ def test_tunes_failed_copy_for_want_of_room_stops_the_sweep_without_its_tracebac
     assert stopped == [True] and watch.tripped
     assert said_lines[0].startswith(f"Tune could not save the sweep's state under {tmp_path}: OSError: [Errno 28]")
     assert "run the same command with --resume" in str(watch.stopped())
+
+
+def test_a_new_store_is_a_copy_of_the_schema_built_once_per_library_version(tmp_path, monkeypatch):
+    from accelsweep.sweeps.driver.record import sqlite_store
+
+    monkeypatch.setenv(sqlite_store.SCHEMA_CACHE_ENV, str(tmp_path / "schemas"))
+    builds = []
+
+    def build(path):  # a schema of one table, stamped at revision "r1"
+        builds.append(path)
+        with contextlib.closing(sqlite3.connect(path)) as db:
+            db.executescript("CREATE TABLE runs (id TEXT); CREATE TABLE alembic_version (version_num TEXT);"
+                             "INSERT INTO alembic_version VALUES ('r1');")
+
+    cached = sqlite_store.cached_build("lib-1.0-r1", build, lambda revision: revision == "r1")
+    for name in ("a.db", "b.db"):
+        assert sqlite_store.build_once(str(tmp_path / name), cached)
+    assert len(builds) == 1  # the second database is a copy
+    assert sqlite_store.schema_revision(str(tmp_path / "b.db")) == ("r1", frozenset({"runs", "alembic_version"}))
+    # A cached schema that is not complete (cut short, another revision) is built again.
+    with contextlib.closing(sqlite3.connect(tmp_path / "schemas" / "lib-1.0-r1.db")) as db:
+        db.execute("UPDATE alembic_version SET version_num = 'r0'")
+        db.commit()
+    assert sqlite_store.build_once(str(tmp_path / "c.db"), cached) and len(builds) == 2
+    assert sqlite_store.schema_revision(str(tmp_path / "schemas" / "lib-1.0-r1.db"))[0] == "r1"
+    # A cache that cannot be written: each database is built, none is lost.
+    monkeypatch.setenv(sqlite_store.SCHEMA_CACHE_ENV, str(tmp_path / "c.db" / "not-a-folder"))
+    unwritable = sqlite_store.cached_build("lib-1.0-r1", build, lambda revision: revision == "r1")
+    assert sqlite_store.build_once(str(tmp_path / "d.db"), unwritable) and len(builds) == 3
+    assert sqlite_store.schema_revision(str(tmp_path / "d.db"))[0] == "r1"
