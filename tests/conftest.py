@@ -1,9 +1,15 @@
 """Shared fixtures. One local Ray instance per test session (starting Ray costs
-seconds); MLflow stores are sqlite files in each test's temporary directory."""
+seconds); MLflow stores are sqlite files in each test's temporary directory; one run of
+the README's main job (--smoke) that every test reading a real sweep's record shares."""
 
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +19,17 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ACCELSWEEP = os.path.join(os.path.dirname(sys.executable), "accelsweep")  # the installed command
+
+# Fake credentials, each in the shape of the real thing: in the shared sweep's environment,
+# and hunted for in everything it writes (test_secrets.py, test_secret_leak.py).
+FAKE_SECRETS = {
+    "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYFAKEKEY0001",
+    "HF_TOKEN": "hf_FakeTokenForTests0123456789abcdefgh",
+    "MY_DB_PASSWORD": "correct-horse-battery-staple",
+    "SOME_CREDENTIALS_FILE": "/run/secrets/fake-credentials.json",
+    "MLFLOW_TRACKING_PASSWORD": "mlflow-fake-password-42",
+}
 
 
 @pytest.fixture(scope="session")
@@ -27,3 +44,43 @@ def ray_session():
 @pytest.fixture
 def tracking_uri(tmp_path):
     return f"sqlite:///{tmp_path}/mlflow.db"
+
+
+@dataclass(frozen=True)
+class MainJob:
+    """A finished run of the main job: its store, output and folders."""
+
+    folder: Path  # where it ran (its cwd), holding the store and Tune's storage path
+    tracking_uri: str
+    experiment: str
+    price_per_hour: float
+    stdout: str
+    stderr: str
+
+    @property
+    def storage(self) -> Path:
+        return self.folder / "ray"
+
+    def copy_to(self, folder: Path) -> str:
+        """Its store copied into ``folder`` (for a test that writes to it); the copy's URI.
+        Artifacts stay where the runs recorded them (the original's folder)."""
+        shutil.copy(self.folder / "m.db", folder / "m.db")
+        return f"sqlite:///{folder}/m.db"
+
+
+@pytest.fixture(scope="session")
+def main_job(tmp_path_factory) -> MainJob:
+    """The README's main job, --smoke, run once for the whole session as a user runs it:
+    by the installed command, from a folder that is not the checkout, with secrets in its
+    environment and Ray's default token auth. Tests only read what it left; one that
+    writes works on ``copy_to``."""
+    folder = tmp_path_factory.mktemp("main-job")
+    uri, price = f"sqlite:///{folder}/m.db", 0.357
+    env = {**os.environ, **FAKE_SECRETS}
+    env.pop("RAY_AUTH_MODE", None)  # the default a user gets (this file turns it off for the rest)
+    done = subprocess.run(
+        [ACCELSWEEP, "run", "neuron_vit", "--smoke", "--num-samples", "4", "--tracking-uri", uri,
+         "--storage-path", str(folder / "ray"), "--price-per-hour", str(price), "--experiment", "X"],
+        cwd=folder, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return MainJob(folder, uri, "X", price, done.stdout, done.stderr)

@@ -16,19 +16,9 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import FAKE_SECRETS, REPO
 from tests.test_sweep_e2e import mlflow_runs
 from accelsweep.sweeps.driver.record.secrets import REDACTED, looks_secret, redact_uri, scrub
-
-# Fake credentials, each in the shape of the real thing.
-FAKE_SECRETS = {
-    "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYFAKEKEY0001",
-    "HF_TOKEN": "hf_FakeTokenForTests0123456789abcdefgh",
-    "MY_DB_PASSWORD": "correct-horse-battery-staple",
-    "SOME_CREDENTIALS_FILE": "/run/secrets/fake-credentials.json",
-    "MLFLOW_TRACKING_PASSWORD": "mlflow-fake-password-42",
-}
-
 
 @pytest.mark.parametrize("name", ["AWS_SECRET_ACCESS_KEY", "AWS_ACCESS_KEY_ID", "HF_TOKEN", "MY_DB_PASSWORD",
                                   "MLFLOW_TRACKING_PASSWORD", "SOME_CREDENTIALS_FILE", "GOOGLE_APPLICATION_CREDENTIALS",
@@ -131,22 +121,14 @@ def test_cluster_yaml_exports_no_secret():
         assert not looks_secret(name), f"cluster.yaml sets {name}"
 
 
-def test_a_smoke_sweep_records_no_secret(tmp_path):
-    uri = f"sqlite:///{tmp_path}/m.db"
-    storage = tmp_path / "ray"
-    env = {**os.environ, **FAKE_SECRETS}
-    env.pop("RAY_AUTH_MODE", None)  # the default a user gets (tests/conftest.py turns it off)
-    done = subprocess.run(
-        [sys.executable, "sweeps/neuron_vit.py", "--smoke", "--num-samples", "2", "--tracking-uri", uri,
-         "--storage-path", str(storage), "--experiment", "secrets"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-
+def test_a_smoke_sweep_records_no_secret(main_job, tmp_path):
+    """The shared main job ran with FAKE_SECRETS in its environment (tests/conftest.py)."""
+    uri, storage = main_job.tracking_uri, main_job.storage
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(uri)
-    parents, children = mlflow_runs(uri, "secrets")
-    assert len(parents) == 1 and len(children) == 2
+    parents, children = mlflow_runs(uri, main_job.experiment)
+    assert len(parents) == 1 and len(children) >= 4
     for run in parents + children:
         run_id = run.info.run_id
         assert_no_secret(json.dumps([run.data.params, run.data.tags, run.info.run_name]), f"run {run_id}")
@@ -165,7 +147,7 @@ def test_a_smoke_sweep_records_no_secret(tmp_path):
     for path in written:
         with open(path, "rb") as record:
             assert_no_secret(record.read().decode("utf-8", "replace"), path)
-    assert_no_secret(done.stdout, "the sweep's output")
+    assert_no_secret(main_job.stdout + main_job.stderr, "the sweep's output")
 
 
 # Run in a child process: it starts a local instance the way a sweep does, then lists

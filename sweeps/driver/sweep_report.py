@@ -44,6 +44,11 @@ def _stamp(history: SweepHistory):
     return PlotStamp(sweep=history.title, machine=machine, device=device or "no trial measured", date=date)
 
 
+# Below this, Optuna's evaluators give every knob the same importance (PedAnova: "The
+# number of trials is too small to compute importances").
+MIN_TRIALS_FOR_IMPORTANCE = 2
+
+
 def knob_importances(history: SweepHistory, study_url: Optional[str] = None) -> tuple[dict[str, float], str, str]:
     """(knob -> importance, the evaluator's name, a note when there is none) from the
     sweep's Optuna study, for its first objective. ``study_url``: the study's database
@@ -56,17 +61,25 @@ def knob_importances(history: SweepHistory, study_url: Optional[str] = None) -> 
     name = history.tags.get("optuna_study")
     if not url or not name or "<redacted>" in url:
         return {}, "", "no Optuna study for this sweep (pass its database with --study-storage)"
-    evaluator = optuna.importance.PedAnovaImportanceEvaluator()
+    evaluator_name = "PedAnovaImportanceEvaluator"
     try:
         with quiet_optuna():
             study = optuna.load_study(study_name=name, storage=url)
+            complete = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
+            if complete < MIN_TRIALS_FOR_IMPORTANCE:
+                # Optuna would give every knob the same importance, and importing its
+                # importance module costs 2 s (it loads scikit-learn for fANOVA).
+                return {}, evaluator_name, (f"no importances: {complete} complete trial(s) in study {name}; "
+                                            f"{MIN_TRIALS_FOR_IMPORTANCE} or more are needed")
+            import optuna.importance
+
+            evaluator = optuna.importance.PedAnovaImportanceEvaluator()
             multi = len(study.directions) > 1
             importances = optuna.importance.get_param_importances(
                 study, evaluator=evaluator, target=(lambda t: t.values[0]) if multi else None)
-            complete = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
-    except (KeyError, ValueError, RuntimeError) as error:  # no study there; too few complete trials
-        return {}, type(evaluator).__name__, f"no importances: {error}"
-    return dict(importances), type(evaluator).__name__, f"from {complete} complete trials of study {name}"
+    except (KeyError, ValueError, RuntimeError) as error:  # no study there
+        return {}, evaluator_name, f"no importances: {error}"
+    return dict(importances), evaluator_name, f"from {complete} complete trials of study {name}"
 
 
 def build_report(history: SweepHistory, out_dir: str, study_url: Optional[str] = None) -> list[str]:
