@@ -69,18 +69,37 @@ class MainJob:
 
 
 @pytest.fixture(scope="session")
-def main_job(tmp_path_factory) -> MainJob:
+def main_job(tmp_path_factory, worker_id) -> MainJob:
     """The README's main job, --smoke, run once for the whole session as a user runs it:
     by the installed command, from a folder that is not the checkout, with secrets in its
     environment and Ray's default token auth. Tests only read what it left; one that
-    writes works on ``copy_to``."""
-    folder = tmp_path_factory.mktemp("main-job")
-    uri, price = f"sqlite:///{folder}/m.db", 0.357
-    env = {**os.environ, **FAKE_SECRETS}
-    env.pop("RAY_AUTH_MODE", None)  # the default a user gets (this file turns it off for the rest)
-    done = subprocess.run(
-        [ACCELSWEEP, "run", "neuron_vit", "--smoke", "--num-samples", "4", "--tracking-uri", uri,
-         "--storage-path", str(folder / "ray"), "--price-per-hour", str(price), "--experiment", "X"],
-        cwd=folder, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return MainJob(folder, uri, "X", price, done.stdout, done.stderr)
+    writes works on ``copy_to``. With pytest-xdist, the first worker that needs it runs it
+    and the others wait for it (a lock in the run's shared temporary folder)."""
+    import fcntl
+    import json
+
+    shared = tmp_path_factory.getbasetemp() if worker_id == "master" else tmp_path_factory.getbasetemp().parent
+    folder, uri, price = shared / "main-job", f"sqlite:///{shared}/main-job/m.db", 0.357
+    with open(shared / "main-job.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done_file = shared / "main-job.json"
+        if not done_file.exists():
+            folder.mkdir()
+            env = {**os.environ, **FAKE_SECRETS}
+            env.pop("RAY_AUTH_MODE", None)  # the default a user gets (this file turns it off for the rest)
+            done = subprocess.run(
+                [ACCELSWEEP, "run", "neuron_vit", "--smoke", "--num-samples", "4", "--tracking-uri", uri,
+                 "--storage-path", str(folder / "ray"), "--price-per-hour", str(price), "--experiment", "X"],
+                cwd=folder, env=env, capture_output=True, text=True, timeout=600)
+            done_file.write_text(json.dumps({"returncode": done.returncode, "stdout": done.stdout,
+                                             "stderr": done.stderr}))
+        done = json.loads(done_file.read_text())
+    assert done["returncode"] == 0, done["stdout"][-3000:] + done["stderr"][-3000:]
+    return MainJob(folder, uri, "X", price, done["stdout"], done["stderr"])
+
+
+@pytest.fixture(scope="session")
+def worker_id(request) -> str:
+    """pytest-xdist's worker name ("gw0", ...), or "master" in a run without it (xdist
+    brings a fixture of this name; this one stands in where it is not installed)."""
+    return getattr(request.config, "workerinput", {}).get("workerid", "master")
