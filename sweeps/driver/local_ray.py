@@ -106,7 +106,7 @@ def start(log_to_driver: bool = False) -> str:
     _write_json(os.path.join(session_dir, RECORD),
                 {"driver_pid": os.getpid(), "driver_started": _started_at(os.getpid()),
                  "reaper_pid": reaper.pid, "reaper_started": _started_at(reaper.pid)})
-    lines.append(f"started a local Ray instance ({cpus:g} CPUs; {auth_mode()}; session {session_dir}; "
+    lines.append(f"started a local Ray instance ({cpus:g} CPUs; session {session_dir}; {auth_mode()}; "
                  "it stops with this driver)")
     return "\n".join(lines)
 
