@@ -68,6 +68,7 @@ CPU_CASES = [(impl.name, variant, dtype) for impl in SPEC.impls_for("cpu") for v
              for dtype in SPEC.dtypes if dtype == "float32" or variant in ("plain", "soft-cap", "neighborhood")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("impl, variant, dtype", CPU_CASES)
 def test_each_cpu_implementation_matches_or_refuses_each_variant(impl, variant, dtype):
     options = VARIANTS[variant]

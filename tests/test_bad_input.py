@@ -373,6 +373,7 @@ def cli_cases():
 CLI_CASES = cli_cases()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, expected", [c[1:] for c in CLI_CASES], ids=[c[0] for c in CLI_CASES])
 def test_the_command_line_refuses_before_any_trial(args, expected, tmp_path):
     store, storage = tmp_path / "mlflow.db", tmp_path / "ray"

@@ -128,6 +128,7 @@ def test_a_compile_past_its_limit_ends_as_compile_timeout():
 
 # ---- the loop ------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_hopeless_config_is_rejected_in_its_first_steps_with_its_projection():
     free = run_training(TrialConfig.make(**QUICK))
     assert not free.get("rejected") and free["windows_done"] == 2

@@ -191,6 +191,7 @@ def run_compare(*args, env=None):
                           timeout=300, env=env)
 
 
+@pytest.mark.slow
 def test_the_command_ends_bad_input_with_the_message_and_status_2(tmp_path):
     done = run_compare("only-one", "--tracking-uri", f"sqlite:///{tmp_path}/m.db")
     assert done.returncode == 2

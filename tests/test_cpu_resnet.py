@@ -46,6 +46,7 @@ def test_the_docstring_opens_with_the_seeds_table():
 
 
 # ---- allocator -------------------------------------------------------------------------------------
+@pytest.mark.slow
 @needs_jemalloc
 def test_the_allocator_knob_puts_the_library_in_the_trial_process():
     jemalloc = TrialConfig.make(**TINY, allocator="jemalloc")
@@ -58,6 +59,7 @@ def test_the_allocator_knob_puts_the_library_in_the_trial_process():
     assert "allocator glibc," in result["device"] and "jemalloc" not in result["device"]
 
 
+@pytest.mark.slow
 @needs_jemalloc
 def test_a_process_started_without_the_allocator_refuses_the_trial(monkeypatch):
     config = TrialConfig.make(**TINY, allocator="jemalloc")
@@ -154,6 +156,7 @@ def test_numa_nodes_and_workers_across_them(tmp_path):
     TrialConfig.make(**{**TINY, **fixed, "workers": 2})  # a valid config
 
 
+@pytest.mark.slow
 def test_numa_bind_pins_the_process_to_its_nodes_cpus():
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("needs 2 CPUs to tell a pinned process from an unpinned one")
@@ -166,6 +169,7 @@ def test_numa_bind_pins_the_process_to_its_nodes_cpus():
 
 
 # ---- the trial's process, price, platforms ---------------------------------------------------------------
+@pytest.mark.slow
 def test_a_stopped_trial_ends_its_process():
     others = set(children_of(os.getpid()))  # an earlier test's Ray may still be winding down
     results = run_in_fresh_process(TrialConfig.make(**{**TINY, "windows": 3}))
@@ -184,6 +188,7 @@ def test_spot_is_the_seeds_quote_for_its_instance_type():
         spot_basis(types.SimpleNamespace(instance_type="g5.2xlarge", price_per_hour=None))
 
 
+@pytest.mark.slow
 def test_dry_run_shows_the_cpu_space_and_says_other_platforms_are_not_its(tmp_path):
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "MLFLOW_DISABLE_TELEMETRY": "true"}
     run = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--tracking-uri", f"sqlite:///{tmp_path}/m.db"],

@@ -52,12 +52,14 @@ def test_readme_is_a_front_door():
     assert TOP_BLOCK in text[:600], "README.md must open with the two commands, as they are"
 
 
+@pytest.mark.slow
 def test_the_site_builds_strict(site):
     for page in ("index.html", "main-job/index.html", "reference/flags/index.html", "reference/metrics/index.html"):
         assert (site / page).is_file(), page
     assert (site / "mlflow-ui-parent-run.png").is_file()
 
 
+@pytest.mark.slow
 def test_every_flag_of_every_study_is_in_the_reference(site):
     from accelsweep.sweeps.driver.studies import STUDIES, study_parser
 
@@ -71,6 +73,7 @@ def test_every_flag_of_every_study_is_in_the_reference(site):
         assert not missing, f"study {name}: flags not in the reference page: {missing}"
 
 
+@pytest.mark.slow
 def test_every_declared_metric_is_in_the_reference(site):
     from accelsweep.trainables import metrics
 

@@ -81,6 +81,7 @@ def _clean_copy(destination: Path) -> Path:
     return destination
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["wheel", "editable"])
 def test_a_kernel_study_runs_beside_another_top_level_kernels(mode, stand_in, tmp_path):
     python = _scratch_venv(tmp_path / "venv")

@@ -23,6 +23,7 @@ SMALL = {"giou": dict(batch=4, boxes=32), "nms": dict(boxes=64), "matmul": dict(
 ALL_IMPLS = [(op, impl.name) for op in OPS for impl in get_op(op).implementations]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("op, impl", ALL_IMPLS)
 def test_every_implementation_matches_its_reference(op, impl):
     implementation = get_op(op).impl(impl)

@@ -57,6 +57,7 @@ TRITON_CHILD = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_triton_giou_matches_the_reference_under_the_interpreter():
     pytest.importorskip("triton", reason="triton is not installed")
     done = subprocess.run([sys.executable, "-c", TRITON_CHILD, json.dumps(SPECIAL_PAIRS)], cwd=REPO,
@@ -245,6 +246,7 @@ NMS_CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", NMS_CASES)
 def test_pallas_nms_edge_cases(case):
     boxes, scores, expected = NMS_CASES[case]

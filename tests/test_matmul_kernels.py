@@ -192,6 +192,7 @@ def test_the_library_is_the_baseline_and_every_searched_trial_is_the_kernel():
     assert len({(p["bm"], p["bk"], p["bn"]) for p in proposed[1:]}) > 1
 
 
+@pytest.mark.slow
 def test_dry_run_prints_the_plan_and_says_interpreted_times_are_not_speed_figures():
     done = subprocess.run([sys.executable, "sweeps/pallas_matmul.py", "--dry-run", "--smoke", "--dtype", "bfloat16"],
                           cwd=REPO, capture_output=True, text=True, timeout=300)

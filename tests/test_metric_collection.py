@@ -106,6 +106,7 @@ def test_each_mode_builds_the_metrics_the_seed_describes():
             assert metrics.on_host["avg_step_time"].sync_on_compute is False
 
 
+@pytest.mark.slow
 def test_the_loop_runs_the_mode_a_trial_asks_for():
     config = TrialConfig.make(workload=study.WORKLOAD, metrics_mode="no-nan-check", network="small-cnn",
                               image_size=16, batch_size=4, warmup_steps=1, window_min_steps=2, window_min_s=0.0,
@@ -118,6 +119,7 @@ def test_the_loop_runs_the_mode_a_trial_asks_for():
     assert workload.metrics is None  # a new trial: the last trial's metrics are gone, none made
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("platform", ["cuda", "neuron"])
 def test_the_dry_run_shows_the_space_without_the_hardware(platform):
     run = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--platform", platform],

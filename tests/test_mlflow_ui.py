@@ -122,6 +122,7 @@ def run_link(run_id: str) -> str:
     return f"a[href$={js('/runs/' + run_id)}]"
 
 
+@pytest.mark.slow
 def test_the_experiment_page_lists_the_parent_run_with_its_trials_nested(page, mlflow_ui, sweep_runs):
     parent, trials = sweep_runs.parent, sweep_runs.trials
     open_page(page, f"{mlflow_ui}/#/experiments/{sweep_runs.experiment_id}/runs?{MODEL_TRAINING}")
@@ -145,6 +146,7 @@ def tree_node(name: str) -> str:
     return f"document.querySelector('[data-testid=artifact-tree-node][artifact-name={js(name)}]')"
 
 
+@pytest.mark.slow
 def test_the_parent_run_artifacts_show_the_report_and_a_plot_that_renders(page, mlflow_ui, sweep_runs, tmp_path):
     parent, stored = sweep_runs.parent, sweep_runs.parent_artifacts
     missing = sorted(set(PARENT_RUN_ARTIFACTS) - stored)

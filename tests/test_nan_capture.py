@@ -102,6 +102,7 @@ def check_round_trip(error, reports, capture_dir, windows_reported=1):
     return capture
 
 
+@pytest.mark.slow
 def test_round_trip_capture_reload_non_finite_at_the_same_step(poisoned_batch, tmp_path):
     error, reports = run_until_captured(TrialConfig.make(**MICRO, nan_capture=True), tmp_path)
     check_round_trip(error, reports, tmp_path)
@@ -130,6 +131,7 @@ def test_replay_of_a_finite_step_says_not_reproduced(poisoned_batch, tmp_path):
     assert f"not reproduced: every gradient of step {POISONED_STEP} is finite on cpu" in out.getvalue()
 
 
+@pytest.mark.slow
 def test_a_finite_run_with_the_capture_on_is_the_same_run(tmp_path):
     off_reports, on_reports = [], []
     config = TrialConfig.make(**MICRO)
@@ -154,6 +156,7 @@ def test_bad_nan_capture_values_are_refused(changes, fragments):
         assert fragment in str(caught.value)
 
 
+@pytest.mark.slow
 def test_overhead_measurement_prints_both_throughputs():
     out = io.StringIO()
     summary = measure_overhead(overhead_config("vit-micro", windows=1, window_min_s=0.2), rounds=1, out=out)

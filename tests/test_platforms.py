@@ -70,6 +70,7 @@ def test_cuda_resources_carry_accelerator_type():
         "CPU": 1, "GPU": 1, "accelerator_type:H100": 0.001}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("platform", ("auto",) + PLATFORM_NAMES)
 def test_dry_run_works_for_every_platform(platform):
     done = subprocess.run([sys.executable, "sweeps/neuron_vit.py", "--dry-run", "--platform", platform,
@@ -101,6 +102,7 @@ def test_instance_types_that_cannot_hold_the_trial_are_refused():
         TrialConfig.make(platform="neuron", instance_type="inf2.xlarge", neuron_target="trn1")
 
 
+@pytest.mark.slow
 def test_a_neuron_sweep_on_a_cluster_needs_its_instance_type():
     done = subprocess.run([sys.executable, "sweeps/neuron_vit.py", "--dry-run", "--platform", "neuron",
                            "--address", "10.0.0.1:6379"], cwd=REPO, capture_output=True, text=True, timeout=120)
@@ -109,6 +111,7 @@ def test_a_neuron_sweep_on_a_cluster_needs_its_instance_type():
     assert "trn1.2xlarge" in done.stderr and "got None" in done.stderr
 
 
+@pytest.mark.slow
 def test_on_a_cluster_trials_ask_for_the_named_node_type():
     done = subprocess.run([sys.executable, "sweeps/neuron_vit.py", "--dry-run", "--platform", "neuron",
                            "--address", "10.0.0.1:6379", "--instance-type", "inf2.xlarge"],

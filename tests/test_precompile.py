@@ -104,6 +104,7 @@ def test_each_config_is_extracted_and_compiled_as_a_ray_task_holding_a_neuroncor
     assert all(cache == "/shared/cache" and "-m accelsweep.trainables.loop.precompile --config" in argv for _, cache, argv in calls)
 
 
+@pytest.mark.slow
 def test_dry_run_lists_what_would_be_precompiled():
     done = subprocess.run([sys.executable, "sweeps/neuron_vit.py", "--dry-run", "--platform", "neuron",
                            "--instance-type", "trn1.2xlarge", "--precompile", "3", "--compile-cache", "s3://b/c"],

@@ -72,6 +72,7 @@ def test_the_neuron_backend_base_class_is_a_ray_train_backend():
     assert issubclass(base, Backend) and callable(base.on_start)
 
 
+@pytest.mark.slow
 def test_an_actors_process_is_read_from_the_actor_table(ray_session):
     import ray
 
@@ -137,6 +138,7 @@ def x_space(trial):
     trial.suggest_int("x", 0, 9)
 
 
+@pytest.mark.slow
 def test_tunes_saved_experiment_is_read_repaired_and_set_aside_where_a_save_is_cut_short(ray_session, tmp_path):
     import glob
     import json

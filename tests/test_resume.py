@@ -184,6 +184,7 @@ def neuron_vit_command(tmp_path, *extra):
             "--storage-path", str(tmp_path / "ray"), *extra]
 
 
+@pytest.mark.slow
 def test_resume_without_a_stopped_sweep_is_refused(tmp_path):
     done = subprocess.run(neuron_vit_command(tmp_path, "--resume"), cwd=REPO, capture_output=True, text=True,
                           timeout=120)

@@ -121,6 +121,7 @@ def test_cluster_yaml_exports_no_secret():
         assert not looks_secret(name), f"cluster.yaml sets {name}"
 
 
+@pytest.mark.slow
 def test_a_smoke_sweep_records_no_secret(main_job, tmp_path):
     """The shared main job ran with FAKE_SECRETS in its environment (tests/conftest.py)."""
     uri, storage = main_job.tracking_uri, main_job.storage
@@ -226,6 +227,7 @@ def is_ray_core(command: str) -> bool:
     return command.startswith("ray::") or "/gcs/gcs_server " in command or "/raylet/raylet " in command
 
 
+@pytest.mark.slow
 def test_a_local_instance_serves_nothing_beyond_what_ray_needs():
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE")}
     done = subprocess.run([sys.executable, "-c", LISTENERS], cwd=REPO, env=env, capture_output=True, text=True,

@@ -82,6 +82,7 @@ OPENER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_processes_opening_one_new_store_at_the_same_instant_all_open_it(tmp_path):
     """Three processes at one instant on one new path (two of ours, one plain MLflow
     client): without the build-aside-and-link, one in five such tries left a database
@@ -268,6 +269,7 @@ BAD_STORES = ["a directory", "a path under /proc", "a file that is not a databas
               "a database server that does not answer (postgresql)"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", BAD_STORES)
 def test_a_tracking_store_that_cannot_take_the_sweeps_writes_is_refused_in_seconds(kind, tmp_path):
     with contextlib.ExitStack() as stack:
@@ -294,6 +296,7 @@ def test_a_store_that_answers_is_accepted_and_one_that_cannot_be_checked_is_said
 CLI_STORES = ["a directory", "a path under /proc", "a file that is not a database", "nothing listening (http)"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", CLI_STORES)
 def test_the_command_line_refuses_each_bad_store_with_exit_status_2(kind, tmp_path):
     """The issue's four, end to end: exit status 2, the message naming tracking_uri, no
@@ -354,6 +357,7 @@ def read_only_folder(where):
         os.chmod(where, 0o755)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("resume", [False, True], ids=["start", "--resume"])
 def test_a_read_only_storage_path_is_refused_up_front(resume, tmp_path):
     with read_only_folder(tmp_path / "ro") as (folder, why):
@@ -368,6 +372,7 @@ def test_a_read_only_storage_path_is_refused_up_front(resume, tmp_path):
     assert not (tmp_path / "m.db").exists()  # refused before the store was opened
 
 
+@pytest.mark.slow
 def test_a_full_storage_path_is_refused_up_front(tmp_path):
     with mounted(tmp_path / "tiny", "rw", size="1m") as folder:
         done = run_sweep_command(sweep_command(f"sqlite:///{tmp_path}/m.db", folder / "ray"), timeout=120)

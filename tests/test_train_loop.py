@@ -37,6 +37,7 @@ def test_no_price_basis_means_nan_cost():
     assert math.isnan(result["usd_per_1m_samples"])
 
 
+@pytest.mark.slow
 def test_loss_falls_over_a_few_hundred_steps():
     config = TrialConfig.make(**{**MICRO, "windows": 1, "window_min_steps": 300, "window_min_s": 0.0})
     result = run_training(config)
@@ -57,6 +58,7 @@ class SlowStartDataset(RandomImageDataset):
         return super().__getitem__(index)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("warmup_steps, slow_shows", [(4, False), (1, True)])
 def test_warmup_steps_are_not_timed(monkeypatch, warmup_steps, slow_shows):
     import accelsweep.trainables.workloads.random_images as data
@@ -97,6 +99,7 @@ def test_linear_patch_embedding_matches_the_conv_one():
     torch.testing.assert_close(linear.patch_embed(images), conv.patch_embed(images), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_resnet50_channels_last_takes_a_measured_step():
     """The CPU post's model and its +56% knob, one tiny window (224x224 is heavy)."""
     config = TrialConfig.make(model="resnet50", cpus_per_worker=2, batch_size=2, channels_last=True,

@@ -148,6 +148,7 @@ def smoke_config(layout: str, **changes) -> TrialConfig:
         batching=layout, window_min_s=0.0, window_min_steps=3, windows=1, **changes)
 
 
+@pytest.mark.slow
 def test_the_loop_batches_with_the_workloads_collate_and_counts_real_tokens():
     """Without the collate hook the loader could not stack documents of unequal length.
     With a fixed step count every layout trains on the same documents: the same real
@@ -187,6 +188,7 @@ def test_each_platforms_space_says_what_it_leaves_out(monkeypatch):
     assert left_out == ["packed-flash-attn: flash_attn is not installed here (pip install flash-attn)"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("platform", ["cpu", "cuda"])
 def test_dry_run_shows_the_space(platform):
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "MLFLOW_DISABLE_TELEMETRY": "true"}
@@ -198,6 +200,7 @@ def test_dry_run_shows_the_space(platform):
     assert "left out packed-flex" in run.stdout if platform == "cpu" else "packed-flex'" in run.stdout
 
 
+@pytest.mark.slow
 def test_xla_and_neuron_say_why_not():
     run = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--platform", "neuron"],
                          capture_output=True, text=True, timeout=120)

@@ -83,6 +83,7 @@ def test_the_forced_backend_is_the_one_that_ran(attention):
         assert ran_any_sdpa and "aten::softmax" not in ops
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("attention", ("sdpa-math", "sdpa-flash"))
 def test_the_knob_reaches_the_model_the_training_loop_trains(attention):
     from accelsweep.trainables.loop.train_loop import run_training
@@ -199,6 +200,7 @@ def run_script(*args: str, cwd: Path, timeout: int = 120) -> subprocess.Complete
                           timeout=timeout)
 
 
+@pytest.mark.slow
 def test_the_dry_run_shows_the_space_for_cpu_and_cuda(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     cpu = run_script("--dry-run", "--platform", "cpu", "--tracking-uri", uri, cwd=tmp_path)

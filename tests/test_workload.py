@@ -98,6 +98,7 @@ def test_a_dataset_shorter_than_a_batch_is_named():
         run_training(TrialConfig.make(workload=import_path(Tokens), items=2, **QUICK))
 
 
+@pytest.mark.slow
 def test_workload_memory_is_what_the_workload_allocates():
     result = run_training(TrialConfig.make(workload=import_path(BigModel), **QUICK))
     # Weights, gradients and two AdamW moments: 4 x 64 MiB (less a little of the baseline
@@ -291,6 +292,7 @@ def test_dict_inputs_counts_figures_and_per_step_work_of_a_workload():
     assert "padding_fraction" in train_trainable.metrics(config).names  # declared: summary, MLflow, objectives
 
 
+@pytest.mark.slow
 def test_a_script_is_named_by_its_package_when_it_lives_in_one(tmp_path):
     """python sweeps/study.py names its workload accelsweep.sweeps.study:Name (importable
     on every node with accelsweep installed); a loose script by its file stem."""
@@ -309,6 +311,7 @@ def test_a_script_is_named_by_its_package_when_it_lives_in_one(tmp_path):
     assert named == ["studies.study", "loose"]
 
 
+@pytest.mark.slow
 def test_a_reused_process_measures_the_same_workload_memory_again():
     """What an earlier trial freed but the C allocator kept is handed back before the
     baseline: else the next trial reuses it unseen and reports almost no memory."""
@@ -326,6 +329,7 @@ class KilledBySignal(Tokens):
         os.kill(os.getpid(), signal.SIGKILL)  # as the kernel's OOM killer would
 
 
+@pytest.mark.slow
 def test_a_fresh_process_killed_by_a_signal_is_a_lost_process_not_a_plain_error():
     from accelsweep.trainables.loop.failures import KILLED, failure_cause
     from accelsweep.trainables.fresh_process import run_in_fresh_process
