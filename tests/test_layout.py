@@ -161,3 +161,34 @@ def test_every_package_folder_is_a_package(root):
         subdirs[:] = [d for d in subdirs if d != "__pycache__"]
         if any(f.endswith(".py") for f in files):
             assert "__init__.py" in files, f"{directory} has modules but no __init__.py"
+
+
+def test_the_rooms_say_who_uses_them():
+    """What a trial's process runs (trainables/) imports nothing of the sweep's driver, and
+    the MLflow record is the driver's alone (sweeps/driver/record/): no trial-side module
+    imports MLflow, so a trial never writes to the store."""
+    graph = import_graph()
+    upward = {module: sorted(t for t in targets if t.startswith("accelsweep.sweeps"))
+              for module, targets in graph.items() if module.startswith(("accelsweep.trainables", "accelsweep.kernels"))}
+    assert not {m: t for m, t in upward.items() if t}, "trial-side modules importing the driver"
+    mlflow_users = []
+    for path in _files((".py",)):
+        parts = path.relative_to(REPO).parts
+        if parts[0] in ("trainables", "kernels") and re.search(r"^\s*(import|from)\s+mlflow\b", path.read_text(), re.M):
+            mlflow_users.append(str(path.relative_to(REPO)))
+    assert not mlflow_users, f"trial-side modules importing MLflow: {mlflow_users}"
+    assert os.path.isdir(os.path.join(REPO, "sweeps", "driver", "record"))
+
+
+@pytest.mark.parametrize("left_by_a_run", ["mlflow.db", "mlflow.db.lock", "mlflow.optuna.db", "mlflow.optuna.db.lock",
+                                           "optuna.db", "mlartifacts/0/x", "ray_results/x", "site/index.html"])
+def test_what_a_run_leaves_beside_its_store_is_ignored_by_git(left_by_a_run):
+    """A sweep run in the checkout (the README's first command) leaves its store, locks,
+    Optuna study and artifacts there; a docs build leaves site/. None shows as untracked."""
+    import shutil
+    import subprocess
+
+    if shutil.which("git") is None or not os.path.isdir(os.path.join(REPO, ".git")):
+        pytest.skip("not a git checkout")
+    ignored = subprocess.run(["git", "check-ignore", "-q", "--no-index", left_by_a_run], cwd=REPO)
+    assert ignored.returncode == 0, f"{left_by_a_run} is not ignored by .gitignore"
