@@ -230,11 +230,53 @@ def test_several_objectives_get_the_pareto_rule_one_gets_asha():
     from accelsweep.sweeps.driver.lifecycle import _scheduler
     from accelsweep.sweeps.driver.schedulers import ParetoStoppingRule
 
-    assert isinstance(_scheduler(plan()), ASHAScheduler)
+    assert isinstance(_scheduler(plan()).scheduler, ASHAScheduler)
     both = plan(objectives=[Objective(*o) for o in BOTH])
-    assert isinstance(_scheduler(both), ParetoStoppingRule) and "Pareto rule" in both.describe()
+    assert isinstance(_scheduler(both).scheduler, ParetoStoppingRule) and "Pareto rule" in both.describe()
     assert type(_scheduler(plan(base=TinyConfig(windows=1), objectives=[Objective(*o) for o in BOTH]))) is \
         FIFOScheduler  # one report: nothing to stop early
+
+
+def test_a_contended_window_stops_no_trial_the_next_trustworthy_one_is_judged():
+    """Real ASHA behind TrustedWindowsOnly: a good trial whose first window was contended
+    (its figure a third of its real one) is not stopped at rung 1; its next window,
+    quiet, is what ASHA records there. Without the wrapper, ASHA stops it."""
+    import pickle
+
+    from ray.tune.schedulers import ASHAScheduler, TrialScheduler
+
+    from accelsweep.sweeps.driver.schedulers import TrustedWindowsOnly
+
+    class Trial:
+        def __init__(self, trial_id):
+            self.trial_id = trial_id
+
+    def asha():
+        return ASHAScheduler(time_attr="training_iteration", metric="score", mode="max", max_t=8, grace_period=1,
+                             reduction_factor=2)
+
+    def run(scheduler):
+        trials = [Trial(name) for name in ("a", "b", "c", "good")]
+        for trial in trials:
+            scheduler.on_trial_add(None, trial)
+        for trial in trials[:3]:  # three trials recorded at rung 1, at 100
+            scheduler.on_trial_result(None, trial, {"training_iteration": 1, "score": 100.0})
+        first = scheduler.on_trial_result(None, trials[3], {"training_iteration": 1, "score": 40.0,
+                                                            "window_contended": 1.0})
+        if first == TrialScheduler.STOP:
+            return first, None
+        return first, scheduler.on_trial_result(None, trials[3], {"training_iteration": 2, "score": 120.0,
+                                                                  "window_contended": 0.0})
+
+    assert run(asha()) == (TrialScheduler.STOP, None)
+    wrapped = TrustedWindowsOnly(asha())
+    assert run(wrapped) == (TrialScheduler.CONTINUE, TrialScheduler.CONTINUE)
+    assert wrapped.skipped == 1 and "contended windows skipped: 1" in wrapped.debug_string()
+    # ASHA recorded the quiet window at rung 1: a slow trial is still stopped there.
+    slow = Trial("slow")
+    wrapped.on_trial_add(None, slow)
+    assert wrapped.on_trial_result(None, slow, {"training_iteration": 1, "score": 10.0}) == TrialScheduler.STOP
+    assert pickle.loads(pickle.dumps(wrapped)).skipped == 1  # Tune saves it with the experiment
 
 
 # ---- process-wide settings and Ray ---------------------------------------------------

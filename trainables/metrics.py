@@ -22,7 +22,8 @@ from typing import Iterator, Optional
 
 from accelsweep.trainables.errors import ConfigError, one_of
 
-__all__ = ["DRIVER_METRICS", "KERNEL_METRICS", "Metric", "MetricSet", "TRAINING_METRICS", "training_metrics"]
+__all__ = ["CONTENTION_METRICS", "DRIVER_METRICS", "KERNEL_METRICS", "Metric", "MetricSet", "TRAINING_METRICS",
+           "training_metrics"]
 
 BETTER = ("max", "min", None)  # None: context, not a figure to optimise (the machine's own noise)
 
@@ -119,6 +120,18 @@ DRIVER_METRICS = (
     Metric("overhead_s", "s", "min", progress="overhead {:.2f} s"),
 )
 
+# Around every window of every trial (trainables/contention.py): the training loop and
+# the kernel harness measure their own windows; for any other trainable, the trial's
+# wrapper takes the time between its reports as its windows. Every sweep logs them.
+CONTENTION_METRICS = (
+    # Cores other processes (and a VM's steal) kept busy during the window, and the part
+    # of it beyond the cores the trial left free: more than CONTENDED_CPUS, contended.
+    Metric("other_cpus", "cores", curve=True),
+    Metric("contention_cpus", "cores", curve=True),
+    Metric("window_contended", ""),  # 1: this window was contended (early stopping skips it)
+    Metric("contended_windows", "windows"),
+)
+
 # trainables/loop/train_loop.py: run_training's result, after each window.
 TRAINING_METRICS = MetricSet(
     metrics=(
@@ -146,6 +159,7 @@ TRAINING_METRICS = MetricSet(
         Metric("final_loss", "", "min", label="final loss", fmt="{:.4f}", curve=True),
         Metric("usd_per_1m_samples", "USD", "min", label="$ per 1M samples", fmt="{:.4f}",
                progress="${:.4g}/1M samples", progress_if_known=True),
+        *CONTENTION_METRICS,
         *DRIVER_METRICS,
     ),
     headline=("throughput_samples_per_s", "usd_per_1m_samples", "step_time_p50_s", "overhead_s"),
@@ -189,6 +203,7 @@ KERNEL_METRICS = MetricSet(
         # it is the larger (launch-bound); NaN where the timer waits for each call.
         Metric("host_enqueue_s", "s"),
         Metric("launch_bound", ""),
+        *CONTENTION_METRICS,
     ),
     headline=("latency_p50_s", "latency_cv", "max_abs_error"),
 )

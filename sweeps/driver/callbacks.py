@@ -23,7 +23,7 @@ from accelsweep.sweeps.driver.records import (CUT_BY_BUDGET, FAILED, FINISHED, I
 from accelsweep.trainables.cost import CostBasis, trial_cost_usd
 from accelsweep.trainables.loop.failures import ERROR, failure_cause, one_line
 from accelsweep.trainables.loop.measure import HOST_LOADED
-from accelsweep.trainables.metrics import TRAINING_METRICS, MetricSet
+from accelsweep.trainables.metrics import CONTENTION_METRICS, TRAINING_METRICS, MetricSet
 from accelsweep.trainables.harness.microbench import NOISY_CV
 from accelsweep.sweeps.driver.record.secrets import redact_uri
 from accelsweep.sweeps.driver.record.tracking import SweepTracker
@@ -118,7 +118,9 @@ class SweepCallback(Callback):
         # The first objective ranks a trial (TrialRecord.has_measurement); every objective
         # is an MLflow curve, declared one or not.
         self.measured_by = objective_metrics[0] if objective_metrics else self.metrics.measurement
-        self.curves = tuple(dict.fromkeys([*self.metrics.curves, *objective_metrics]))
+        # Every trial's windows carry their contention (trainables/contention.py), whatever its trainable declares.
+        self.curves = tuple(dict.fromkeys([*self.metrics.curves, *objective_metrics,
+                                           *(m.name for m in CONTENTION_METRICS if m.curve)]))
         self.tracking_uri, self.experiment = tracker.tracking_uri, tracker.experiment
         self.parent_run_id = tracker.parent_run_id
         self.time_budget_s = time_budget_s
@@ -147,6 +149,9 @@ class SweepCallback(Callback):
         # written there too, with its first objective's per-window values.
         self.study = study
         self._windows: dict[str, dict[int, float]] = {}
+        self._contended: dict[str, dict[int, bool]] = {}  # trial id -> window -> contended
+        self._peak: dict[str, float] = {}  # trial id -> the most contention_cpus of its windows
+        self._beside: dict[str, int] = {}  # trial id -> most trials seen running beside it on its node
         # Ends a trial silent past Sweep.trial_timeout_s (deadline.py); set by run_sweep, None: no deadline.
         self.deadline: Optional[TrialDeadline] = None
         # Stops the sweep before its storage path fills up (storage_watch.py); set by run_sweep.
@@ -355,8 +360,16 @@ class SweepCallback(Callback):
         if self.cost is not None and record.resources:
             tags["cost_basis"] = self.cost.describe(record.resources)
         tags.update({f"resource.{k}": f"{v:g}" for k, v in record.resources.items()})
-        name = f"trial-{record.number:03d}" + (" (baseline)" if record.is_baseline else "")
-        record.run_id = self.tracker.start_trial(name, record.config, tags)
+        tags.update(self.run_tags(record))
+        record.run_id = self.tracker.start_trial(self.run_name(record), record.config, tags)
+
+    def run_name(self, record: TrialRecord) -> str:
+        """Its MLflow run's name."""
+        return f"trial-{record.number:03d}" + (" (baseline)" if record.is_baseline else "")
+
+    def run_tags(self, record: TrialRecord) -> dict[str, str]:
+        """Tags of its run beyond the common ones (a phase's own: confirm.py)."""
+        return {}
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         if self.deadline is not None:
@@ -374,6 +387,15 @@ class SweepCallback(Callback):
             self._offer_best(record)
         if self.measured_by in result:
             self._windows.setdefault(trial.trial_id, {})[_step_of(result)] = result[self.measured_by]
+        self._contended.setdefault(trial.trial_id, {})[_step_of(result)] = bool(result.get("window_contended"))
+        excess = result.get("contention_cpus")
+        if isinstance(excess, (int, float)) and math.isfinite(excess):
+            self._peak[trial.trial_id] = max(excess, self._peak.get(trial.trial_id, 0.0))
+        # On a cluster node, trials share the host's CPUs, memory bandwidth and network.
+        node = result.get("node_ip")
+        beside = sum(1 for other in self.records.values() if other is not record and other.status == "running"
+                     and other.result.get("node_ip") == node) if node else 0
+        self._beside[trial.trial_id] = max(beside, self._beside.get(trial.trial_id, 0))
         window_metrics = {name: result[name] for name in self.curves if name in result}
         if window_metrics:
             self.tracker.log_metrics(record.run_id, window_metrics, step=_step_of(result))
@@ -424,6 +446,7 @@ class SweepCallback(Callback):
         if record.curves_logged:  # each curve's last point is already its final value
             final = {k: v for k, v in final.items() if k not in self.curves}
         final["wall_s"] = record.wall_s
+        final.update(self._window_figures(record))
         if "loop_s" in record.result:
             final["overhead_s"] = record.wall_s - record.result["loop_s"]
         rate = self.cost.hourly_rate(record.resources) if self.cost and record.resources else float("nan")
@@ -438,6 +461,8 @@ class SweepCallback(Callback):
         loaded = self.host_slowdown(record)
         if loaded > HOST_LOADED:
             tags["host_loaded"] = f"its speed probe ran {loaded:.0%} slower than the sweep's typical"
+        if record.disturbed:
+            tags["contended"] = self.contention_text(record)
         capture = record.result.get("nan_capture_path")
         if capture:
             # The NaN capture (trainables.nan_capture) travels with its trial's run.
@@ -454,6 +479,38 @@ class SweepCallback(Callback):
         self._say(self.progress_line(record))
         if output.strip() and (status == FAILED or self.verbose):
             self._say(shown_output(output, whole=self.verbose))
+
+    def _window_figures(self, record: TrialRecord) -> dict[str, float]:
+        """What the driver derives from a trial's windows: how many there were (a trainable
+        of a user's own counts them only by its reports), the most contention any of them
+        saw, the trials beside it on its node, and, for a trainable that reports no noise
+        of its own, the spread of its reports of the first objective over its quiet
+        windows (``objective_cv``: its noise, for the verdict)."""
+        figures: dict[str, float] = {"trials_beside": float(self._beside.get(record.trial_id, 0))}
+        if record.trial_id in self._peak:
+            figures["max_contention_cpus"] = self._peak[record.trial_id]
+        if "windows_done" not in record.result and record.result.get("training_iteration"):
+            figures["windows_done"] = float(record.result["training_iteration"])
+        contended = self._contended.get(record.trial_id, {})
+        if "contended_windows" not in record.result and contended:
+            figures["contended_windows"] = float(sum(contended.values()))
+        if not any(math.isfinite(record.metric(name)) for name in NOISE_METRICS):
+            values = self._windows.get(record.trial_id, {})
+            quiet = [value for step, value in sorted(values.items()) if not contended.get(step)]
+            if len(quiet) >= 2 and all(math.isfinite(v) for v in quiet) and statistics.fmean(quiet) != 0:
+                figures["objective_cv"] = abs(statistics.pstdev(quiet) / statistics.fmean(quiet))
+        return figures
+
+    @staticmethod
+    def contention_text(record: TrialRecord) -> str:
+        """Its contention in words (a tag, a progress line)."""
+        windows = record.metric("windows_done")
+        of = f" of {windows:.0f}" if math.isfinite(windows) else ""
+        most = record.metric("max_contention_cpus")
+        most_text = f", up to {most:.2f} CPUs beyond the cores it left free" if math.isfinite(most) else ""
+        judged = ("every window: its figure is not trusted" if record.contended
+                  else "its figure is from the other windows")
+        return f"{record.contended_windows}{of} windows contended (other processes took its cores{most_text}); {judged}"
 
     def _record_in_study(self, record: TrialRecord) -> None:
         """MLflow holds the trial already: a study that cannot be written is said, once,
@@ -501,4 +558,6 @@ class SweepCallback(Callback):
         loaded = self.host_slowdown(record)
         if loaded > HOST_LOADED:
             noisy += f" (host loaded: its speed probe ran {loaded:.0%} slower than the sweep's typical; not trusted)"
+        if record.disturbed:
+            noisy += f" (contended: {self.contention_text(record)})"
         return f"{head} -> {', '.join(figures)}{interpreted}{noisy} [{record.status}]"

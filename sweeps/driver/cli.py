@@ -48,9 +48,12 @@ def checked(convert: Callable, accept: Callable, allowed: str) -> Callable[[str]
 at_least_one = checked(int, lambda n: n >= 1, "an integer >= 1")
 positive_seconds = checked(float, lambda s: s > 0 and math.isfinite(s), "a number of seconds > 0")
 above_one = checked(float, lambda r: r > 1 and math.isfinite(r), "a number > 1")
+round_count = checked(int, lambda n: n == 0 or n >= 2, "0 (no confirmation), or an integer >= 2")
 
 
-def common_parser(description: str, default_samples: int) -> argparse.ArgumentParser:
+def common_parser(description: str, default_samples: int, default_confirm_rounds: int = 0) -> argparse.ArgumentParser:
+    """The flags every study has. ``default_confirm_rounds``: the study's confirmation
+    rounds unless --confirm-rounds says otherwise (the main job confirms its verdict)."""
     parser = argparse.ArgumentParser(description=description,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--platform", default="auto", choices=("auto",) + PLATFORM_NAMES,
@@ -113,6 +116,11 @@ def common_parser(description: str, default_samples: int) -> argparse.ArgumentPa
                         help="SQLAlchemy URL of the database that keeps the sweep's Optuna study (default: beside a "
                              "sqlite --tracking-uri, mlflow.db -> mlflow.optuna.db; else optuna.db under "
                              "--storage-path); open it with optuna-dashboard")
+    parser.add_argument("--confirm-rounds", type=round_count, default=default_confirm_rounds,
+                        help="when the search ends, measure the baseline and the best configs again in this many "
+                             "interleaved rounds; the verdict is theirs, or 'not decided' (0: no confirmation; "
+                             f"default: {default_confirm_rounds}; with a time budget the search keeps a quarter "
+                             "of it for them)")
     parser.add_argument("--dry-run", action="store_true",
                         help="print the search space, resources and environment per trial, then exit")
     return parser
@@ -135,7 +143,8 @@ def sweep_options(args: argparse.Namespace, *, default_samples: int, default_tim
                    tracking_wait_s=getattr(args, "tracking_wait_s", DEFAULT_WAIT_S),
                    repeats=getattr(args, "repeat_configs", False),
                    study_storage=getattr(args, "study_storage", None),
-                   verbose=getattr(args, "verbose", False))
+                   verbose=getattr(args, "verbose", False),
+                   confirm_rounds=getattr(args, "confirm_rounds", 0))
     return {**options, **fixed}
 
 

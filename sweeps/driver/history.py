@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from accelsweep.sweeps.driver.callbacks import TrialRecord
+from accelsweep.sweeps.driver.confirm import CONFIRMATION, PHASE_TAG
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.metrics import TRAINING_METRICS, Metric, MetricSet
 from accelsweep.sweeps.driver.record.tracking import ui_command, validate_tracking_uri
@@ -25,6 +26,7 @@ __all__ = ["SweepHistory", "find_sweep_run", "load_sweep", "metrics_tag"]
 METRICS_TAG = "report.metrics"  # the trainable's MetricSet, as JSON: the table's rows and formats
 KNOBS_TAG = "report.knobs"  # the searched knobs, in the space's order
 SEARCHED_OUT_TAG = "searched_out"
+CONFIRM_NOTE_TAG = "confirmation_note"  # why a planned confirmation phase did not run
 
 
 def metrics_tag(metrics: MetricSet) -> str:
@@ -60,12 +62,19 @@ class SweepHistory:
     params: dict[str, str]
     tags: dict[str, str]
     figures: dict[str, float]  # the parent run's metrics
-    records: list[TrialRecord]  # by trial number
+    records: list[TrialRecord]  # the search's trials, by trial number
     objectives: list[tuple[str, str]]  # (metric, mode), the first ranks
     knobs: list[str]
     metrics: MetricSet
     elapsed_s: float
     started_ms: int
+    # The confirmation phase's trials (confirm.py), by number; and why there are none when
+    # the sweep planned some (its parent run's CONFIRM_NOTE_TAG).
+    confirmations: list[TrialRecord] = dataclasses.field(default_factory=list)
+
+    @property
+    def confirm_note(self) -> str:
+        return self.tags.get(CONFIRM_NOTE_TAG, "")
 
     @property
     def title(self) -> str:
@@ -159,7 +168,9 @@ def load_sweep(tracking_uri: str, ref: str) -> SweepHistory:
         objectives.append((metric, mode))
     runs = client.search_runs([parent.info.experiment_id],
                               filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'", max_results=50000)
-    records = sorted((_record(run, objectives[0][0]) for run in runs), key=lambda r: r.number)
+    every = sorted((_record(run, objectives[0][0]) for run in runs), key=lambda r: r.number)
+    confirmations = [r for r in every if r.result.get(PHASE_TAG) == CONFIRMATION]
+    records = [r for r in every if r.result.get(PHASE_TAG) != CONFIRMATION]
     knobs = json.loads(tags[KNOBS_TAG]) if KNOBS_TAG in tags else list(
         dict.fromkeys(k for r in records for k in r.searched))
     end = parent.info.end_time or parent.info.start_time
@@ -167,4 +178,4 @@ def load_sweep(tracking_uri: str, ref: str) -> SweepHistory:
                         parent_run_id=parent.info.run_id, name=parent.info.run_name, params=params, tags=tags,
                         figures=dict(parent.data.metrics), records=records, objectives=objectives, knobs=knobs,
                         metrics=_metric_set(tags.get(METRICS_TAG)), elapsed_s=(end - parent.info.start_time) / 1000,
-                        started_ms=parent.info.start_time)
+                        started_ms=parent.info.start_time, confirmations=confirmations)

@@ -25,8 +25,10 @@ from accelsweep.sweeps.driver.callbacks import (
     REUSED,
     SweepCallback,
 )
+from accelsweep.sweeps.driver.confirm import Confirmation, judge, run_confirmation, search_budget_s
 from accelsweep.sweeps.driver.deadline import deadline_for
 from accelsweep.sweeps.driver.history import (
+    CONFIRM_NOTE_TAG,
     KNOBS_TAG,
     METRICS_TAG,
     SEARCHED_OUT_TAG,
@@ -144,7 +146,8 @@ def _searcher(plan: Plan, sweep_token: str = ""):
 
 
 def _scheduler(plan: Plan):
-    from accelsweep.sweeps.driver.schedulers import ParetoStoppingRule
+    """The sweep's early stopping, judging trustworthy windows only (schedulers.py)."""
+    from accelsweep.sweeps.driver.schedulers import ParetoStoppingRule, TrustedWindowsOnly
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule
 
     sweep = plan.sweep
@@ -154,13 +157,14 @@ def _scheduler(plan: Plan):
     if len(sweep.objectives) > 1:
         # ASHA and the median rule rank by one metric: they would stop a trial for the
         # first objective alone, though it may be on the Pareto set.
-        return ParetoStoppingRule(plan.objectives, grace_period=1, max_t=windows)
+        return TrustedWindowsOnly(ParetoStoppingRule(plan.objectives, grace_period=1, max_t=windows))
     objective = sweep.objectives[0]
     if sweep.scheduler == "asha":
-        return ASHAScheduler(time_attr="training_iteration", metric=objective.metric, mode=objective.mode,
-                             max_t=windows, grace_period=1, reduction_factor=2)
-    return MedianStoppingRule(time_attr="training_iteration", metric=objective.metric, mode=objective.mode,
-                              grace_period=1, min_samples_required=3)
+        return TrustedWindowsOnly(ASHAScheduler(time_attr="training_iteration", metric=objective.metric,
+                                                mode=objective.mode, max_t=windows, grace_period=1,
+                                                reduction_factor=2))
+    return TrustedWindowsOnly(MedianStoppingRule(time_attr="training_iteration", metric=objective.metric,
+                                                 mode=objective.mode, grace_period=1, min_samples_required=3))
 
 
 def _trial_resources(config_for: Callable[[Mapping[str, Any]], Any], fallback: Mapping[str, float],
@@ -316,6 +320,7 @@ def _run(plan: Plan, started: float, stop: StopSignals) -> SweepResult:
     run.callback.deadline = deadline_for(sweep.trial_timeout_s)  # this run's flag, also on --resume
     watch = run.callback.storage_watch = StorageWatch(storage, sweep.print_line)  # stops it before the disk is full
     status = "FAILED"
+    confirmation = None
     try:
         with stop.through_tune(), tracker.buffer.stopping_tune(), watch.stopping_tune():
             run.tuner.fit()  # stopped as it begins after a signal meanwhile: its state saved for --resume
@@ -323,12 +328,19 @@ def _run(plan: Plan, started: float, stop: StopSignals) -> SweepResult:
             tracker.buffer.drain()  # MLflow writes kept while its store was away: written, or given up on
         interrupted = stop.requested or tracker.buffer.gave_up or watch.tripped or any(
             r.status == INTERRUPTED for r in run.callback.records.values())
+        if sweep.confirm_rounds and not interrupted:
+            seconds_left = sweep.time_budget_s - (time.monotonic() - started) if sweep.time_budget_s else None
+            with stop.through_tune(), tracker.buffer.stopping_tune(), watch.stopping_tune():
+                # No board: a confirmation trial is measured whole, never rejected.
+                confirmation = run_confirmation(plan, run.callback, _tune_trainable(plan, None, progress_name),
+                                                storage, run.experiment_dir, sweep.confirm_rounds, seconds_left, say)
+            interrupted = stop.requested or tracker.buffer.gave_up or watch.tripped
         status = "KILLED" if interrupted else "FINISHED"
     except SweepInterrupted:  # a second signal: Tune's loop was not waited for
         run.callback.on_experiment_end(trials=[])  # the trials still running end as interrupted
         status = "KILLED"
     finally:
-        result = _finish(plan, run, tracker, status, time.monotonic() - started, parent_metrics)
+        result = _finish(plan, run, tracker, status, time.monotonic() - started, parent_metrics, confirmation)
     say(result.summary)
     if not stop.requested:
         tracker.buffer.drain()  # the end's own writes (its report), should the store go away then
@@ -427,7 +439,8 @@ def _start(plan: Plan, trainable, storage: str, tracker, concurrency: int) -> _R
                   "instance_type": sweep_tags["instance_type"]}
     callback = SweepCallback(tracker, plan.complete_config, plan.resources_of, plan.baseline_point,
                              sweep.cost, trial_tags, sweep.num_samples, print_line=sweep.print_line,
-                             time_budget_s=sweep.time_budget_s, metrics=plan.metrics,
+                             time_budget_s=search_budget_s(sweep.time_budget_s, sweep.confirm_rounds),
+                             metrics=plan.metrics,
                              objective_metrics=[metric for metric, _ in plan.objectives],
                              sweep_token=f"{sweep.name}-{stamp}-{uuid.uuid4().hex[:8]}", study=study)
     experiment_dir = claim_experiment_dir(storage, study.name)  # another sweep's of the same second not shared
@@ -435,7 +448,8 @@ def _start(plan: Plan, trainable, storage: str, tracker, concurrency: int) -> _R
     tuner = tune.Tuner(
         trainable,
         tune_config=tune.TuneConfig(search_alg=_searcher(plan, callback.sweep_token), scheduler=_scheduler(plan),
-                                    num_samples=sweep.num_samples, time_budget_s=sweep.time_budget_s,
+                                    num_samples=sweep.num_samples,
+                                    time_budget_s=search_budget_s(sweep.time_budget_s, sweep.confirm_rounds),
                                     max_concurrent_trials=concurrency,
                                     reuse_actors=get_platform(sweep.base.platform).reuses_processes),
         run_config=tune.RunConfig(name=os.path.basename(experiment_dir), storage_path=storage,
@@ -460,9 +474,10 @@ def _study(plan: Plan, storage: str, name: str) -> SweepStudy:
 
 
 def _finish(plan: Plan, run: _Run, tracker, status: str, elapsed_s: float,
-            parent_metrics: Mapping[str, float]) -> SweepResult:
+            parent_metrics: Mapping[str, float], confirmation: Optional[Confirmation] = None) -> SweepResult:
     """Close what the driver left running, mark the sweep ended, and summarise it on
-    its parent run (also after a failed or interrupted fit)."""
+    its parent run (also after a failed or interrupted fit). ``confirmation``: what the
+    confirmation phase measured (its verdict is the sweep's)."""
     from accelsweep.sweeps.driver.searchers import searched_out
 
     sweep = plan.sweep
@@ -487,10 +502,16 @@ def _finish(plan: Plan, run: _Run, tracker, status: str, elapsed_s: float,
     best = best_record(records, first_metric, first_mode)
     baseline = next((r for r in records if r.is_baseline), None)
     pareto = pareto_set(records, plan.objectives)
+    confirmed_records = confirmation.records if confirmation is not None else []
+    confirm_note = ""
+    if sweep.confirm_rounds and not confirmed_records:
+        confirm_note = (confirmation.skipped if confirmation is not None and confirmation.skipped
+                        else "the sweep stopped before it" if status == "KILLED" else "no confirmation trial ran")
     text = summary(f"{sweep.name} on {sweep.base.platform}", records, first_metric, first_mode,
                    list(plan.space.distributions), sweep.cost_note, tracker.ui_command(),
                    elapsed_s, metrics=plan.metrics, objectives=plan.objectives, planned_trials=sweep.num_samples,
-                   searched_out=searched_out(run.callback.sweep_token))
+                   searched_out=searched_out(run.callback.sweep_token), confirmations=confirmed_records,
+                   confirm_note=confirm_note)
     figures = {**parent_metrics, "trials": len(records),
                "failed_trials": sum(r.status == FAILED for r in records),
                "rejected_trials": sum(r.status == REJECTED for r in records),
@@ -498,6 +519,11 @@ def _finish(plan: Plan, run: _Run, tracker, status: str, elapsed_s: float,
                "reused_proposals": sum(r.status == REUSED for r in records),
                "mean_overhead_s": mean_overhead_s(records), "pareto_trials": len(pareto)}
     judged = verdict(baseline, best, first_metric, first_mode, records)
+    confirmed = judge(records, confirmed_records, first_metric, first_mode) if confirmed_records else None
+    if confirmed is not None:
+        judged = confirmed.verdict
+        figures["confirmation_s"] = confirmation.seconds
+        figures["confirmation_rounds"] = confirmed.rounds
     if judged is not None:
         figures.update(judged.figures())
     for metric, mode in plan.objectives:  # each objective's own best, and the baseline's
@@ -511,6 +537,7 @@ def _finish(plan: Plan, run: _Run, tracker, status: str, elapsed_s: float,
                          "best_trial": str(best.number) if best else "none",
                          "pareto_trials": ", ".join(str(r.number) for r in pareto) or "none",
                          "verdict": judged.text if judged is not None else "none: no baseline or best measured",
+                         **({CONFIRM_NOTE_TAG: confirm_note} if confirm_note else {}),
                          SEARCHED_OUT_TAG: str(searched_out(run.callback.sweep_token)).lower()})
     if sweep.report and tracker.buffer.answering:  # the report reads the store
         log_report(tracker, run.parent_run_id, study=run.callback.study, say=sweep.print_line)
@@ -518,4 +545,5 @@ def _finish(plan: Plan, run: _Run, tracker, status: str, elapsed_s: float,
     write_sweep_marker(run.experiment_dir, run.parent_run_id, INTERRUPTED if status == "KILLED" else status.lower())
     return SweepResult(records=records, best=best, baseline=baseline, parent_run_id=run.parent_run_id,
                        experiment_id=tracker.experiment_id, summary=text, pareto=pareto,
-                       tracking_uri=tracker.tracking_uri, mean_overhead_s=mean_overhead_s(records))
+                       tracking_uri=tracker.tracking_uri, mean_overhead_s=mean_overhead_s(records),
+                       verdict=judged, confirmations=confirmed_records)

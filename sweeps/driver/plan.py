@@ -265,6 +265,9 @@ def plan_sweep(sweep: Sweep) -> Plan:
         raise ConfigError("name", "a non-empty sweep name", sweep.name)
     positive_int("num_samples", sweep.num_samples)
     positive_int("retries", sweep.retries, minimum=0)
+    rounds = sweep.confirm_rounds  # one round pairs nothing: a paired interval needs two
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds == 1 or rounds < 0:
+        raise ConfigError("confirm_rounds", "0 (no confirmation), or an integer >= 2", rounds)
     random_seed("seed", sweep.seed)  # before the space is sampled with it
     if sweep.time_budget_s is not None and not (sweep.time_budget_s > 0 and math.isfinite(sweep.time_budget_s)):
         raise ConfigError("time_budget_s", "a number of seconds > 0, or None", sweep.time_budget_s)

@@ -19,8 +19,10 @@ REJECTED = "rejected"
 # Proposed again after it was measured: the earlier result stands, nothing ran (searchers.py).
 REUSED = "reused"
 NOT_RANKED = (FAILED, REJECTED, REUSED)  # a projection or a copy is not a measurement of its own
-# A trial's window-to-window spread (cv) of what ranks it, by trainable: training, kernels.
-NOISE_METRICS = ("throughput_cv", "latency_cv")
+# A trial's window-to-window spread (cv) of what ranks it, by trainable: training, kernels,
+# and for any other trainable the spread of its reports of the first objective, which the
+# driver measures (callbacks.py: ``objective_cv``).
+NOISE_METRICS = ("throughput_cv", "latency_cv", "objective_cv")
 
 
 @dataclass
@@ -66,6 +68,25 @@ class TrialRecord:
             if math.isfinite(value):
                 return value
         return float("nan")
+
+    @property
+    def contended_windows(self) -> int:
+        value = self.metric("contended_windows")
+        return int(value) if math.isfinite(value) else 0
+
+    @property
+    def disturbed(self) -> bool:
+        """Other processes took its cores during at least one of its windows
+        (trainables/contention.py)."""
+        return self.contended_windows > 0
+
+    @property
+    def contended(self) -> bool:
+        """Every window it measured was contended: its figure is its neighbours' as much as
+        its own, and decides nothing (with a quiet window among them, the figure comes
+        from the quiet ones)."""
+        windows = self.metric("windows_done")  # the driver sets it for every trial (callbacks.py)
+        return self.disturbed and (not math.isfinite(windows) or self.contended_windows >= windows)
 
     @property
     def has_measurement(self) -> bool:

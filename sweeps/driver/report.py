@@ -11,11 +11,13 @@ its objective value is finite, whatever the metric is called.
 from __future__ import annotations
 
 import math
+import statistics
 from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Optional, Sequence, Union
 
 from accelsweep.sweeps.driver.callbacks import CUT_BY_BUDGET, REJECTED, REUSED, TrialRecord
+from accelsweep.sweeps.driver.confirm import Judgement, config_key, judge, measurements
 from accelsweep.sweeps.driver.verdict import verdict
 from accelsweep.trainables.metrics import TRAINING_METRICS, MetricSet
 from accelsweep.trainables.harness.microbench import NOISY_CV
@@ -109,11 +111,11 @@ Block = Union[str, Table]  # a line of text, or a table
 def summary(title: str, records: Sequence[TrialRecord], metric: str, mode: str, knobs: Sequence[str],
             cost_note: str, ui_command: str, elapsed_s: float, metrics: Optional[MetricSet] = None,
             objectives: Sequence[tuple[str, str]] = (), planned_trials: Optional[int] = None,
-            searched_out: bool = False) -> str:
+            searched_out: bool = False, confirmations: Sequence[TrialRecord] = (), confirm_note: str = "") -> str:
     """The summary as the console prints it (``summary_blocks`` says what is in it)."""
     return plain(summary_blocks(title, records, metric, mode, knobs, cost_note, ui_command, elapsed_s,
                                 metrics=metrics, objectives=objectives, planned_trials=planned_trials,
-                                searched_out=searched_out))
+                                searched_out=searched_out, confirmations=confirmations, confirm_note=confirm_note))
 
 
 def plain(blocks: Sequence[Block]) -> str:
@@ -164,9 +166,11 @@ def html(blocks: Sequence[Block], images: Sequence[tuple[str, str]] = ()) -> str
 def summary_blocks(title: str, records: Sequence[TrialRecord], metric: str, mode: str, knobs: Sequence[str],
                    cost_note: str, ui_command: str, elapsed_s: float, metrics: Optional[MetricSet] = None,
                    objectives: Sequence[tuple[str, str]] = (), planned_trials: Optional[int] = None,
-                   searched_out: bool = False) -> list[Block]:
+                   searched_out: bool = False, confirmations: Sequence[TrialRecord] = (),
+                   confirm_note: str = "") -> list[Block]:
     """``metric``/``mode``: the first objective, whose best trial the table sets against the
-    baseline. ``metrics``: the sweep's declaration (its trainable's MetricSet), a row per
+    baseline. ``confirmations``: the confirmation phase's trials (confirm.py), whose
+    verdict is the sweep's; ``confirm_note``: why there are none, when that was planned. ``metrics``: the sweep's declaration (its trainable's MetricSet), a row per
     summarised metric; None: the training loop's rows. ``objectives``: every (metric,
     mode) of the sweep; with more than one, the Pareto set follows the table.
     ``planned_trials``: the sweep's num_samples, to say whether the search finished;
@@ -211,8 +215,13 @@ def summary_blocks(title: str, records: Sequence[TrialRecord], metric: str, mode
             rows.append([label, _format(fmt, base_value), _format(fmt, best_value), _change(base_value, best_value)])
         lines += ["", Table(tuple(map(tuple, rows))), ""]
         judged = verdict(base, best, metric, mode, records)
-        if judged is not None:
-            lines.append(f"verdict: {judged.text}")
+        confirmed = judge(records, confirmations, metric, mode) if confirmations else None
+        if confirmed is not None:
+            if judged is not None:
+                lines.append(f"search (one trial per config): {judged.text}")
+            lines += _confirmation_lines(confirmed, records, confirmations, metric, mode, declared)
+        elif judged is not None:
+            lines.append(f"verdict: {judged.text}" + (f" (not confirmed: {confirm_note})" if confirm_note else ""))
         if "device" in best.result:
             timing = f"; step times from {best.result['step_time_source']}" if "step_time_source" in best.result else ""
             lines.append(f"best device: {best.result['device']}{timing}")
@@ -226,6 +235,34 @@ def summary_blocks(title: str, records: Sequence[TrialRecord], metric: str, mode
         lines.append(f"mean overhead per trial: {overhead:.2f} s ({OVERHEAD_MEANING})")
     lines.append(cost_note)
     lines.append(f"results: {ui_command}")
+    return lines
+
+
+def _confirmation_lines(judged: Judgement, search: Sequence[TrialRecord], confirmations: Sequence[TrialRecord],
+                        metric: str, mode: str, metrics: MetricSet) -> list[Block]:
+    """The confirmation's rounds beside the search's figures, and the sweep's verdict."""
+    fmt = metrics[metric].fmt if metric in metrics.names else "{:.4g}"
+    contended = sum(r.contended for r in confirmations)
+    spent = sum(r.wall_s for r in confirmations if math.isfinite(r.wall_s))
+    lines: list[Block] = [f"confirmation: {judged.rounds} interleaved round(s), {len(confirmations)} trial(s), "
+                          f"{spent:.0f} s" + (f", {contended} contended (left out of the pairs)" if contended else "")]
+    by_key = {j.key: j for j in judged.candidates}
+    rows = [["config", "search", "confirmed (median of rounds)", "change vs baseline", "95% interval", "quiet pairs"]]
+    for key, name in judged.names.items():
+        same = [r for r in search if config_key(r.searched) == key and r.measured(metric)]
+        searched = max((r.metric(metric) for r in same), default=float("nan")) if mode == "max" else \
+            min((r.metric(metric) for r in same), default=float("nan"))
+        values = [v for round_ in measurements(confirmations, metric) for k, (v, c) in round_.items()
+                  if k == key and not c and math.isfinite(v)]
+        median = statistics.median(values) if values else float("nan")
+        one = by_key.get(key)
+        if one is None:  # the baseline
+            rows.append([name, _format(fmt, searched), _format(fmt, median), "", "", ""])
+        else:
+            interval = f"{one.low:+.1%} to {one.high:+.1%}" if math.isfinite(one.low) else "-"
+            change = f"{one.gain:+.1%}" if math.isfinite(one.gain) else "-"
+            rows.append([name, _format(fmt, searched), _format(fmt, median), change, interval, str(one.rounds)])
+    lines += ["", Table(tuple(map(tuple, rows))), "", f"verdict: {judged.verdict.text}"]
     return lines
 
 

@@ -1,4 +1,10 @@
-"""Early stopping for a sweep with several objectives.
+"""Early stopping: on trustworthy windows only, and for a sweep with several objectives.
+
+``TrustedWindowsOnly`` hands a scheduler (ASHA, the median rule, the Pareto rule) only
+the results of windows that were not contended (trainables/contention.py: other
+processes took the trial's cores while it measured): a disturbed moment would otherwise
+stop a good config at its rung. ASHA records a trial at a rung by the first result it
+sees at or past it, so the next trustworthy window stands in for a skipped one.
 
 ASHA and the median rule rank trials by one metric: with two objectives (maximise
 throughput, minimise $ per 1M samples) they would stop a cheap, slow trial for being
@@ -18,7 +24,7 @@ from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
 from accelsweep.sweeps.driver.report import dominates, objective_vector
 
-__all__ = ["ParetoStoppingRule"]
+__all__ = ["ParetoStoppingRule", "TrustedWindowsOnly"]
 
 
 class ParetoStoppingRule(FIFOScheduler):
@@ -61,3 +67,53 @@ class ParetoStoppingRule(FIFOScheduler):
     def debug_string(self) -> str:
         objectives = ", ".join(f"{mode} {metric}" for metric, mode in self.objectives)
         return f"Pareto stopping at rungs {self.rungs} on {objectives}"
+
+
+class TrustedWindowsOnly(TrialScheduler):
+    """``scheduler``, fed only results whose window was not contended (``window_contended``
+    0 or absent); every other call passes through. Counts what it kept from it."""
+
+    def __init__(self, scheduler: TrialScheduler):
+        self.scheduler = scheduler
+        self.skipped = 0
+
+    @property
+    def metric(self):
+        return self.scheduler.metric
+
+    @property
+    def supports_buffered_results(self):
+        return self.scheduler.supports_buffered_results
+
+    def set_search_properties(self, metric, mode, **spec) -> bool:
+        return self.scheduler.set_search_properties(metric, mode, **spec)
+
+    def on_trial_add(self, tune_controller, trial) -> None:
+        self.scheduler.on_trial_add(tune_controller, trial)
+
+    def on_trial_error(self, tune_controller, trial) -> None:
+        self.scheduler.on_trial_error(tune_controller, trial)
+
+    def on_trial_result(self, tune_controller, trial, result: dict) -> str:
+        if result.get("window_contended"):
+            self.skipped += 1
+            return TrialScheduler.CONTINUE
+        return self.scheduler.on_trial_result(tune_controller, trial, result)
+
+    def on_trial_complete(self, tune_controller, trial, result: dict) -> None:
+        self.scheduler.on_trial_complete(tune_controller, trial, result)
+
+    def on_trial_remove(self, tune_controller, trial) -> None:
+        self.scheduler.on_trial_remove(tune_controller, trial)
+
+    def choose_trial_to_run(self, tune_controller):
+        return self.scheduler.choose_trial_to_run(tune_controller)
+
+    def debug_string(self) -> str:
+        return f"{self.scheduler.debug_string()} (contended windows skipped: {self.skipped})"
+
+    def save(self, checkpoint_path: str) -> None:
+        self.scheduler.save(checkpoint_path)
+
+    def restore(self, checkpoint_path: str) -> None:
+        self.scheduler.restore(checkpoint_path)

@@ -150,6 +150,10 @@ class Sweep:
     study_storage: Optional[str] = None
     # At the end, the report (tables and plots) is logged on the parent run (sweep_report.py).
     report: bool = True
+    # When the search ends, the baseline and its best configs are measured again in this
+    # many interleaved rounds, and the sweep's verdict is theirs (confirm.py); 0: none.
+    # With a time budget, the search keeps a quarter of it for them.
+    confirm_rounds: int = 0
 
 
 @dataclass
@@ -168,3 +172,7 @@ class SweepResult:
     tracking_uri: str = ""
     mean_overhead_s: float = float("nan")
     extra: dict = field(default_factory=dict)
+    # The sweep's verdict on its best against its baseline (sweeps/driver/verdict.py): the
+    # confirmation phase's when it ran (``confirmations``: its trials), else the search's.
+    verdict: Optional[Any] = None
+    confirmations: list[TrialRecord] = field(default_factory=list)

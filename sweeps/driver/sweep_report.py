@@ -114,7 +114,8 @@ def build_report(history: SweepHistory, out_dir: str, study_url: Optional[str] =
     blocks = summary_blocks(history.title, history.records, metric, mode, history.knobs, history.cost_note,
                             history.ui_command, history.elapsed_s, metrics=history.metrics,
                             objectives=history.objectives, planned_trials=history.planned_trials,
-                            searched_out=history.searched_out)
+                            searched_out=history.searched_out, confirmations=history.confirmations,
+                            confirm_note=history.confirm_note)
     blocks += ["", f"machine: {stamp.machine}; device: {stamp.device}; started {stamp.date}; "
                    f"MLflow parent run {history.parent_run_id} ({history.name})"]
     images = [(os.path.relpath(path, out_dir), os.path.splitext(os.path.basename(path))[0]) for path in drawn]

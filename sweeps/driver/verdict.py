@@ -11,18 +11,30 @@ best's lead over the baseline is larger than the noise both were measured with:
 - the machine's own speed while each ran (``host_probe_s``, a fixed pure-Python loop
   timed between windows): a trial whose probe ran more than HOST_LOADED slower than the
   sweep's typical (median) probe was measured on a loaded host, and its figure is not
-  trusted for a verdict.
+  trusted for a verdict;
+- contention (trainables/contention.py): a trial every window of which other processes
+  took cores from is not trusted either (a single-threaded probe misses what a
+  two-thread trial loses to one busy neighbour).
+
+That is the search's verdict. With a confirmation phase (confirm.py), the verdict is
+``confirmed_verdict``: the baseline and the best configs measured again in interleaved
+rounds, each round a pair (candidate, baseline beside it), judged by a 95% interval of the
+paired log ratio over the rounds without contention (Student's t: few rounds give a wide
+interval, honestly). "Not decided" when too few rounds were quiet, or the interval is too
+wide to tell a gain from none.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 from accelsweep.sweeps.driver.callbacks import HOST_LOADED, TrialRecord, host_slowdown
 
-__all__ = ["HOST_LOADED", "Verdict", "host_slowdown", "verdict"]
+__all__ = ["EQUAL_WITHIN", "HOST_LOADED", "RoundsJudged", "Verdict", "confirmed_verdict", "host_slowdown",
+           "judge_rounds", "verdict"]
 
 
 @dataclass(frozen=True)
@@ -31,11 +43,14 @@ class Verdict:
     change: float  # the best's lead over the baseline, as a fraction (+0.12: 12% better); NaN if unknown
     noise: float  # the noise bound of that change, as a fraction; NaN if unknown
     beats_baseline: bool  # by more than the noise, measured on an unloaded host
+    decided: bool = True  # False: the figures forbid a call ("not decided")
+    confirmed: bool = False  # from the confirmation phase's rounds
 
     def figures(self) -> dict[str, float]:
         """For the sweep's parent run."""
         return {"verdict_change_pct": self.change * 100, "verdict_noise_pct": self.noise * 100,
-                "beats_baseline": float(self.beats_baseline)}
+                "beats_baseline": float(self.beats_baseline), "verdict_decided": float(self.decided),
+                "verdict_confirmed": float(self.confirmed)}
 
 
 def verdict(baseline: Optional[TrialRecord], best: Optional[TrialRecord], metric: str, mode: str,
@@ -50,12 +65,18 @@ def verdict(baseline: Optional[TrialRecord], best: Optional[TrialRecord], metric
     change = (best_value - base_value) / abs(base_value) * (1 if mode == "max" else -1)
     noise = 2 * math.sqrt(baseline.noise ** 2 + best.noise ** 2)
     pair = [baseline] if best is baseline else [baseline, best]
-    loaded = [r for r in pair if host_slowdown(r, records) > HOST_LOADED]
+    contended = [r for r in pair if r.contended]
+    loaded = [r for r in pair if host_slowdown(r, records) > HOST_LOADED and r not in contended]
     noise_text = f"+-{noise:.1%}" if math.isfinite(noise) else "unknown (one window per trial: windows >= 2 measure it)"
     if best is baseline:
         text = f"no config beat the baseline: it measured best itself (its noise: {noise_text})"
         return Verdict(text, 0.0, noise, False)
     lead = f"trial {best.number} at {change:+.1%} over the baseline"
+    if contended:
+        which = " and ".join("the baseline" if r is baseline else f"trial {r.number}" for r in contended)
+        text = (f"not trusted: other processes took cores from every window of {which} (contended); {lead}, "
+                f"noise {noise_text}: measure again (--confirm-rounds) or on a quiet machine")
+        return Verdict(text, change, noise, False)
     if loaded:
         which = " and ".join("the baseline" if r is baseline else f"trial {r.number}" for r in loaded)
         text = (f"not trusted: {which} ran while the host was loaded (its speed probe "
@@ -68,3 +89,80 @@ def verdict(baseline: Optional[TrialRecord], best: Optional[TrialRecord], metric
         return Verdict(f"{lead}: beats it beyond the measured noise of {noise_text}", change, noise, True)
     return Verdict(f"no config beat the baseline by more than the measured noise of {noise_text} "
                    f"(the best, {lead})", change, noise, False)
+
+
+# Student's t, two-sided 95%, by degrees of freedom (rounds - 1); 1.96 beyond the table.
+_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+        2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+# A confirmed interval this narrow around no change is a decision: no config beats the
+# baseline by more than this (a few percent is what a window's noise is on a quiet machine).
+EQUAL_WITHIN = 0.05
+
+
+def t95(degrees: int) -> float:
+    return _T95[degrees - 1] if degrees <= len(_T95) else 1.96
+
+
+@dataclass(frozen=True)
+class RoundsJudged:
+    """One candidate against the baseline over the confirmation's rounds."""
+
+    key: str
+    rounds: int  # rounds in which both measured without contention
+    gain: float  # exp(mean paired log ratio) - 1, signed so that + is better
+    low: float  # the 95% interval of that gain
+    high: float
+    values: tuple[float, ...]  # the candidate's figures in those rounds
+    baseline_values: tuple[float, ...]
+
+
+def judge_rounds(measurements: Sequence[Mapping[str, tuple[float, bool]]], baseline_key: str, key: str,
+                 mode: str) -> RoundsJudged:
+    """``key`` against the baseline: per round (config key -> (figure, contended)), the
+    log ratio of the two, over the rounds in which both measured and neither was contended."""
+    sign = 1 if mode == "max" else -1
+    ratios, values, base_values = [], [], []
+    for round_ in measurements:
+        if key not in round_ or baseline_key not in round_:
+            continue
+        (value, contended), (base, base_contended) = round_[key], round_[baseline_key]
+        if contended or base_contended or not (value > 0 and base > 0):
+            continue
+        ratios.append(sign * math.log(value / base))
+        values.append(value)
+        base_values.append(base)
+    if len(ratios) < 2:
+        nan = float("nan")
+        return RoundsJudged(key, len(ratios), nan, nan, nan, tuple(values), tuple(base_values))
+    mean = statistics.fmean(ratios)
+    half = t95(len(ratios) - 1) * statistics.stdev(ratios) / math.sqrt(len(ratios))
+    return RoundsJudged(key, len(ratios), math.expm1(mean), math.expm1(mean - half), math.expm1(mean + half),
+                        tuple(values), tuple(base_values))
+
+
+def confirmed_verdict(measurements: Sequence[Mapping[str, tuple[float, bool]]], baseline_key: str,
+                      names: Mapping[str, str], mode: str) -> tuple[Verdict, list[RoundsJudged]]:
+    """The verdict of the confirmation rounds (``names``: candidate key -> how to call it,
+    e.g. "trial 7"), and each candidate's judgement."""
+    judged = [judge_rounds(measurements, baseline_key, key, mode) for key in names]
+    decidable = [j for j in judged if j.rounds >= 2]
+    ran = len(measurements)
+    if not decidable:
+        quiet = max([j.rounds for j in judged] or [0])
+        text = (f"not decided: {quiet} of {ran} confirmation round(s) measured the baseline and a candidate "
+                f"without contention (2 are needed): measure again on a quieter machine")
+        return Verdict(text, float("nan"), float("nan"), False, decided=False, confirmed=True), judged
+    best = max(decidable, key=lambda j: j.gain)
+    name = names[best.key]
+    interval = f"95% interval {best.low:+.1%} to {best.high:+.1%}, {best.rounds} interleaved rounds"
+    half = (best.high - best.low) / 2
+    if best.low > 0:
+        text = f"confirmed: {name}'s config beats the baseline by {best.gain:+.1%} ({interval})"
+        return Verdict(text, best.gain, half, True, decided=True, confirmed=True), judged
+    if best.high < 0 or half <= EQUAL_WITHIN:
+        bound = "" if best.high < 0 else f" by more than {best.high:+.1%}"
+        text = f"confirmed: no config beats the baseline{bound} (the best candidate, {name}: {best.gain:+.1%}, {interval})"
+        return Verdict(text, best.gain, half, False, decided=True, confirmed=True), judged
+    text = (f"not decided: {name}'s config is {best.gain:+.1%} against the baseline, but its {interval} spans "
+            f"no change: more rounds (--confirm-rounds) or a quieter machine would decide it")
+    return Verdict(text, best.gain, half, False, decided=False, confirmed=True), judged

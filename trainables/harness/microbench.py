@@ -42,6 +42,7 @@ from typing import Any, Callable, Mapping, Optional
 from accelsweep.trainables.errors import ConfigError, non_negative_float, one_of, positive_int, random_seed
 from accelsweep.trainables.config import DictConfig
 from accelsweep.trainables.trial_progress import phase
+from accelsweep.trainables.contention import ContentionMeter
 from accelsweep.trainables.loop.measure import Window, coefficient_of_variation, host_probe_s, percentile, time_window
 from accelsweep.trainables.metrics import KERNEL_METRICS, MetricSet
 from accelsweep.trainables.platforms import PLATFORM_NAMES, Platform, PlatformUnavailable, get_platform
@@ -349,20 +350,28 @@ def run_microbench(config: KernelConfig, report: Optional[Callable[[dict], None]
     flops = spec.flops(**config.shape, **config.options) if spec.flops else None
     interpreted = config.platform in implementation.interpreted_on
     compiles_before = framework.compiles()
-    latencies: list[float] = []
-    enqueues: list[float] = []  # the host's enqueue time per call, where the timer measures it
     calls = 0
-    window_medians: list[float] = []
     host_probes: list[float] = []
+    # Each window, and whether other processes took cores from it (trainables/contention.py):
+    # the figures come from the windows that were not contended, while there are any.
+    windows: list[tuple[Window, bool]] = []
+    meter = ContentionMeter()
+    contended = 0
     result: dict = {}
     for index in range(1, config.windows + 1):
         phase(f"window {index} of {config.windows}")
+        meter.start()
         window = framework.window(call, config.window_min_calls, config.window_min_s)
+        contention = meter.stop()
         host_probes.append(host_probe_s())  # the machine's own speed, right after the window
-        latencies += window.step_seconds
-        enqueues += getattr(window, "enqueue_seconds", [])
+        is_contended = bool(contention and contention.contended)
+        contended += is_contended
+        windows.append((window, is_contended))
+        trusted = [w for w, was_contended in windows if not was_contended] or [w for w, _ in windows]
+        latencies = [seconds for w in trusted for seconds in w.step_seconds]
+        enqueues = [seconds for w in trusted for seconds in getattr(w, "enqueue_seconds", [])]
+        window_medians = [percentile(w.step_seconds, 50) for w in trusted]
         calls += window.steps
-        window_medians.append(percentile(window.step_seconds, 50))
         p50 = percentile(latencies, 50)
         enqueue_p50 = percentile(enqueues, 50)
         result = {
@@ -396,6 +405,9 @@ def run_microbench(config: KernelConfig, report: Optional[Callable[[dict], None]
             # Compiles during the timed windows: 0 unless the kernel's graph changes call to call.
             "xla_compiles": framework.compiles() - compiles_before,
             "impl": config.impl,
+            **(contention.figures() if contention else {}),
+            "window_contended": float(is_contended),
+            "contended_windows": contended,
         }
         if report is not None:
             report(result)

@@ -82,15 +82,19 @@ def run_isolated(searched, *, trainable, objective_metrics, limits=None, progres
     ``progress``: the name of the sweep's TrialProgress actor (trainables/trial_progress.py),
     which gets the trial's phases and output; its output is sent there before a failure
     is reported, so the driver has it when it records the failure.
+    Every report gets the contention of its window (trainables/contention.py), measured
+    here for a trainable that does not measure its own.
     """
     from ray import tune
 
+    from accelsweep.trainables.contention import trial_contention
     from accelsweep.trainables.loop.rejection import trial_limits
     from accelsweep.trainables.loop.watchdog import TrialAborted
     from accelsweep.trainables.trial_progress import trial_progress
 
     try:
-        with trial_progress(progress), trial_limits(limits.for_trial() if limits is not None else None):
+        with trial_progress(progress), trial_limits(limits.for_trial() if limits is not None else None), \
+                trial_contention():
             trainable(searched, **parameters)
     except (Exception, TrialAborted) as error:  # noqa: BLE001 - every trial error is a result; Ctrl-C is not
         tune.report({**{metric: float("nan") for metric in objective_metrics}, "trial_failed": 1,

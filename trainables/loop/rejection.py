@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator, Mapping, Optional
 
 from accelsweep.trainables.errors import ConfigError
+from accelsweep.trainables.contention import ContentionMeter
 from accelsweep.trainables.loop.measure import host_probe_s
 from accelsweep.trainables.loop.watchdog import TrialAborted, Watchdog
 
@@ -206,6 +207,11 @@ class StepGuard:
         self._abandoned_after_s: Optional[float] = None  # a step the watchdog abandoned ran at least this
         watching = self.limits is not None and (self.limits.rejects or (compiling and self.limits.max_compile_s))
         self._dog = Watchdog() if watching else None
+        # Other processes' CPU while the judged steps ran: a projection made while they
+        # took the trial's cores is the neighbours', and rejects nothing (trainables/contention.py).
+        self._contention = ContentionMeter() if self.limits is not None and self.limits.rejects else None
+        if self._contention is not None:
+            self._contention.start()
 
     def _unless_loaded(self, limits: Optional[TrialLimits]) -> Optional[TrialLimits]:
         """No rejection on a loaded host: the best so far was measured on a quiet one, and a
@@ -317,7 +323,20 @@ class StepGuard:
         mean = self._timed_s / self._timed_steps
         enough = self._timed_steps >= MIN_JUDGED_STEPS and self._timed_s >= MIN_JUDGED_S
         if self.deadline_s is not None and enough and mean > self.deadline_s:
+            if self._contended():
+                return
             raise SlowTrial(self.limits.verdict(self.project(mean)))
+
+    def _contended(self) -> bool:
+        """Whether other processes took the trial's cores while its judged steps ran; if so,
+        judging ends here (said in ``note``): the trial is measured and kept, not rejected."""
+        contention = self._contention.stop() if self._contention is not None else None
+        if contention is None or not contention.contended:
+            return False
+        self.deadline_s = None
+        self.note = (f"not judged for rejection: other processes used {contention.other_cpus:.2f} CPUs while its "
+                     f"first steps ran ({contention.excess_cpus:.2f} beyond the cores it left free: contended)")
+        return True
 
     def reason_of(self, error: TrialAborted) -> str:
         """An abort's reason: its message, or (raised by the watchdog, with none) the watchdog's."""

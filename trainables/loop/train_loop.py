@@ -24,6 +24,7 @@ from accelsweep.trainables.loop.batches import map_tensors
 from accelsweep.trainables.trial_progress import phase
 from accelsweep.trainables.loop.compile_cache import DYNAMO_CACHE_COUNTERS, dynamo_cache_counts
 from accelsweep.trainables.config import TrialConfig
+from accelsweep.trainables.contention import ContentionMeter
 from accelsweep.trainables.cost import usd_per_1m_samples
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.loop.failures import NonFiniteGradient, NonFiniteLoss
@@ -128,14 +129,16 @@ def _measure(config: TrialConfig, report, usd_per_hour: float, platform, workloa
     first_step_s, warmup_step_s = trial.warm_up(guard)
     compiles.warmed_up()
     min_steps, min_seconds = trial.window_bounds(warmup_step_s)
-    global_samples = global_units = global_seconds = 0.0
     unit = workload.unit
     stats = WindowStats(samples_per_step=config.batch_size,
                         host_clock_times_steps=platform.host_clock_times_steps)
     # The machine's own speed, probed between windows (outside them): a figure taken
     # while the host was loaded shows as a slow probe, not only as a slow trial.
     probes = [host_probe_s()]
-    window_throughputs = []
+    # Each window's samples, units, seconds and whether other processes took cores from it
+    # (trainables/contention.py): the trial's figures come from its trustworthy windows.
+    windows = _Windows()
+    meter = ContentionMeter()
     trial.counting = True  # the workload's counts cover the measured steps only
     for index in range(1, config.windows + 1):
         phase(f"window {index} of {config.windows}")
@@ -143,7 +146,9 @@ def _measure(config: TrialConfig, report, usd_per_hour: float, platform, workloa
         # Only the first window can still reject the trial (a hopeless one never gets further).
         step = guard.watching(trial.step) if index == 1 else trial.step
         with trial.segment():  # its own work on entry and exit stays outside the window's timer
+            meter.start()
             window = time_window(step, trial.sync, min_steps, min_seconds, step_multiple=trial.group)
+            contention = meter.stop()
         stats.add(window)
         probes.append(host_probe_s())
         final_loss = float(trial.last_loss[0])  # the window already synced: this read waits for nothing
@@ -152,18 +157,24 @@ def _measure(config: TrialConfig, report, usd_per_hour: float, platform, workloa
         # Global throughput: every worker's samples over the slowest worker's window.
         samples, units, workers_reporting = world.reduce(
             [window.steps * config.batch_size, trial.units_done - units_before, 1], "sum", device)
-        global_samples += samples
-        global_units += units
-        window_seconds = world.reduce([window.seconds], "max", device)[0]
-        global_seconds += window_seconds
-        window_throughputs.append(samples / window_seconds)
-        throughput = global_samples / global_seconds
+        # The slowest worker's window, and the most contended worker's contention.
+        window_seconds, excess_cpus, other_cpus, contended = world.reduce(
+            [window.seconds, contention.excess_cpus if contention else -1.0,
+             contention.other_cpus if contention else -1.0, float(bool(contention and contention.contended))],
+            "max", device)
+        windows.add(samples, units, window_seconds, contended=contended > 0)
+        throughput = windows.throughput()
         peak_memory_mb = platform.peak_memory_mb(device)
         result = {
             "throughput_samples_per_s": throughput,
             "window_throughput_samples_per_s": samples / window.seconds,
-            # Noise: how much the windows disagree, and how much the machine's speed moved.
-            "throughput_cv": coefficient_of_variation(window_throughputs),
+            # Noise: how much the (trustworthy) windows disagree, and how much the machine's speed moved.
+            "throughput_cv": coefficient_of_variation(windows.throughputs()),
+            # Contention: other processes' CPU during this window, in cores (NaN: not measurable here).
+            "other_cpus": other_cpus if other_cpus >= 0 else float("nan"),
+            "contention_cpus": excess_cpus if excess_cpus >= 0 else float("nan"),
+            "window_contended": contended,
+            "contended_windows": windows.contended,
             "host_probe_s": percentile(probes, 50),
             "host_cv": coefficient_of_variation(probes),
             "step_time_p50_s": stats.step_time(50),
@@ -192,7 +203,7 @@ def _measure(config: TrialConfig, report, usd_per_hour: float, platform, workloa
             **compiles.cache_figures(),
         }
         if unit != "samples":  # the workload's own unit beside samples: tokens/s, $ per 1M tokens
-            unit_throughput = global_units / global_seconds
+            unit_throughput = windows.throughput(units=True)
             result[f"throughput_{unit}_per_s"] = unit_throughput
             result[f"window_throughput_{unit}_per_s"] = units / window.seconds
             result[f"usd_per_1m_{unit}"] = usd_per_1m_samples(usd_per_hour, unit_throughput)
@@ -202,6 +213,33 @@ def _measure(config: TrialConfig, report, usd_per_hour: float, platform, workloa
         latest.clear()
         latest.update(result)
     return result
+
+
+class _Windows:
+    """The measured windows' counts (every worker's, over the slowest worker's seconds).
+    A contended window (other processes took cores from it) is kept out of the trial's
+    figures while any window was not: its figure says more about the neighbours than the
+    config. When every window was contended, all count, and the trial says so."""
+
+    def __init__(self):
+        self.done: list[tuple[float, float, float, bool]] = []  # samples, units, seconds, contended
+
+    def add(self, samples: float, units: float, seconds: float, contended: bool) -> None:
+        self.done.append((samples, units, seconds, contended))
+
+    @property
+    def contended(self) -> int:
+        return sum(window[3] for window in self.done)
+
+    def trusted(self) -> list[tuple[float, float, float, bool]]:
+        return [window for window in self.done if not window[3]] or self.done
+
+    def throughput(self, units: bool = False) -> float:
+        trusted = self.trusted()
+        return sum(window[1 if units else 0] for window in trusted) / sum(window[2] for window in trusted)
+
+    def throughputs(self) -> list[float]:
+        return [window[0] / window[2] for window in self.trusted()]
 
 
 class _Trial:

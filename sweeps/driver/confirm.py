@@ -1,0 +1,271 @@
+"""The confirmation phase: the search's winner measured again against the baseline,
+interleaved, before the sweep says which config is better.
+
+A search ranks each config by one trial. On a shared machine one trial can be taken at a
+bad moment (the same sweep script measured its baseline at 17.8, 87.2 and 123.6 samples/s
+in three runs within 13 minutes), and the best of many noisy figures is biased upward by
+being the best. So when the search ends, the baseline and the best CANDIDATES configs
+(measured on windows that were not contended, where any were) run again in ``rounds``
+rounds, one trial at a time, each round in a rotated order (A B C, B C A, C A B: a drift
+of the machine's speed or a neighbour's burst falls on each config in turn), under the
+same conditions as in the search: the same trainable, config, windows and resources,
+nothing stopped early or rejected. The verdict comes from these rounds alone
+(verdict.confirmed_verdict): each round pairs a candidate with the baseline measured
+beside it, and a round with a contended trial is left out.
+
+Each confirmation trial is an MLflow run under the sweep's parent run, tagged
+``phase=confirmation`` with its round and the search trial whose config it repeats; the
+report shows the search's and the confirmed figures side by side.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+from ray.tune.search import Searcher
+
+from accelsweep.sweeps.driver.callbacks import SweepCallback, TrialRecord
+from accelsweep.sweeps.driver.records import FAILED, NOT_RANKED
+from accelsweep.sweeps.driver.verdict import RoundsJudged, Verdict, confirmed_verdict
+from accelsweep.trainables.platforms import get_platform
+
+__all__ = ["CANDIDATES", "CONFIRMATION", "CONFIRM_BUDGET_SHARE", "Confirmation", "Judgement", "PHASE_TAG",
+           "candidates", "config_key", "judge", "measurements", "round_orders", "run_confirmation", "search_budget_s"]
+
+CANDIDATES = 2  # the search's best configs confirmed against the baseline
+# With a time budget, the search stops at this share short of it: the rest is the
+# confirmation's (and whatever the search leaves unused).
+CONFIRM_BUDGET_SHARE = 0.25
+MIN_ROUNDS = 2  # fewer pairs decide nothing (a paired interval needs two)
+PHASE_TAG, CONFIRMATION = "phase", "confirmation"
+
+
+def config_key(searched: Mapping[str, Any]) -> str:
+    return json.dumps(dict(searched), sort_keys=True, default=str)
+
+
+def search_budget_s(time_budget_s: Optional[float], confirm_rounds: int) -> Optional[float]:
+    """The search's own time budget: the sweep's, less the confirmation's share of it."""
+    if time_budget_s is None or not confirm_rounds:
+        return time_budget_s
+    return time_budget_s * (1 - CONFIRM_BUDGET_SHARE)
+
+
+def candidates(records: Sequence[TrialRecord], metric: str, mode: str, count: int = CANDIDATES) -> list[TrialRecord]:
+    """The best ``count`` configs of the search by ``metric`` other than the baseline's, one
+    trial each (its best): trials whose figure is not from contended windows first, then
+    the rest (a contended figure may be the only one a config has)."""
+    baseline = next((r for r in records if r.is_baseline), None)
+    base_key = config_key(baseline.searched) if baseline else None
+    measured = [r for r in records if r.measured(metric) and r.status not in NOT_RANKED]
+    ordered = sorted(measured, key=lambda r: (r.contended, -r.metric(metric) if mode == "max" else r.metric(metric)))
+    chosen: dict[str, TrialRecord] = {}
+    for record in ordered:
+        key = config_key(record.searched)
+        if key != base_key and key not in chosen:
+            chosen[key] = record
+    return list(chosen.values())[:count]
+
+
+def round_orders(keys: Sequence[str], rounds: int) -> list[list[str]]:
+    """Each round's order: the configs rotated by one per round."""
+    return [list(keys[r % len(keys):]) + list(keys[:r % len(keys)]) for r in range(rounds)]
+
+
+@dataclass
+class Confirmation:
+    """What the confirmation phase measured: its trials, the search trial each config
+    stands for, and why it did not run when it did not."""
+
+    rounds_planned: int = 0
+    baseline_key: str = ""
+    stands_for: dict[str, TrialRecord] = field(default_factory=dict)  # config key -> the search's trial
+    records: list[TrialRecord] = field(default_factory=list)  # the confirmation trials, in order
+    skipped: str = ""  # why it did not run ('' when it ran)
+    seconds: float = 0.0
+
+
+def measurements(records: Sequence[TrialRecord], metric: str) -> list[dict[str, tuple[float, bool]]]:
+    """The confirmation trials per round: config key -> (its figure, contended); a failed
+    trial's figure is NaN."""
+    rounds: dict[int, dict[str, tuple[float, bool]]] = {}
+    for record in records:
+        round_value = record.metric("confirm_round")
+        round_index = int(round_value) if math.isfinite(round_value) else 0
+        value = record.metric(metric) if record.status != FAILED else float("nan")
+        rounds.setdefault(round_index, {})[config_key(record.searched)] = (value, record.contended)
+    return [rounds[index] for index in sorted(rounds)]
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """The confirmation's verdict, each candidate's rounds, and what each config is called."""
+
+    verdict: Verdict
+    candidates: list[RoundsJudged]
+    names: dict[str, str]  # config key -> "trial N" (the search's best trial of that config), "the baseline"
+    baseline_key: str
+    rounds: int
+
+
+def judge(search: Sequence[TrialRecord], confirmations: Sequence[TrialRecord], metric: str,
+          mode: str) -> Optional[Judgement]:
+    """The verdict of the confirmation trials ``confirmations`` (None when there are none),
+    read from the records alone: the driver's at the end of a sweep, or MLflow's later."""
+    base = next((r for r in confirmations if r.is_baseline), None)
+    if base is None:
+        return None
+    baseline_key = config_key(base.searched)
+    names = {}
+    for record in confirmations:
+        key = config_key(record.searched)
+        if key != baseline_key and key not in names:
+            same = [r for r in search if config_key(r.searched) == key and r.measured(metric)] or \
+                   [r for r in search if config_key(r.searched) == key]
+            best = max(same, key=lambda r: r.metric(metric) if mode == "max" else -r.metric(metric), default=None)
+            names[key] = f"trial {best.number}" if best else "a config"
+    rounds = measurements(confirmations, metric)
+    verdict, judged = confirmed_verdict(rounds, baseline_key, names, mode)
+    return Judgement(verdict, judged, {baseline_key: "the baseline", **names}, baseline_key, len(rounds))
+
+
+class ConfirmationCallback(SweepCallback):
+    """SweepCallback for the confirmation trials: numbered after the search's, tagged with
+    their phase, round and the search trial they repeat; not written to the search's
+    Optuna study, not offered to its board."""
+
+    def __init__(self, search: SweepCallback, orders: list[list[str]], stands_for: Mapping[str, TrialRecord],
+                 baseline_key: str):
+        super().__init__(search.tracker, search.complete_config, search.resources_of, search.baseline, search.cost,
+                         {**search.trial_tags, PHASE_TAG: CONFIRMATION}, sum(len(order) for order in orders),
+                         print_line=search.print_line, metrics=search.metrics,
+                         objective_metrics=[search.measured_by], sweep_token=search.sweep_token)
+        self.number_floor = max([0, *(r.number for r in search.records.values())])
+        self.rounds = [key for r, order in enumerate(orders) for key in [(r + 1, k) for k in order]]
+        self.stands_for = dict(stands_for)
+        self.baseline_key = baseline_key
+        self.round_count = len(orders)
+        self._progress, self.verbose = search._progress, search.verbose
+
+    def _record(self, trial) -> TrialRecord:
+        record = super()._record(trial)
+        index = len(self.records) - 1
+        round_index, key = self.rounds[index] if index < len(self.rounds) else (0, config_key(record.searched))
+        record.is_baseline = key == self.baseline_key
+        record.result["confirm_round"] = round_index
+        return record
+
+    def run_name(self, record: TrialRecord) -> str:
+        of = self.stands_for.get(config_key(record.searched))
+        what = "baseline" if record.is_baseline else f"trial {of.number}" if of else "config"
+        return f"confirm-{record.number:03d} (round {record.result.get('confirm_round')}, {what})"
+
+    def run_tags(self, record: TrialRecord) -> dict[str, str]:
+        of = self.stands_for.get(config_key(record.searched))
+        return {"confirm_round": str(record.result.get("confirm_round")),
+                "confirms_trial": str(of.number) if of else ""}
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        round_index = self.records[trial.trial_id].result.get("confirm_round")
+        super().on_trial_result(iteration, trials, trial, {**result, "confirm_round": round_index}, **info)
+
+    def _record_in_study(self, record: TrialRecord) -> None:
+        pass  # the study holds the search's trials: what the searcher learnt from
+
+    def _offer_best(self, record: TrialRecord) -> None:
+        pass
+
+    def progress_line(self, record: TrialRecord) -> str:
+        line = super().progress_line(record)
+        of = self.stands_for.get(config_key(record.searched))
+        what = "the baseline" if record.is_baseline else f"trial {of.number}'s config" if of else "a config"
+        head = line.split("] ", 1)
+        return (f"[confirm round {record.result.get('confirm_round')}/{self.round_count}: {what}] "
+                f"{head[1] if len(head) == 2 else line}")
+
+
+def run_confirmation(plan, search: SweepCallback, trainable, storage: str, experiment_dir: str, rounds: int,
+                     seconds_left: Optional[float], say: Callable[[str], None]) -> Confirmation:
+    """Measure the baseline and the search's best configs again in ``rounds`` interleaved
+    rounds, within ``seconds_left`` (None: no limit); fewer rounds when they do not fit."""
+    from ray import tune
+
+    metric, mode = plan.objectives[0]
+    records = list(search.records.values())
+    baseline = next((r for r in records if r.is_baseline and r.measured(metric)), None)
+    chosen = candidates(records, metric, mode)
+    confirmation = Confirmation(rounds_planned=rounds)
+    if baseline is None or not chosen:
+        confirmation.skipped = ("the baseline was not measured" if baseline is None
+                                else "no config but the baseline's was measured")
+        return confirmation
+    confirmation.baseline_key = config_key(baseline.searched)
+    confirmation.stands_for = {confirmation.baseline_key: baseline, **{config_key(r.searched): r for r in chosen}}
+    pair_s = _round_seconds([baseline, *chosen], records)
+    if seconds_left is not None and math.isfinite(pair_s) and pair_s > 0:
+        fits = int(seconds_left // pair_s)
+        if fits < MIN_ROUNDS:
+            confirmation.skipped = (f"{seconds_left:.0f} s were left of the time budget, and a round takes about "
+                                    f"{pair_s:.0f} s: {MIN_ROUNDS} rounds do not fit")
+            return confirmation
+        rounds = min(rounds, fits)
+    confirmation.rounds_planned = rounds
+    keys = list(confirmation.stands_for)
+    orders = round_orders(keys, rounds)
+    points = [dict(confirmation.stands_for[key].searched) for order in orders for key in order]
+    callback = ConfirmationCallback(search, orders, confirmation.stands_for, confirmation.baseline_key)
+    say(f"confirming: the baseline and {', '.join(f'trial {r.number}' for r in chosen)} measured again in {rounds} "
+        f"interleaved rounds ({len(points)} trials, one at a time, about {pair_s * rounds:.0f} s)")
+    started = time.monotonic()
+    tuner = tune.Tuner(
+        trainable,
+        tune_config=tune.TuneConfig(search_alg=InOrder(points), num_samples=len(points), max_concurrent_trials=1,
+                                    time_budget_s=seconds_left,
+                                    reuse_actors=get_platform(plan.sweep.base.platform).reuses_processes),
+        run_config=tune.RunConfig(name=os.path.basename(experiment_dir) + "-confirm", storage_path=storage,
+                                  callbacks=[callback], verbose=0),
+    )
+    tuner.fit()
+    confirmation.records = sorted(callback.records.values(), key=lambda r: r.number)
+    confirmation.seconds = time.monotonic() - started
+    return confirmation
+
+
+class InOrder(Searcher):
+    """Tune's searcher for a fixed list of configs, proposed in order, once each."""
+
+    def __init__(self, points: Sequence[Mapping[str, Any]]):
+        super().__init__()
+        self.points = [dict(point) for point in points]
+        self.given = 0
+
+    def suggest(self, trial_id: str):
+        if self.given >= len(self.points):
+            return Searcher.FINISHED
+        self.given += 1
+        return dict(self.points[self.given - 1])
+
+    def on_trial_complete(self, trial_id: str, result=None, error: bool = False) -> None:
+        pass
+
+    def save(self, checkpoint_path: str) -> None:  # Tune saves its searcher with the experiment
+        with open(checkpoint_path, "w") as saved:
+            json.dump({"points": self.points, "given": self.given}, saved, default=str)
+
+    def restore(self, checkpoint_path: str) -> None:
+        with open(checkpoint_path) as saved:
+            state = json.load(saved)
+        self.points, self.given = state["points"], state["given"]
+
+
+def _round_seconds(configs: Sequence[TrialRecord], records: Sequence[TrialRecord]) -> float:
+    """About how long one round takes: each config's trial's wall time in the search (a
+    trial stopped early: the longest full trial's)."""
+    full = [r.wall_s for r in records if r.status == "finished" and math.isfinite(r.wall_s)]
+    longest = max(full) if full else float("nan")
+    return sum(r.wall_s if r.status == "finished" and math.isfinite(r.wall_s) else longest for r in configs)
