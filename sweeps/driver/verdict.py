@@ -69,6 +69,13 @@ def verdict(baseline: Optional[TrialRecord], best: Optional[TrialRecord], metric
     loaded = [r for r in pair if host_slowdown(r, records) > HOST_LOADED and r not in contended]
     noise_text = f"+-{noise:.1%}" if math.isfinite(noise) else "unknown (one window per trial: windows >= 2 measure it)"
     if best is baseline:
+        disturbed = [r for r in records if r is not baseline and r.contended and r.measured(metric)]
+        if disturbed or baseline.contended:
+            which = ", ".join(f"trial {r.number}" for r in disturbed[:5]) + (" and more" if len(disturbed) > 5 else "")
+            text = (f"not decided: the baseline measured best, but {which or 'the baseline'} measured while other "
+                    "processes took the cores of every window (contended): measure again (--confirm-rounds) "
+                    "or on a quiet machine")
+            return Verdict(text, 0.0, noise, False, decided=False)
         text = f"no config beat the baseline: it measured best itself (its noise: {noise_text})"
         return Verdict(text, 0.0, noise, False)
     lead = f"trial {best.number} at {change:+.1%} over the baseline"
@@ -76,15 +83,15 @@ def verdict(baseline: Optional[TrialRecord], best: Optional[TrialRecord], metric
         which = " and ".join("the baseline" if r is baseline else f"trial {r.number}" for r in contended)
         text = (f"not trusted: other processes took cores from every window of {which} (contended); {lead}, "
                 f"noise {noise_text}: measure again (--confirm-rounds) or on a quiet machine")
-        return Verdict(text, change, noise, False)
+        return Verdict(text, change, noise, False, decided=False)
     if loaded:
         which = " and ".join("the baseline" if r is baseline else f"trial {r.number}" for r in loaded)
         text = (f"not trusted: {which} ran while the host was loaded (its speed probe "
                 f"{max(host_slowdown(r, records) for r in loaded):.0%} slower than the sweep's typical); "
                 f"{lead}, noise {noise_text}: measure again on a quiet machine")
-        return Verdict(text, change, noise, False)
+        return Verdict(text, change, noise, False, decided=False)
     if not math.isfinite(noise):
-        return Verdict(f"{lead}; noise {noise_text}", change, noise, False)
+        return Verdict(f"{lead}; noise {noise_text}", change, noise, False, decided=False)
     if change > noise:
         return Verdict(f"{lead}: beats it beyond the measured noise of {noise_text}", change, noise, True)
     return Verdict(f"no config beat the baseline by more than the measured noise of {noise_text} "

@@ -1,0 +1,237 @@
+"""Verdicts that hold on a shared machine: contention is measured in every window of a
+user's own trainable, a disturbed trial is tagged and not trusted, and the sweep's verdict
+comes from the confirmation rounds (sweeps/driver/confirm.py), or says "not decided".
+
+The sweeps here use a user's trainable whose config ``work=1`` is twice as fast as the
+baseline's ``work=2`` (half the matrix products per sample): the right verdict is known."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+import pytest
+
+from accelsweep.sweeps.driver.api import Objective, Sweep, SweepConfig, declare_metrics, run_sweep
+from accelsweep.sweeps.driver.confirm import candidates, judge, round_orders, search_budget_s
+from accelsweep.sweeps.driver.records import FINISHED, TrialRecord
+from accelsweep.sweeps.driver.verdict import EQUAL_WITHIN, confirmed_verdict, verdict
+from accelsweep.trainables.errors import ConfigError
+from accelsweep.trainables.metrics import Metric, MetricSet
+
+
+# ---- the verdict of confirmation rounds ------------------------------------------------
+
+def rounds(*pairs, contended=()):
+    """Rounds of (baseline, candidate) figures; ``contended``: indexes of rounds whose
+    candidate trial was contended."""
+    return [{"base": (b, False), "cand": (c, index in contended)} for index, (b, c) in enumerate(pairs)]
+
+
+def test_a_consistent_gain_over_the_rounds_is_confirmed():
+    judged, [one] = confirmed_verdict(rounds((100, 201), (98, 199), (103, 204)), "base", {"cand": "trial 7"}, "max")
+    assert judged.decided and judged.confirmed and judged.beats_baseline
+    assert judged.text.startswith("confirmed: trial 7's config beats the baseline by +100.7% (95% interval +94.5% to +107.0%, 3 interleaved rounds)")
+    assert one.rounds == 3 and 0.9 < one.low < one.gain < one.high < 1.1
+
+
+def test_contended_rounds_are_left_out_and_too_few_quiet_ones_decide_nothing():
+    judged, [one] = confirmed_verdict(rounds((100, 201), (98, 60), (103, 50), contended=(1, 2)), "base",
+                                      {"cand": "trial 7"}, "max")
+    assert not judged.decided and not judged.beats_baseline and one.rounds == 1
+    assert judged.text.startswith("not decided: 1 of 3 confirmation round(s) measured the baseline and a candidate "
+                                  "without contention")
+
+
+def test_a_narrow_interval_around_no_change_is_a_decision_a_wide_one_is_not():
+    same, _ = confirmed_verdict(rounds((100, 101), (100, 100.5), (101, 101)), "base", {"cand": "trial 3"}, "max")
+    assert same.decided and not same.beats_baseline and (same.noise <= EQUAL_WITHIN)
+    assert same.text.startswith("confirmed: no config beats the baseline by more than")
+    wide, _ = confirmed_verdict(rounds((100, 150), (100, 80), (100, 125)), "base", {"cand": "trial 3"}, "max")
+    assert not wide.decided and wide.text.startswith("not decided: trial 3's config is")
+    worse, _ = confirmed_verdict(rounds((100, 50), (100, 51), (100, 49)), "base", {"cand": "trial 3"}, "max")
+    assert worse.decided and not worse.beats_baseline and "no config beats the baseline (" in worse.text
+
+
+def test_for_a_minimised_objective_lower_is_the_gain():
+    judged, _ = confirmed_verdict(rounds((2.0, 1.0), (2.1, 1.0), (1.9, 1.0)), "base", {"cand": "trial 2"}, "min")
+    assert judged.beats_baseline and judged.change > 0.8
+
+
+def record(number, knob, value, *, baseline=False, contended_windows=0, windows=3, status=FINISHED, **result):
+    return TrialRecord(number=number, trial_id=f"t{number}", searched={"knob": knob}, config={"knob": knob},
+                       resources={}, is_baseline=baseline, created_at=0.0, status=status, measured_by="score",
+                       result={"score": value, "windows_done": windows, "contended_windows": contended_windows,
+                               **result})
+
+
+def test_the_search_verdict_does_not_trust_a_trial_every_window_of_which_was_contended():
+    base = record(1, 2, 100.0, baseline=True)
+    disturbed = record(2, 1, 60.0, contended_windows=3)  # a fast config measured while a neighbour ran
+    judged = verdict(base, base, "score", "max", [base, disturbed])
+    assert not judged.decided and "trial 2" in judged.text and "contended" in judged.text
+    winner = record(3, 3, 300.0, contended_windows=3)
+    judged = verdict(base, winner, "score", "max", [base, disturbed, winner])
+    assert judged.text.startswith("not trusted: other processes took cores from every window of trial 3")
+    partly = record(4, 3, 300.0, contended_windows=1)  # its figure is from its two quiet windows
+    assert verdict(base, partly, "score", "max", [base, partly]).beats_baseline is False  # no noise: no call
+    assert not partly.contended and partly.disturbed
+
+
+def test_confirmation_candidates_prefer_figures_from_quiet_windows_and_skip_the_baseline_config():
+    records = [record(1, 2, 100.0, baseline=True), record(2, 2, 130.0), record(3, 1, 500.0, contended_windows=3),
+               record(4, 3, 200.0), record(5, 4, 150.0), record(6, 3, 190.0)]
+    assert [r.number for r in candidates(records, "score", "max")] == [4, 5]  # trial 3's figure is contended
+    assert [r.number for r in candidates(records, "score", "max", count=3)] == [4, 5, 3]
+    assert round_orders(["a", "b", "c"], 4) == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"], ["a", "b", "c"]]
+    assert search_budget_s(480, 3) == 360 and search_budget_s(480, 0) == 480 and search_budget_s(None, 3) is None
+
+
+def test_confirm_rounds_must_pair_at_least_twice():
+    from accelsweep.sweeps.driver.api import plan_sweep
+
+    for bad in (1, -1, 2.5, True):
+        with pytest.raises(ConfigError, match=r"^confirm_rounds must be 0 \(no confirmation\), or an integer >= 2"):
+            plan_sweep(work_sweep("bad", "sqlite:///unused.db", "/tmp/unused", confirm_rounds=bad))
+
+
+def test_the_confirmation_is_judged_from_records_alone():
+    search = [record(1, 2, 100.0, baseline=True), record(2, 1, 190.0)]
+    confirmations = []
+    for round_index, (base, fast) in enumerate([(100, 200), (99, 201), (101, 198)], 1):
+        for knob, value, is_base in ((2, base, True), (1, fast, False)):
+            one = record(10 + len(confirmations), knob, float(value), baseline=is_base, confirm_round=round_index)
+            confirmations.append(one)
+    judged = judge(search, confirmations, "score", "max")
+    assert judged.rounds == 3 and judged.verdict.beats_baseline and "trial 2's config" in judged.verdict.text
+
+
+# ---- sweeps of a user's trainable, quiet and disturbed -----------------------------------
+
+@dataclass(frozen=True)
+class WorkConfig(SweepConfig):
+    work: int = 2  # matrix products per sample
+    windows: int = 3
+    window_s: float = 0.6
+    marker_dir: str = ""  # where each trial says it started and ended (the test's busy process watches it)
+    cpus_per_worker: int = 2
+
+
+WORK_METRICS = MetricSet(metrics=(Metric("samples_per_s", "samples/s", "max", label="samples/s", fmt="{:.1f}",
+                                         progress="{:.1f} samples/s"),), headline=("samples_per_s",))
+
+
+@declare_metrics(WORK_METRICS)
+def work_trainable(searched, base, cost=None):
+    """A user's own trainable: two intra-op threads, like a training step, reporting its
+    throughput after each window; no contention of its own (the trial's wrapper measures it)."""
+    import torch
+    from ray import tune
+
+    config = WorkConfig.from_dict({**base, **searched})
+    torch.set_num_threads(2)
+    matrix = torch.randn(256, 256)
+
+    def sample():
+        for _ in range(config.work):
+            matrix @ matrix
+
+    def mark(what):
+        if config.marker_dir:
+            open(os.path.join(config.marker_dir, f"work{config.work}-{what}-{os.getpid()}-{time.time_ns()}"),
+                 "w").close()
+
+    mark("start")
+    for _ in range(20):
+        sample()
+    samples, seconds = 0, 0.0  # over the windows so far, as the training loop reports its throughput
+    for _ in range(config.windows):
+        start = time.perf_counter()
+        while time.perf_counter() - start < config.window_s:
+            sample()
+            samples += 1
+        seconds += time.perf_counter() - start
+        tune.report({"samples_per_s": samples / seconds})
+    mark("end")
+
+
+def work_space(trial):
+    trial.suggest_categorical("work", [2, 1])
+
+
+def work_sweep(name, tracking_uri, storage_path, marker_dir="", **options):
+    # The baseline (work=2) first, then the config twice as fast: a known right answer.
+    return Sweep(name=name, trainable=work_trainable, base=WorkConfig(marker_dir=marker_dir),
+                 space=work_space,
+                 objectives=[Objective("samples_per_s", "max")], num_samples=2, points=[{"work": 2}, {"work": 1}],
+                 scheduler="none", tracking_uri=tracking_uri, storage_path=storage_path, report=False,
+                 **{"confirm_rounds": 3, **options})
+
+
+BUSY = "while True: pass"
+
+
+def disturb_first_trial_of(marker_dir, prefix, stop):
+    """From the first moment a trial of ``prefix`` starts until it ends: two processes
+    burning a core each (every core of this 2-core machine), then nothing."""
+    seen = lambda what: any(name.startswith(f"{prefix}-{what}-") for name in os.listdir(marker_dir))
+    while not seen("start"):
+        if stop.wait(0.02):
+            return
+    busy = [subprocess.Popen([sys.executable, "-c", BUSY]) for _ in range(max(2, os.cpu_count() or 2))]
+    try:
+        while not seen("end") and not stop.wait(0.02):
+            pass
+    finally:
+        for process in busy:
+            process.kill()
+            process.wait()
+
+
+@pytest.mark.slow
+def test_a_quiet_sweep_confirms_the_faster_config(tmp_path, ray_session):
+    result = run_sweep(work_sweep("quiet", f"sqlite:///{tmp_path}/mlflow.db", str(tmp_path / "ray")))
+    fast = next(r for r in result.records if r.searched == {"work": 1})
+    assert result.verdict.confirmed and result.verdict.decided and result.verdict.beats_baseline, result.summary
+    assert result.verdict.text.startswith(f"confirmed: trial {fast.number}'s config beats the baseline by +")
+    assert 0.5 < result.verdict.change < 1.5  # twice as fast, give or take
+    assert len(result.confirmations) == 6 and all(r.status == FINISHED for r in result.confirmations)
+    assert "confirmation: 3 interleaved round(s), 6 trial(s)" in result.summary
+    assert not any(r.contended for r in result.records + result.confirmations), result.summary
+
+
+@pytest.mark.slow
+def test_a_disturbed_trial_is_tagged_contended_and_no_confident_wrong_verdict_is_printed(tmp_path, ray_session):
+    from mlflow.tracking import MlflowClient
+
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    stop = threading.Event()
+    # The fast config's search trial runs while every core is taken: it measures slower
+    # than the baseline; nothing else is disturbed.
+    watcher = threading.Thread(target=disturb_first_trial_of, args=(str(markers), "work1", stop), daemon=True)
+    watcher.start()
+    lines = []
+    try:
+        result = run_sweep(work_sweep("disturbed", f"sqlite:///{tmp_path}/mlflow.db", str(tmp_path / "ray"),
+                                      marker_dir=str(markers), print_line=lines.append))
+    finally:
+        stop.set()
+        watcher.join()
+    fast = next(r for r in result.records if r.searched == {"work": 1})
+    assert fast.contended, result.summary  # every window of it was taken while the cores were
+    tags = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db").get_run(fast.run_id).data.tags
+    assert "3 of 3 windows contended" in tags["contended"]
+    assert any(line.startswith(f"[trial {fast.number}/2]") and "(contended: " in line for line in lines)
+    judged = result.verdict
+    assert judged.confirmed
+    # The confirmed verdict is right, or says it cannot tell: never "the baseline is as good".
+    assert judged.beats_baseline or not judged.decided, result.summary
+    search_line = next(line for line in result.summary.splitlines() if line.startswith("search (one trial"))
+    assert "contended" in search_line and "no config beat the baseline" not in search_line.split(":")[1]
+    assert math.isfinite(fast.metric("max_contention_cpus")) and fast.metric("max_contention_cpus") > 0.5
