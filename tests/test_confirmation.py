@@ -193,8 +193,17 @@ def disturb_first_trial_of(marker_dir, prefix, stop):
             process.wait()
 
 
+@pytest.fixture
+def workers_can_import_this_module():
+    import ray.cloudpickle
+
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Ray workers need not import tests/
+    yield
+    ray.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+
+
 @pytest.mark.slow
-def test_a_quiet_sweep_confirms_the_faster_config(tmp_path, ray_session):
+def test_a_quiet_sweep_confirms_the_faster_config(tmp_path, ray_session, workers_can_import_this_module):
     result = run_sweep(work_sweep("quiet", f"sqlite:///{tmp_path}/mlflow.db", str(tmp_path / "ray")))
     fast = next(r for r in result.records if r.searched == {"work": 1})
     assert result.verdict.confirmed and result.verdict.decided and result.verdict.beats_baseline, result.summary
@@ -206,7 +215,8 @@ def test_a_quiet_sweep_confirms_the_faster_config(tmp_path, ray_session):
 
 
 @pytest.mark.slow
-def test_a_disturbed_trial_is_tagged_contended_and_no_confident_wrong_verdict_is_printed(tmp_path, ray_session):
+def test_a_disturbed_trial_is_tagged_contended_and_no_confident_wrong_verdict_is_printed(
+        tmp_path, ray_session, workers_can_import_this_module):
     from mlflow.tracking import MlflowClient
 
     markers = tmp_path / "markers"

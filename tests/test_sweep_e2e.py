@@ -13,7 +13,9 @@ import pytest
 from tests.conftest import REPO
 
 
-def mlflow_runs(uri, experiment):
+def mlflow_runs(uri, experiment, confirmations=False):
+    """(parent runs, trial runs) of ``experiment``: the search's trials, or with
+    ``confirmations`` the confirmation phase's (sweeps/driver/confirm.py)."""
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(uri)
@@ -21,7 +23,8 @@ def mlflow_runs(uri, experiment):
     assert found is not None, f"no experiment {experiment!r}"
     runs = client.search_runs([found.experiment_id], max_results=1000)
     parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
-    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags
+                and (r.data.tags.get("phase") == "confirmation") == confirmations]
     return parents, children
 
 
@@ -55,10 +58,16 @@ def test_main_job_smoke_sweep_lands_in_mlflow(smoke_sweep):
     assert f"mlflow ui --backend-store-uri {uri}" in out
 
     parents, children = mlflow_runs(uri, "X")
+    # The main job confirms its verdict: the baseline and its best configs run again, interleaved.
+    _, confirmations = mlflow_runs(uri, "X", confirmations=True)
     reused = [r for r in children if r.data.tags["status"] == "reused"]  # repeated proposals: answered, not run
     assert all(r.data.tags["reused_from_trial"] for r in reused)
     assert len(parents) == 1 and len(children) - len(reused) == 4
     parent_id = parents[0].info.run_id
+    rounds = sorted(int(r.data.tags["confirm_round"]) for r in confirmations)
+    assert rounds and rounds == sorted([1, 2, 3] * (len(confirmations) // 3)), rounds  # 3 rounds of every config
+    assert parents[0].data.tags["verdict"].startswith(("confirmed: ", "not decided: "))
+    assert "confirmation: 3 interleaved round(s)" in out and "search (one trial per config): " in out
     searched = ["batch_size", "num_workers", "precision", "patch_embed", "threads", "channels_last"]
     for run in children:
         if run in reused:

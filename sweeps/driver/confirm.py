@@ -151,6 +151,7 @@ class ConfirmationCallback(SweepCallback):
         self.baseline_key = baseline_key
         self.round_count = len(orders)
         self._progress, self.verbose = search._progress, search.verbose
+        self.deadline, self.storage_watch = search.deadline, search.storage_watch  # --trial-timeout-s, the disk
 
     def _record(self, trial) -> TrialRecord:
         record = super()._record(trial)
