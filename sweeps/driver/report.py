@@ -1,7 +1,8 @@
 """The end-of-sweep summary: the seed posts' results table, written by the sweep.
 
 Baseline config against best config, knob by knob, then the measured figures and the
-change; with several objectives, the Pareto set; then counts by outcome, the mean
+change (changes.py: in percent where the baseline is far from zero, else the difference,
+so an error near zero is not "+1199900%"); with several objectives, the Pareto set; then counts by outcome, the mean
 per-trial overhead, the price basis, and the command that opens MLflow on the results.
 
 Ranking reads the sweep's objectives only: a trial is measured when it did not fail and
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping, Optional, Sequence, Union
 
 from accelsweep.sweeps.driver.callbacks import CUT_BY_BUDGET, REJECTED, REUSED, TrialRecord
+from accelsweep.sweeps.driver.changes import describe_change
 from accelsweep.sweeps.driver.verdict import verdict
 from accelsweep.trainables.metrics import TRAINING_METRICS, MetricSet
 from accelsweep.trainables.harness.microbench import NOISY_CV
@@ -30,12 +32,6 @@ __all__ = ["OVERHEAD_MEANING", "Table", "best_record", "dominates", "html", "mar
 
 def _format(template: str, value: float) -> str:
     return template.format(value) if isinstance(value, (int, float)) and math.isfinite(value) else "n/a"
-
-
-def _change(baseline: float, best: float) -> str:
-    if not (math.isfinite(baseline) and math.isfinite(best)) or baseline == 0:
-        return ""
-    return f"{(best - baseline) / baseline * 100:+.1f}%"
 
 
 def ranked(records: Iterable[TrialRecord], metric: str) -> list[TrialRecord]:
@@ -208,7 +204,8 @@ def summary_blocks(title: str, records: Sequence[TrialRecord], metric: str, mode
         for name, label, fmt in _rows(declared, objectives):
             base_value = base.metric(name) if base else float("nan")
             best_value = best.metric(name)
-            rows.append([label, _format(fmt, base_value), _format(fmt, best_value), _change(base_value, best_value)])
+            rows.append([label, _format(fmt, base_value), _format(fmt, best_value),
+                         describe_change(base_value, best_value, fmt=fmt)])
         lines += ["", Table(tuple(map(tuple, rows))), ""]
         judged = verdict(base, best, metric, mode, records)
         if judged is not None:
