@@ -25,6 +25,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 from accelsweep.sweeps.driver.callbacks import (CUT_BY_BUDGET, FAILED, FINISHED, INTERRUPTED, REJECTED, REUSED,
                                                  STOPPED_EARLY, TrialRecord)
 from accelsweep.sweeps.driver.report import best_record, pareto_set, ranked
+from accelsweep.trainables.cost import price_advice
 from accelsweep.trainables.errors import ConfigError, one_of, positive_int
 
 __all__ = ["PlotFile", "PlotStamp", "curves_plot", "importance_plot", "kernel_latency_plot", "kernel_tflops_plot",
@@ -111,9 +112,11 @@ def _finite(value: float) -> bool:
 
 
 def tradeoff_plot(records: Sequence[TrialRecord], y_metric: str, y_mode: str, x_metric: str, x_mode: str,
-                  path: str, stamp: PlotStamp, labels: Optional[Mapping[str, str]] = None) -> PlotFile:
+                  path: str, stamp: PlotStamp, labels: Optional[Mapping[str, str]] = None,
+                  cost_note: str = "") -> PlotFile:
     """The ranked trials as points of (x, y), the Pareto front over both objectives
-    (report.pareto_set) marked and joined by its staircase, baseline and best annotated."""
+    (report.pareto_set) marked and joined by its staircase, baseline and best annotated.
+    ``cost_note``: the sweep's price basis note, whose advice an unpriced plot repeats."""
     one_of("y_mode", y_mode, MODES)
     one_of("x_mode", x_mode, MODES)
     labels = dict(labels or {})
@@ -124,7 +127,7 @@ def tradeoff_plot(records: Sequence[TrialRecord], y_metric: str, y_mode: str, x_
         return _nothing(path, stamp, title, f"no trial measured {y_metric}")
     points = [r for r in measured if _finite(r.metric(x_metric))]
     if not points:
-        why = (f"no price basis: {x_label} unknown (pass --instance-type or --price-per-hour)"
+        why = (f"no price basis: {x_label} unknown. {price_advice(cost_note)}"
                if x_metric.startswith("usd_") else f"no trial measured {x_metric}")
         return _nothing(path, stamp, title, why)
     front = sorted(pareto_set(records, [(y_metric, y_mode), (x_metric, x_mode)]), key=lambda r: r.metric(x_metric))

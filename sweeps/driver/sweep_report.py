@@ -126,7 +126,7 @@ def build_report(history: SweepHistory, out_dir: str, study_url: Optional[str] =
     else:
         importances, evaluator, note = knob_importances(history, study_url)
         drawn = [plots.tradeoff_plot(history.records, metric, mode, COST_METRIC, "min", at("tradeoff.png"), stamp,
-                                     labels=labels),
+                                     labels=labels, cost_note=history.cost_note),
                  plots.progress_plot(history.records, metric, mode, at("progress.png"), stamp,
                                      label=labels.get(metric)),
                  plots.importance_plot(importances, at("importance.png"), stamp, evaluator=evaluator, note=note),
