@@ -24,9 +24,9 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from accelsweep.sweeps.driver.callbacks import (CUT_BY_BUDGET, FAILED, FINISHED, INTERRUPTED, REJECTED, REUSED,
                                                  STOPPED_EARLY, TrialRecord)
-from accelsweep.sweeps.driver.report import best_record, pareto_set, ranked
+from accelsweep.sweeps.driver.report import best_record, op_keys, pareto_set, ranked
 from accelsweep.trainables.cost import price_advice
-from accelsweep.trainables.errors import ConfigError, one_of, positive_int
+from accelsweep.trainables.errors import one_of, positive_int
 
 __all__ = ["PlotFile", "PlotStamp", "curves_plot", "importance_plot", "kernel_latency_plot", "kernel_tflops_plot",
            "parallel_plot", "progress_plot", "tradeoff_plot"]
@@ -364,7 +364,7 @@ def _kernel_points(records: Sequence[TrialRecord]) -> list[_KernelPoint]:
     measured = [r for r in records if r.measured("latency_p50_s") and r.status != REUSED]
     shape_of, tuning_of = {}, {}
     for record in measured:
-        shape_params, tuning = _op_keys(record)
+        shape_params, tuning = op_keys(record)
         shape_of[record.number] = tuple((k, record.config[k]) for k in shape_params if k in record.config)
         tuning_of[record.number] = {k: record.config[k] for k in tuning if k in record.config}
     values_of: dict[tuple[str, str], set] = {}  # (impl, tuning knob) -> the values its trials ran
@@ -377,18 +377,6 @@ def _kernel_points(records: Sequence[TrialRecord]) -> list[_KernelPoint]:
         knobs = [f"{k}={v}" for k, v in tuning_of[record.number].items() if len(values_of[(impl, k)]) > 1]
         points.append(_KernelPoint(record, shape_of[record.number], " ".join([impl, *knobs])))
     return points
-
-
-def _op_keys(record: TrialRecord) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(shape parameters, the trial's implementation's tuning knobs) of the trial's op;
-    an op that cannot be loaded here: every searched knob but impl is a shape."""
-    from accelsweep.kernels.registry import get_op
-
-    try:
-        spec = get_op(record.config.get("op"))
-        return spec.shape_params, tuple(spec.impl(record.config.get("impl")).tuning)
-    except (ConfigError, ImportError):
-        return tuple(k for k in record.searched if k != "impl"), ()
 
 
 def kernel_latency_plot(records: Sequence[TrialRecord], path: str, stamp: PlotStamp) -> PlotFile:
