@@ -177,9 +177,9 @@ CASES = [
      "platform must be a platform whose devices this machine has (it has no NeuronCores; a local run); got "
      "'neuron'. Tune would wait forever for them: pass --address to run on a cluster that has them, or --dry-run "
      "to plan the sweep here."),
-    ("instance type with no price", lambda: cost("m5.large"),
+    ("instance type with no price", lambda: cost("m5.large"),  # from Python: the argument, not the flag
      "instance_type must be one of trn1.2xlarge, trn1.32xlarge, trn1n.32xlarge, inf2.xlarge, g5.2xlarge, "
-     "c7i.2xlarge (or give --price-per-hour); got 'm5.large'. The price table has no entry for it."),
+     "c7i.2xlarge (or give price_per_hour); got 'm5.large'. The price table has no entry for it."),
     ("negative price", lambda: cost(price_per_hour=-1.0), "price_per_hour must be a finite number > 0; got -1.0"),
     ("price NaN", lambda: cost(price_per_hour=float("nan")), "price_per_hour must be a finite number > 0; got nan"),
     ("seed above 2**32 - 1 (what the samplers take)", lambda: plan(seed=2**32), SEED_RANGE + "got 4294967296"),

@@ -1,11 +1,12 @@
+import dataclasses
 import http.server
 import threading
 
 import pytest
 
 from accelsweep.trainables.errors import ConfigError
-from accelsweep.trainables.cost import (PRICE_TABLE, instance_type_from_imds, resolve_cost_basis,
-                             trial_cost_usd, usd_per_1m_samples)
+from accelsweep.trainables.cost import (NO_BASIS_CLI_HINT, PRICE_TABLE, instance_type_from_imds, price_advice,
+                                        resolve_cost_basis, trial_cost_usd, usd_per_1m_samples)
 
 
 def test_share_is_cores_held_over_cores_on_the_instance():
@@ -29,15 +30,39 @@ def test_dollars_per_million_samples_and_per_trial():
 
 
 def test_price_per_hour_wins_and_uses_local_units():
-    basis, note = resolve_cost_basis(price_per_hour=0.357, local_units={"CPU": 2}, detect=False)
+    basis, note = resolve_cost_basis(price_per_hour=0.357, local_units={"CPU": 2}, detect=False, flags=True)
     assert basis.usd_per_hour == 0.357 and basis.hourly_rate({"CPU": 2}) == pytest.approx(0.357)
-    assert "command line" in note
+    assert "command line" in note and basis.source == "--price-per-hour"
+    basis, note = resolve_cost_basis(price_per_hour=0.357, detect=False)  # from Python: no command line
+    assert note == "price basis: $0.357/h given" and basis.source == "price_per_hour"
 
 
 def test_no_basis_is_nan_with_a_hint_not_a_guess():
-    basis, note = resolve_cost_basis(detect=False)
+    basis, note = resolve_cost_basis(detect=False, flags=True)
     assert basis is None
     assert "--instance-type" in note and "--price-per-hour" in note
+
+
+def test_a_sweep_run_from_python_is_told_how_to_price_it_in_the_apis_terms():
+    """A script calling run_sweep has no --instance-type: the Sweep's default note and
+    resolve_cost_basis without flags name the Sweep's fields and the function that fills
+    them, and the CLI's cost_basis keeps the flags."""
+    import argparse
+
+    from accelsweep.sweeps.driver.api import Sweep
+    from accelsweep.sweeps.driver.cli import cost_basis
+
+    _, note = resolve_cost_basis(detect=False)
+    default_note = next(f.default for f in dataclasses.fields(Sweep) if f.name == "cost_note")
+    for said in (note, default_note):
+        assert "--" not in said, said
+        assert "cost=" in said and "cost_note=" in said and "resolve_cost_basis(instance_type=" in said
+        assert "resolve_cost_basis(price_per_hour=" in said and all(name in said for name in PRICE_TABLE)
+    assert price_advice(note).startswith("Give the Sweep one: ")
+    _, flags_note = cost_basis(argparse.Namespace(instance_type=None, price_per_hour=None))
+    assert flags_note == NO_BASIS_CLI_HINT and price_advice(flags_note).startswith("Pass --instance-type")
+    with pytest.raises(ConfigError, match=r"instance_type must be one of .* \(or give price_per_hour\); got 'p9'"):
+        resolve_cost_basis("p9", detect=False)
 
 
 def test_unknown_instance_without_price_is_refused():

@@ -23,7 +23,7 @@ PUBLIC_MODULES = (
     "accelsweep.trainables.loop.train_loop", "accelsweep.trainables.fresh_process",
     "accelsweep.trainables.harness.microbench", "accelsweep.trainables.loop.rejection", "accelsweep.kernels.registry",
     "accelsweep.sweeps.driver.history", "accelsweep.sweeps.driver.sweep_report", "accelsweep.sweeps.driver.study",
-    "accelsweep.sweeps.driver.compare",
+    "accelsweep.sweeps.driver.compare", "accelsweep.trainables.cost",
 )
 
 

@@ -11,6 +11,7 @@ import pytest
 from accelsweep.sweeps.driver import plots
 from accelsweep.sweeps.driver.callbacks import FAILED, FINISHED, REJECTED, REUSED, STOPPED_EARLY, TrialRecord
 from accelsweep.sweeps.driver.report import pareto_set
+from accelsweep.trainables.cost import NO_BASIS_CLI_HINT, NO_BASIS_HINT
 from accelsweep.trainables.errors import ConfigError
 
 NAN = float("nan")
@@ -78,12 +79,16 @@ def test_tradeoff_staircase_turns_at_the_worse_corner():
     assert plots._staircase(front, PRICE, "min", THROUGHPUT, "max") == ([1.0, 2.0, 2.0], [100.0, 100.0, 200.0])
 
 
-def test_tradeoff_without_a_price_basis_says_so(tmp_path):
+@pytest.mark.parametrize("note, advice", [
+    (NO_BASIS_CLI_HINT, "Pass --instance-type (one of "),  # a study's command line
+    (NO_BASIS_HINT, "Give the Sweep one: cost, cost_note = resolve_cost_basis("),  # a script calling run_sweep
+])
+def test_tradeoff_without_a_price_basis_says_so_in_the_sweeps_terms(tmp_path, note, advice):
     records = [trial(1, baseline=True, **{THROUGHPUT: 100.0, PRICE: NAN}), trial(2, **{THROUGHPUT: 120.0})]
     written = plots.tradeoff_plot(records, THROUGHPUT, "max", PRICE, "min", str(tmp_path / "t.png"), STAMP,
-                                  labels={PRICE: "$ per 1M samples"})
+                                  labels={PRICE: "$ per 1M samples"}, cost_note=note)
     assert_png(written)
-    assert says(written, "no price basis: $ per 1M samples unknown (pass --instance-type or --price-per-hour)")
+    assert says(written, f"no price basis: $ per 1M samples unknown. {advice}")
     assert says(written, STAMP.footer)
 
 

@@ -17,6 +17,8 @@ from typing import Mapping, Optional
 
 from accelsweep.trainables.errors import ConfigError, positive_float
 
+__all__ = ["NO_BASIS_CLI_HINT", "NO_BASIS_HINT", "PRICE_TABLE", "CostBasis", "price_advice", "resolve_cost_basis"]
+
 PRICE_TABLE_DATE = "2026-11-01"
 PRICE_TABLE_SOURCE = ("AWS EC2 On-Demand Linux prices, us-east-1 (aws.amazon.com/ec2/pricing/on-demand/), "
                       "as quoted in the seed posts and checked on the date given; spot and other regions differ")
@@ -109,15 +111,33 @@ class CostBasis:
                 f"= ${self.hourly_rate(resources):.4g}/h")
 
 
-NO_BASIS_HINT = ("no price basis: cost metrics are NaN. Pass --instance-type (one of "
-                 + ", ".join(PRICE_TABLE) + ") or --price-per-hour USD.")
+NO_BASIS = "no price basis: cost metrics are NaN."
+# How to give a basis, in the terms of what the user runs: a script that calls run_sweep
+# from Python has no --instance-type (Sweep's default note says this one); a study's
+# command line has (cli.cost_basis).
+NO_BASIS_HINT = (f"{NO_BASIS} Give the Sweep one: cost, cost_note = resolve_cost_basis(instance_type=...) (one of "
+                 + ", ".join(PRICE_TABLE) + ") or resolve_cost_basis(price_per_hour=USD), from "
+                 "accelsweep.trainables.cost; then Sweep(..., cost=cost, cost_note=cost_note).")
+NO_BASIS_CLI_HINT = (f"{NO_BASIS} Pass --instance-type (one of " + ", ".join(PRICE_TABLE)
+                     + ") or --price-per-hour USD.")
+
+
+def price_advice(cost_note: str) -> str:
+    """How to give a price basis, as a sweep's cost note (its ``cost_basis`` tag) says it
+    for what the sweep was run from; a generic sentence for a note that does not."""
+    for hint in (NO_BASIS_HINT, NO_BASIS_CLI_HINT):
+        if cost_note == hint:
+            return hint.removeprefix(NO_BASIS).strip()
+    return "Give the sweep a price basis (an instance type or a price per hour)."
 
 
 def resolve_cost_basis(instance_type: Optional[str] = None, price_per_hour: Optional[float] = None,
                        local_units: Optional[Mapping[str, float]] = None,
-                       detect: bool = True) -> tuple[Optional[CostBasis], str]:
+                       detect: bool = True, flags: bool = False) -> tuple[Optional[CostBasis], str]:
     """Pick the price basis: an explicit price, else the price table for the instance
-    type given or read from EC2 metadata. Returns (basis or None, a sentence why)."""
+    type given or read from EC2 metadata. Returns (basis or None, a sentence why): the
+    Sweep's ``cost`` and ``cost_note``. ``flags``: the values came from a command line's
+    --instance-type and --price-per-hour, and the sentences say so."""
     detected = False
     if instance_type is None and detect:
         instance_type = detect_instance_type()
@@ -128,12 +148,13 @@ def resolve_cost_basis(instance_type: Optional[str] = None, price_per_hour: Opti
             units = PRICE_TABLE[instance_type].units()
         else:
             units = dict(local_units or {"CPU": float(os.cpu_count() or 1)})
-        basis = CostBasis(price_per_hour, units, "--price-per-hour", instance_type)
-        return basis, f"price basis: ${price_per_hour:g}/h given on the command line"
+        basis = CostBasis(price_per_hour, units, "--price-per-hour" if flags else "price_per_hour", instance_type)
+        return basis, f"price basis: ${price_per_hour:g}/h given" + (" on the command line" if flags else "")
     if instance_type is None:
-        return None, NO_BASIS_HINT
+        return None, NO_BASIS_CLI_HINT if flags else NO_BASIS_HINT
     if instance_type not in PRICE_TABLE:
-        raise ConfigError("instance_type", f"one of {', '.join(PRICE_TABLE)} (or give --price-per-hour)",
+        raise ConfigError("instance_type", f"one of {', '.join(PRICE_TABLE)} (or give "
+                                           f"{'--price-per-hour' if flags else 'price_per_hour'})",
                           instance_type, "The price table has no entry for it.")
     price = PRICE_TABLE[instance_type]
     how = "read from EC2 instance metadata" if detected else "given"

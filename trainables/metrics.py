@@ -203,6 +203,8 @@ KERNEL_METRICS = MetricSet(
         # it is the larger (launch-bound); NaN where the timer waits for each call.
         Metric("host_enqueue_s", "s"),
         Metric("launch_bound", ""),
+        # torch's intra-op threads the trial ran with (KernelConfig.threads); NaN for numpy, JAX.
+        Metric("threads", "threads"),
         *CONTENTION_METRICS,
     ),
     headline=("latency_p50_s", "latency_cv", "max_abs_error"),

@@ -95,6 +95,9 @@ DESCRIPTIONS = {
     "host_enqueue_s": "on a GPU, the host's enqueue time per call, beside the device's time; NaN where the timer "
                       "waits for each call",
     "launch_bound": "1 where the host's enqueue time is larger than the device's (launch-bound), else 0",
+    "threads": "torch's intra-op threads the trial ran with (`KernelConfig.threads`, the kernel studies' "
+               "`--threads`; default every CPU the trial holds); NaN for numpy and JAX implementations, whose "
+               "threads the harness does not set",
 }
 
 

@@ -176,7 +176,9 @@ def platform_from_args(args: argparse.Namespace, supported: Optional[Sequence[st
 
 
 def cost_basis(args: argparse.Namespace) -> tuple[Optional[CostBasis], str]:
-    return resolve_cost_basis(args.instance_type, args.price_per_hour)
+    """The price basis the flags give (--instance-type, --price-per-hour), worded for a
+    command line: the Sweep's ``cost`` and ``cost_note``."""
+    return resolve_cost_basis(args.instance_type, args.price_per_hour, flags=True)
 
 
 def fail(error: Exception) -> None:

@@ -30,6 +30,7 @@ from typing import Optional, Sequence
 from accelsweep.sweeps.driver.callbacks import TrialRecord
 from accelsweep.sweeps.driver.history import SweepHistory, load_sweep
 from accelsweep.sweeps.driver.report import Block, Table, best_record, html, markdown, ranked
+from accelsweep.trainables.cost import price_advice
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.sweeps.driver.record.secrets import redact_uri
 
@@ -80,7 +81,7 @@ class Entry:
         if self.cost_metric is None:
             return "it reports no $ per 1M figure (its trainable is not priced, as kernel sweeps are not)"
         if not self.history.cost_note or self.history.cost_note.startswith("no price basis"):
-            return "it ran with no price basis (give its study --instance-type or --price-per-hour)"
+            return f"it ran with no price basis ({price_advice(self.history.cost_note)})"
         return f"its best trial has no {self.cost_metric} (price basis: {self.history.cost_note})"
 
     @property

@@ -19,10 +19,10 @@ from __future__ import annotations
 import argparse
 import math
 import os
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence, Union
 
 from accelsweep.sweeps.driver.api import Objective, Sweep, plan_sweep, run_sweep
-from accelsweep.sweeps.driver.cli import common_parser, main_guard, platform_from_args, sweep_options
+from accelsweep.sweeps.driver.cli import at_least_one, common_parser, main_guard, platform_from_args, sweep_options
 from accelsweep.trainables.errors import ConfigError, one_of
 from accelsweep.trainables.platforms import PLATFORM_NAMES
 from accelsweep.trainables.harness.microbench import KernelConfig, kernel_metrics, kernel_trainable
@@ -38,7 +38,8 @@ def build_kernel_sweep(op: str, shapes: Optional[Mapping[str, Sequence[int]]] = 
                        dtype: Optional[str] = None, options: Optional[Mapping[str, Any]] = None,
                        smoke: bool = False, measurement: Optional[Mapping[str, Any]] = None, seed: int = 0,
                        address: Optional[str] = None, dry_run: bool = False, name: Optional[str] = None,
-                       num_samples: Optional[int] = None, **sweep_settings: Any) -> Sweep:
+                       num_samples: Optional[int] = None, threads: Union[int, Sequence[int], None] = None,
+                       **sweep_settings: Any) -> Sweep:
     """A grid sweep: every implementation of ``op`` that runs on ``platform``, at every
     combination of ``shapes``, each point checked against the op's reference, then timed.
 
@@ -56,6 +57,10 @@ def build_kernel_sweep(op: str, shapes: Optional[Mapping[str, Sequence[int]]] = 
       platform need not be present.
     - ``num_samples``: default every point of the grid once. ``sweep_settings``: the rest of
       ``Sweep``'s options (tracking_uri, storage_path, experiment, print_line, ...).
+    - ``threads``: torch's intra-op thread count in each trial (KernelConfig.threads), from
+      1 to this machine's CPUs (what a trial holds); several values are a knob of the grid.
+      None: every CPU the trial holds. Given, it leaves out the implementations that are
+      not torch's (numpy's BLAS and JAX choose their own threads), each with a line.
 
     Implementations that cannot run here (a dtype or option they lack, a stack not
     installed) are left out, each with a line saying why; none left is a ConfigError.
@@ -73,12 +78,16 @@ def build_kernel_sweep(op: str, shapes: Optional[Mapping[str, Sequence[int]]] = 
         if setting not in MEASUREMENT_FIELDS:
             raise ConfigError("measurement", f"keyed by {', '.join(MEASUREMENT_FIELDS)}", setting)
     grid_shapes = _grid(shapes, spec)
+    cpus = os.cpu_count() or 1
+    thread_counts = _thread_counts(threads, cpus)
     for option in options:
         if option not in spec.options:
             raise ConfigError("options", f"keyed by the options of op {spec.name!r} "
                                          f"({', '.join(spec.options) or 'it has none'})", option)
     first_shape = {name: choices[0] for name, choices in grid_shapes.items()}
-    contenders = {name: accepted_impls(op, name, dtype, first_shape, options) for name in PLATFORM_NAMES}
+    contenders = {name: accepted_impls(op, name, dtype, first_shape, options,
+                                       threads=thread_counts[-1] if thread_counts else None)
+                  for name in PLATFORM_NAMES}
     # auto: the best platform present that has contenders (a GPU has Triton's, a CPU only
     # the reference stacks); the note says which were passed over and why.
     where = argparse.Namespace(platform=platform, address=address, dry_run=dry_run)
@@ -98,21 +107,24 @@ def build_kernel_sweep(op: str, shapes: Optional[Mapping[str, Sequence[int]]] = 
     if not impls:
         raise ConfigError("platform", f"a platform with an implementation of {spec.name} for dtype {dtype} and "
                                       f"options {options or '(none)'}", platform)
-    grid = {"impl": impls, **grid_shapes}
+    grid = {"impl": impls, **grid_shapes, **({"threads": thread_counts} if len(thread_counts) > 1 else {})}
 
     def space(trial):
         for knob, choices in grid.items():
             trial.suggest_categorical(knob, list(choices))
 
     base = KernelConfig.make(op=op, impl=impls[0], platform=platform, dtype=dtype,
-                             cpus_per_worker=os.cpu_count() or 1, seed=seed, **first_shape, **options, **measurement)
+                             cpus_per_worker=cpus, seed=seed, threads=thread_counts[0] if thread_counts else None,
+                             **first_shape, **options, **measurement)
     settings = dict(
         # A grid runs every point once: no early stopping between them.
         scheduler="none",
         # An op without a FLOP count has no TFLOP/s: no row for it.
         metrics=kernel_metrics(base),
         cost_note="kernel sweeps are not priced (no cost basis applies to a microbenchmark)",
-        platform_note=f"{platform}, {dtype}, options {options or '(none)'}: implementations {', '.join(impls)}; {why}",
+        platform_note=(f"{platform}, {dtype}, options {options or '(none)'}: implementations {', '.join(impls)}"
+                       + (f"; torch threads {', '.join(map(str, thread_counts))}" if thread_counts else "")
+                       + f"; {why}"),
     )
     return Sweep(name=name or f"{spec.name}_kernels", trainable=kernel_trainable, base=base, space=space,
                  objectives=[Objective("latency_p50_s", "min")], sampler="grid", seed=seed, address=address,
@@ -132,6 +144,20 @@ def _grid(shapes: Optional[Mapping[str, Sequence[int]]], spec) -> dict[str, list
             raise ConfigError(f"shapes[{name!r}]", "a non-empty list of values", values)
         grid[name] = values
     return grid
+
+
+def _thread_counts(threads: Union[int, Sequence[int], None], cpus: int) -> list[int]:
+    """``threads`` as a list (empty: not set), each checked against this machine's CPUs."""
+    if threads is None:
+        return []
+    counts = [threads] if isinstance(threads, int) and not isinstance(threads, bool) else list(threads)
+    if not counts:
+        raise ConfigError("threads", f"an integer from 1 to {cpus} or a non-empty list of them", threads)
+    for count in counts:
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= cpus:
+            raise ConfigError("threads", f"integers from 1 to {cpus} (this machine's CPUs, all of which a kernel "
+                                         "trial holds)", count)
+    return list(dict.fromkeys(counts))
 
 
 def kernel_main(op: str, description: str, shapes: Mapping[str, Sequence[int]],
@@ -154,10 +180,14 @@ def kernel_main(op: str, description: str, shapes: Mapping[str, Sequence[int]],
                             help="which computation: " + "; ".join(
                                 f"{name}: {', '.join(f'{k}={v}' for k, v in options.items()) or 'no options'}"
                                 for name, options in variants.items()))
+    parser.add_argument("--threads", type=at_least_one, nargs="+", default=None, metavar="N",
+                        help="torch's intra-op threads per trial (torch.set_num_threads), at most this machine's "
+                             "CPUs; several values: each is a point of the grid. Only torch implementations take "
+                             "it: the others are left out, each with a line (default: every CPU a trial holds)")
     args = parser.parse_args(argv)
     sweep = build_kernel_sweep(op, smoke_shapes if args.smoke else shapes, platform=args.platform,
                                dtype=args.dtype, options=variants[getattr(args, "variant", next(iter(variants)))],
-                               smoke=args.smoke, dry_run=args.dry_run,
+                               smoke=args.smoke, dry_run=args.dry_run, threads=args.threads,
                                # default_samples None: the builder's, every point of the grid once;
                                # a grid has no early stopping between its points.
                                **sweep_options(args, default_samples=None, scheduler="none"))
@@ -168,16 +198,18 @@ def kernel_main(op: str, description: str, shapes: Mapping[str, Sequence[int]],
 
 
 def accepted_impls(op: str, platform: str, dtype: str, shape: Mapping[str, int],
-                   options: Mapping[str, Any]) -> tuple[list[str], list[str]]:
-    """The implementations of ``op`` registered for ``platform`` that take this dtype and
-    these options (checked without importing their stacks), and a line for each one left
-    out, with the reason."""
+                   options: Mapping[str, Any], threads: Optional[int] = None) -> tuple[list[str], list[str]]:
+    """The implementations of ``op`` registered for ``platform`` that take this dtype,
+    these options and a thread count (``threads``: only torch's do), checked without
+    importing their stacks, and a line for each one left out, with the reason."""
     from accelsweep.kernels.registry import get_op
 
     accepted, skipped = [], []
+    held = {} if threads is None else {"threads": threads, "cpus_per_worker": max(threads, os.cpu_count() or 1)}
     for implementation in get_op(op).impls_for(platform):
         try:
-            KernelConfig.make(op=op, impl=implementation.name, platform=platform, dtype=dtype, **shape, **options)
+            KernelConfig.make(op=op, impl=implementation.name, platform=platform, dtype=dtype, **shape, **options,
+                              **held)
             accepted.append(implementation.name)
         except ConfigError as missing:
             skipped.append(f"skipping {implementation.name}: {missing}")

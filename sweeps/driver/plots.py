@@ -24,8 +24,9 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from accelsweep.sweeps.driver.callbacks import (CUT_BY_BUDGET, FAILED, FINISHED, INTERRUPTED, REJECTED, REUSED,
                                                  STOPPED_EARLY, TrialRecord)
-from accelsweep.sweeps.driver.report import best_record, pareto_set, ranked
-from accelsweep.trainables.errors import ConfigError, one_of, positive_int
+from accelsweep.sweeps.driver.report import best_record, op_keys, pareto_set, ranked
+from accelsweep.trainables.cost import price_advice
+from accelsweep.trainables.errors import one_of, positive_int
 
 __all__ = ["PlotFile", "PlotStamp", "curves_plot", "importance_plot", "kernel_latency_plot", "kernel_tflops_plot",
            "parallel_plot", "progress_plot", "tradeoff_plot"]
@@ -111,9 +112,11 @@ def _finite(value: float) -> bool:
 
 
 def tradeoff_plot(records: Sequence[TrialRecord], y_metric: str, y_mode: str, x_metric: str, x_mode: str,
-                  path: str, stamp: PlotStamp, labels: Optional[Mapping[str, str]] = None) -> PlotFile:
+                  path: str, stamp: PlotStamp, labels: Optional[Mapping[str, str]] = None,
+                  cost_note: str = "") -> PlotFile:
     """The ranked trials as points of (x, y), the Pareto front over both objectives
-    (report.pareto_set) marked and joined by its staircase, baseline and best annotated."""
+    (report.pareto_set) marked and joined by its staircase, baseline and best annotated.
+    ``cost_note``: the sweep's price basis note, whose advice an unpriced plot repeats."""
     one_of("y_mode", y_mode, MODES)
     one_of("x_mode", x_mode, MODES)
     labels = dict(labels or {})
@@ -124,7 +127,7 @@ def tradeoff_plot(records: Sequence[TrialRecord], y_metric: str, y_mode: str, x_
         return _nothing(path, stamp, title, f"no trial measured {y_metric}")
     points = [r for r in measured if _finite(r.metric(x_metric))]
     if not points:
-        why = (f"no price basis: {x_label} unknown (pass --instance-type or --price-per-hour)"
+        why = (f"no price basis: {x_label} unknown. {price_advice(cost_note)}"
                if x_metric.startswith("usd_") else f"no trial measured {x_metric}")
         return _nothing(path, stamp, title, why)
     front = sorted(pareto_set(records, [(y_metric, y_mode), (x_metric, x_mode)]), key=lambda r: r.metric(x_metric))
@@ -361,7 +364,7 @@ def _kernel_points(records: Sequence[TrialRecord]) -> list[_KernelPoint]:
     measured = [r for r in records if r.measured("latency_p50_s") and r.status != REUSED]
     shape_of, tuning_of = {}, {}
     for record in measured:
-        shape_params, tuning = _op_keys(record)
+        shape_params, tuning = op_keys(record)
         shape_of[record.number] = tuple((k, record.config[k]) for k in shape_params if k in record.config)
         tuning_of[record.number] = {k: record.config[k] for k in tuning if k in record.config}
     values_of: dict[tuple[str, str], set] = {}  # (impl, tuning knob) -> the values its trials ran
@@ -374,18 +377,6 @@ def _kernel_points(records: Sequence[TrialRecord]) -> list[_KernelPoint]:
         knobs = [f"{k}={v}" for k, v in tuning_of[record.number].items() if len(values_of[(impl, k)]) > 1]
         points.append(_KernelPoint(record, shape_of[record.number], " ".join([impl, *knobs])))
     return points
-
-
-def _op_keys(record: TrialRecord) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(shape parameters, the trial's implementation's tuning knobs) of the trial's op;
-    an op that cannot be loaded here: every searched knob but impl is a shape."""
-    from accelsweep.kernels.registry import get_op
-
-    try:
-        spec = get_op(record.config.get("op"))
-        return spec.shape_params, tuple(spec.impl(record.config.get("impl")).tuning)
-    except (ConfigError, ImportError):
-        return tuple(k for k in record.searched if k != "impl"), ()
 
 
 def kernel_latency_plot(records: Sequence[TrialRecord], path: str, stamp: PlotStamp) -> PlotFile:

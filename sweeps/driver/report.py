@@ -1,7 +1,8 @@
 """The end-of-sweep summary: the seed posts' results table, written by the sweep.
 
 Baseline config against best config, knob by knob, then the measured figures and the
-change; with several objectives, the Pareto set; then counts by outcome, the mean
+change (changes.py: in percent where the baseline is far from zero, else the difference,
+so an error near zero is not "+1199900%"); with several objectives, the Pareto set; then counts by outcome, the mean
 per-trial overhead, the price basis, and the command that opens MLflow on the results.
 
 Ranking reads the sweep's objectives only: a trial is measured when it did not fail and
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping, Optional, Sequence, Union
 
 from accelsweep.sweeps.driver.callbacks import CUT_BY_BUDGET, REJECTED, REUSED, TrialRecord
+from accelsweep.sweeps.driver.changes import describe_change
 from accelsweep.sweeps.driver.confirm import Judgement, config_key, judge, measurements
 from accelsweep.sweeps.driver.verdict import verdict
 from accelsweep.trainables.metrics import TRAINING_METRICS, MetricSet
@@ -26,18 +28,13 @@ from accelsweep.trainables.harness.microbench import NOISY_CV
 OVERHEAD_MEANING = ("the trial's wall time outside its compile, warm-up and measured windows: process start-up, "
                     "imports, building the model and data, reporting")
 
-__all__ = ["OVERHEAD_MEANING", "Table", "best_record", "dominates", "html", "markdown", "mean_overhead_s",
-           "objective_vector", "pareto_set", "plain", "ranked", "summary", "summary_blocks", "table"]
+__all__ = ["OVERHEAD_MEANING", "Table", "best_record", "dominates", "html", "kernel_shape", "kernel_shapes",
+           "markdown", "mean_overhead_s", "objective_vector", "op_keys", "pareto_set", "plain", "ranked", "summary",
+           "summary_blocks", "table"]
 
 
 def _format(template: str, value: float) -> str:
     return template.format(value) if isinstance(value, (int, float)) and math.isfinite(value) else "n/a"
-
-
-def _change(baseline: float, best: float) -> str:
-    if not (math.isfinite(baseline) and math.isfinite(best)) or baseline == 0:
-        return ""
-    return f"{(best - baseline) / baseline * 100:+.1f}%"
 
 
 def ranked(records: Iterable[TrialRecord], metric: str) -> list[TrialRecord]:
@@ -53,6 +50,40 @@ def best_record(records: Iterable[TrialRecord], metric: str, mode: str) -> Optio
         return None
     pick = max if mode == "max" else min
     return pick(measured, key=lambda r: r.metric(metric))
+
+
+def op_keys(record: TrialRecord) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(shape parameters, the trial's implementation's tuning knobs) of a kernel trial's
+    op; an op that cannot be loaded here: every searched knob but impl and threads is a
+    shape."""
+    from accelsweep.kernels.registry import get_op
+    from accelsweep.trainables.errors import ConfigError
+
+    try:
+        spec = get_op(record.config.get("op"))
+        return spec.shape_params, tuple(spec.impl(record.config.get("impl")).tuning)
+    except (ConfigError, ImportError):
+        return tuple(k for k in record.searched if k not in ("impl", "threads")), ()
+
+
+def kernel_shape(record: TrialRecord) -> tuple:
+    """A kernel trial's shape: ((parameter, value), ...) in the op's order."""
+    return tuple((k, record.config[k]) for k in op_keys(record)[0] if k in record.config)
+
+
+def _shape_order(shape: tuple) -> list:
+    return [(isinstance(value, str), value) for _, value in shape]
+
+
+def kernel_shapes(records: Iterable[TrialRecord], metric: str) -> dict[tuple, list[TrialRecord]]:
+    """A kernel sweep's ranked trials by shape, smallest shape first: each shape is ranked
+    on its own (a grid over shapes has its fastest trial at its smallest shape, which says
+    nothing of the implementations). A copy of an earlier trial (reused) is left out."""
+    shapes: dict[tuple, list[TrialRecord]] = {}
+    for record in ranked(records, metric):
+        if record.status != REUSED:
+            shapes.setdefault(kernel_shape(record), []).append(record)
+    return dict(sorted(shapes.items(), key=lambda item: _shape_order(item[0])))
 
 
 def objective_vector(values: Mapping[str, float], objectives: Sequence[tuple[str, str]]) -> Optional[tuple]:
@@ -179,6 +210,12 @@ def summary_blocks(title: str, records: Sequence[TrialRecord], metric: str, mode
     declared = metrics or TRAINING_METRICS
     baseline = next((r for r in records if r.is_baseline), None)
     best = best_record(records, metric, mode)
+    # A kernel grid over several shapes: the baseline is set against the best at its own
+    # shape; every shape is ranked against its own baseline below (_per_shape_lines).
+    shapes = kernel_shapes(records, metric) if "impl" in knobs else {}
+    at_baseline_shape = len(shapes) > 1 and baseline is not None and baseline.measured(metric)
+    if at_baseline_shape:
+        best = best_record(shapes.get(kernel_shape(baseline), [baseline]), metric, mode)
     outcomes = Counter(r.status for r in records)
     lines = [f"== {title}: {len(records)} trials in {elapsed_s:.0f} s ("
              + ", ".join(f"{n} {status}" for status, n in sorted(outcomes.items())) + ") =="]
@@ -204,7 +241,9 @@ def summary_blocks(title: str, records: Sequence[TrialRecord], metric: str, mode
         lines.append(f"No trial produced a measurement of {metric} (the first objective).")
     else:
         base = baseline if baseline is not None and baseline.measured(metric) else None
-        rows = [["", "baseline" + ("" if base else " (no measurement)"), f"best (trial {best.number})", "change"]]
+        best_heading = f"best at the baseline's shape (trial {best.number})" if at_baseline_shape else \
+            f"best (trial {best.number})"
+        rows = [["", "baseline" + ("" if base else " (no measurement)"), best_heading, "change"]]
         for knob in knobs:
             base_value = str(base.config.get(knob, "")) if base else ""
             best_value = str(best.config.get(knob, ""))
@@ -212,7 +251,8 @@ def summary_blocks(title: str, records: Sequence[TrialRecord], metric: str, mode
         for name, label, fmt in _rows(declared, objectives):
             base_value = base.metric(name) if base else float("nan")
             best_value = best.metric(name)
-            rows.append([label, _format(fmt, base_value), _format(fmt, best_value), _change(base_value, best_value)])
+            rows.append([label, _format(fmt, base_value), _format(fmt, best_value),
+                         describe_change(base_value, best_value, fmt=fmt)])
         lines += ["", Table(tuple(map(tuple, rows))), ""]
         judged = verdict(base, best, metric, mode, records)
         confirmed = judge(records, confirmations, metric, mode) if confirmations else None
@@ -225,6 +265,9 @@ def summary_blocks(title: str, records: Sequence[TrialRecord], metric: str, mode
         if "device" in best.result:
             timing = f"; step times from {best.result['step_time_source']}" if "step_time_source" in best.result else ""
             lines.append(f"best device: {best.result['device']}{timing}")
+    if len(shapes) > 1:
+        lines += ([""] if lines[-1] else []) + _per_shape_lines(shapes, baseline, metric, mode, knobs, declared,
+                                                                records)
     if len(objectives) > 1:
         lines += ([""] if lines[-1] else []) + _pareto_lines(records, objectives, knobs, declared)
     compiled = [r.metric("compile_s") for r in ran if math.isfinite(r.metric("compile_s"))]
@@ -305,6 +348,48 @@ def _rows(metrics: MetricSet, objectives: Sequence[tuple[str, str]]) -> list[tup
             fmt = metrics[name].fmt if name in metrics.names else "{:.4g}"
             rows.append((name, name, fmt))
     return rows
+
+
+def _per_shape_lines(shapes: Mapping[tuple, list[TrialRecord]], baseline: Optional[TrialRecord], metric: str,
+                     mode: str, knobs: Sequence[str], metrics: MetricSet,
+                     records: Sequence[TrialRecord]) -> list[Block]:
+    """A kernel grid's ranking per shape: each shape's best implementation (with the knobs
+    that vary beside it: tuning, threads) against the baseline's implementation at that
+    shape, and each judged as the sweep's best is (verdict.py)."""
+    shape_names = {name for shape in shapes for name, _ in shape}
+    varying_shape = [name for name in dict.fromkeys(n for shape in shapes for n, _ in shape)
+                     if len({dict(shape).get(name) for shape in shapes}) > 1]
+    measured = [r for group in shapes.values() for r in group]
+    # Beside impl, the knobs that make a candidate: those that are not shape parameters.
+    candidate_knobs = [k for k in knobs if k not in shape_names and k != "impl"
+                       and len({str(r.config.get(k)) for r in measured}) > 1]
+
+    def candidate(record: TrialRecord) -> str:
+        return " ".join([str(record.config.get("impl")), *(f"{k}={record.config.get(k)}" for k in candidate_knobs)])
+
+    def is_baseline_candidate(record: TrialRecord) -> bool:
+        return baseline is not None and all(record.config.get(k) == baseline.config.get(k)
+                                            for k in knobs if k not in shape_names)
+
+    label = metrics[metric].label if metric in metrics.names and metrics[metric].label else metric
+    fmt = metrics[metric].fmt if metric in metrics.names else "{:.4g}"
+    base_name = candidate(baseline) if baseline is not None else "none"
+    rows = [["shape", "best", label, f"baseline: {base_name}", "change"]]
+    judged = []
+    for shape, group in shapes.items():
+        shown = " ".join(f"{name}={value}" for name, value in shape if name in varying_shape)
+        best = best_record(group, metric, mode)
+        base = next((r for r in group if is_baseline_candidate(r)), None)
+        base_value = base.metric(metric) if base else float("nan")
+        rows.append([shown, f"{candidate(best)} (trial {best.number})", _format(fmt, best.metric(metric)),
+                     _format(fmt, base_value) if base else "not measured",
+                     describe_change(base_value, best.metric(metric), fmt=fmt) if base else ""])
+        shape_verdict = verdict(base, best, metric, mode, records)
+        judged.append(f"at {shown}: " + (shape_verdict.text if shape_verdict is not None else
+                                         f"no measurement of {base_name} at this shape to judge against"))
+    better = "lower" if mode == "min" else "higher"
+    return [f"per shape ({len(shapes)} shapes, ranked apart; {label}, {better} is better; change against "
+            f"{base_name} at the same shape):", "", Table(tuple(map(tuple, rows))), "", *judged, ""]
 
 
 def _pareto_lines(records: Sequence[TrialRecord], objectives: Sequence[tuple[str, str]], knobs: Sequence[str],

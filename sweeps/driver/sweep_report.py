@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime
 import os
 import tempfile
+import warnings
 from typing import Callable, Optional
 
 from accelsweep.sweeps.driver.history import SweepHistory, load_sweep
@@ -39,9 +40,16 @@ def _stamp(history: SweepHistory):
     best = best_record(history.records, *history.objectives[0])
     machine = history.tags.get("hardware") or (
         f"{history.tags.get('host.machine', 'unknown machine')}, {history.tags.get('host.cpus', '?')} CPUs")
-    device = str(best.result.get("device", "")) if best else ""
     date = datetime.datetime.fromtimestamp(history.started_ms / 1000).strftime("%Y-%m-%d %H:%M")
-    return PlotStamp(sweep=history.title, machine=machine, device=device or "no trial measured", date=date)
+    return PlotStamp(sweep=history.title, machine=machine, device=_device(best), date=date)
+
+
+def _device(best) -> str:
+    """The device the best trial ran on, as its result says; a trainable of one's own need
+    not report one, and its trials measured all the same."""
+    if best is None:
+        return "no trial measured"
+    return str(best.result.get("device") or "") or "not reported by the trainable"
 
 
 # Below this, Optuna's evaluators give every knob the same importance (PedAnova: "The
@@ -74,12 +82,29 @@ def knob_importances(history: SweepHistory, study_url: Optional[str] = None) -> 
             import optuna.importance
 
             evaluator = optuna.importance.PedAnovaImportanceEvaluator()
-            multi = len(study.directions) > 1
-            importances = optuna.importance.get_param_importances(
-                study, evaluator=evaluator, target=(lambda t: t.values[0]) if multi else None)
+            with warnings.catch_warnings():
+                # Its warning that a target is taken as lower-is-better: the target is turned so.
+                warnings.filterwarnings("ignore", message=".*importances of params to achieve low `target`")
+                importances = optuna.importance.get_param_importances(study, evaluator=evaluator,
+                                                                      target=_first_objective_target(study))
     except (KeyError, ValueError, RuntimeError) as error:  # no study there
         return {}, evaluator_name, f"no importances: {error}"
     return dict(importances), evaluator_name, f"from {complete} complete trials of study {name}"
+
+
+def _first_objective_target(study):
+    """PedAnova's target for the first objective. With one objective, None: PedAnova reads
+    the study's direction. With several, a target is needed (without one PedAnova ranks
+    by the whole Pareto front), and with a target PedAnova takes lower as better whatever
+    the direction (optuna 5.0, importance/_ped_anova/evaluator.py): so a maximised first
+    objective is negated, else it would rank the knobs that make the worst trials."""
+    import optuna
+
+    if len(study.directions) == 1:
+        return None
+    if study.directions[0] == optuna.study.StudyDirection.MAXIMIZE:
+        return lambda trial: -trial.values[0]
+    return lambda trial: trial.values[0]
 
 
 def build_report(history: SweepHistory, out_dir: str, study_url: Optional[str] = None) -> list[str]:
@@ -101,7 +126,7 @@ def build_report(history: SweepHistory, out_dir: str, study_url: Optional[str] =
     else:
         importances, evaluator, note = knob_importances(history, study_url)
         drawn = [plots.tradeoff_plot(history.records, metric, mode, COST_METRIC, "min", at("tradeoff.png"), stamp,
-                                     labels=labels),
+                                     labels=labels, cost_note=history.cost_note),
                  plots.progress_plot(history.records, metric, mode, at("progress.png"), stamp,
                                      label=labels.get(metric)),
                  plots.importance_plot(importances, at("importance.png"), stamp, evaluator=evaluator, note=note),

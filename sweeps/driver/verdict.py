@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
 from accelsweep.sweeps.driver.callbacks import HOST_LOADED, TrialRecord, host_slowdown
+from accelsweep.sweeps.driver.changes import describe_change, is_relative
 
 __all__ = ["EQUAL_WITHIN", "HOST_LOADED", "RoundsJudged", "Verdict", "confirmed_verdict", "host_slowdown",
            "judge_rounds", "verdict"]
@@ -78,7 +79,11 @@ def verdict(baseline: Optional[TrialRecord], best: Optional[TrialRecord], metric
             return Verdict(text, 0.0, noise, False, decided=False)
         text = f"no config beat the baseline: it measured best itself (its noise: {noise_text})"
         return Verdict(text, 0.0, noise, False)
-    lead = f"trial {best.number} at {change:+.1%} over the baseline"
+    # A metric near zero (an error) changes by a difference, not by a percentage (changes.py).
+    lead = (f"trial {best.number} at {describe_change(base_value, best_value, mode)} over the baseline"
+            if is_relative(base_value, best_value) else
+            f"trial {best.number} at {describe_change(base_value, best_value, mode)} ({base_value:.4g} to "
+            f"{best_value:.4g}) against the baseline")
     if contended:
         which = " and ".join("the baseline" if r is baseline else f"trial {r.number}" for r in contended)
         text = (f"not trusted: other processes took cores from every window of {which} (contended); {lead}, "

@@ -80,6 +80,10 @@ class KernelConfig(DictConfig):
     seed: int = 0
     cpus_per_worker: int = 1
     workers: int = 1  # a microbenchmark is one process
+    # torch's intra-op threads (torch.set_num_threads) in the trial; None: cpus_per_worker,
+    # every CPU the trial holds. A torch implementation's knob only: numpy's BLAS and JAX
+    # pick their own thread counts, which the harness does not set.
+    threads: Optional[int] = None
 
     @classmethod
     def make(cls, **values: Any) -> "KernelConfig":
@@ -161,6 +165,22 @@ class KernelConfig(DictConfig):
         positive_int("cpus_per_worker", self.cpus_per_worker)
         if self.workers != 1:
             raise ConfigError("workers", "1 for a kernel microbenchmark", self.workers)
+        if self.threads is not None:
+            if implementation.framework != "torch":
+                torch_impls = ", ".join(i.name for i in spec.implementations if i.framework == "torch") or "none"
+                raise ConfigError("threads", f"None for impl {self.impl} (a {implementation.framework} "
+                                             f"implementation: the harness sets torch's thread count only; torch "
+                                             f"implementations of op {spec.name}: {torch_impls})", self.threads)
+            if (isinstance(self.threads, bool) or not isinstance(self.threads, int)
+                    or not 1 <= self.threads <= self.cpus_per_worker):
+                raise ConfigError("threads", f"an integer from 1 to cpus_per_worker ({self.cpus_per_worker})",
+                                  self.threads, "More threads than the CPUs the trial holds would oversubscribe "
+                                                "them: raise cpus_per_worker to hold more CPUs.")
+
+    @property
+    def torch_threads(self) -> int:
+        """The intra-op thread count a torch implementation runs with."""
+        return self.cpus_per_worker if self.threads is None else self.threads
 
     def trial_env(self) -> dict[str, str]:
         """Environment a kernel trial needs before its framework starts: its platform's
@@ -217,10 +237,12 @@ class _Framework:
         from accelsweep.kernels.registry import KernelUnavailable
 
         self.name, self.platform = framework, platform
+        self.threads = float("nan")  # numpy's BLAS and JAX choose their own: not set here
         if framework == "torch":
             import torch
 
             torch.set_num_threads(threads)
+            self.threads = torch.get_num_threads()  # what ran, for the result
             # A reused trial process must not carry torch.compile state from another shape
             # (it would recompile with dynamic shapes: a different kernel than asked for).
             torch._dynamo.reset()
@@ -324,7 +346,7 @@ def run_microbench(config: KernelConfig, report: Optional[Callable[[dict], None]
     phase(f"loading {config.impl} and its inputs")
     os.environ.update(config.trial_env())  # before the framework initialises its runtime
     kernel = implementation.load()
-    framework = _Framework(implementation.framework, get_platform(config.platform), config.cpus_per_worker)
+    framework = _Framework(implementation.framework, get_platform(config.platform), config.torch_threads)
     arrays = [_rounded(a, config.dtype) for a in spec.make_inputs(config.seed, **config.shape)]
     expected = spec.canonical(spec.reference(*[a.astype(np.float64) for a in arrays], **config.options))
     inputs = [framework.place(a) for a in arrays]
@@ -408,6 +430,8 @@ def run_microbench(config: KernelConfig, report: Optional[Callable[[dict], None]
             **(contention.figures() if contention else {}),
             "window_contended": float(is_contended),
             "contended_windows": contended,
+            # torch's intra-op threads as torch reports them; NaN for numpy and JAX (not set).
+            "threads": framework.threads,
         }
         if report is not None:
             report(result)
