@@ -121,3 +121,16 @@ def test_imds_timeout_gives_none():
         assert instance_type_from_imds(f"http://127.0.0.1:{silent.getsockname()[1]}", timeout_s=0.2) is None
     finally:
         silent.close()
+
+
+def test_a_sweep_given_a_basis_without_its_note_says_the_basis_not_that_there_is_none():
+    from accelsweep.sweeps.driver.api import Sweep
+    from accelsweep.trainables.config import TrialConfig
+    from accelsweep.trainables.cost import NO_BASIS, CostBasis
+
+    basis = CostBasis(0.5, {"CPU": 2.0}, "my quote")
+    sweep = Sweep(name="priced", trainable=lambda searched, base, cost=None: None, base=TrialConfig.make(),
+                  space=lambda trial: None, cost=basis)
+    assert sweep.cost_note == "price basis: this machine at $0.5/h (my quote)"
+    assert NO_BASIS in Sweep(name="free", trainable=lambda searched, base, cost=None: None, base=TrialConfig.make(),
+                             space=lambda trial: None).cost_note

@@ -12,7 +12,7 @@ from accelsweep.sweeps.driver.callbacks import TrialRecord
 from accelsweep.sweeps.driver.record.tracking_buffer import DEFAULT_WAIT_S
 from accelsweep.sweeps.driver.space import SpaceSpec
 from accelsweep.trainables.config import DictConfig
-from accelsweep.trainables.cost import NO_BASIS_HINT, CostBasis
+from accelsweep.trainables.cost import NO_BASIS_CLI_HINT, NO_BASIS_HINT, CostBasis
 from accelsweep.trainables.errors import ConfigError, one_of, positive_int
 from accelsweep.trainables.loop.rejection import REJECT_RATIO
 from accelsweep.trainables.metrics import MetricSet
@@ -154,6 +154,13 @@ class Sweep:
     # many interleaved rounds, and the sweep's verdict is theirs (confirm.py); 0: none.
     # With a time budget, the search keeps a quarter of it for them.
     confirm_rounds: int = 0
+
+
+    def __post_init__(self) -> None:
+        # A basis given without its note: the note says the basis, not that there is none.
+        if self.cost is not None and self.cost_note in (NO_BASIS_HINT, NO_BASIS_CLI_HINT):
+            self.cost_note = (f"price basis: {self.cost.instance_type or 'this machine'} at "
+                              f"${self.cost.usd_per_hour:g}/h ({self.cost.source})")
 
 
 @dataclass
