@@ -140,10 +140,10 @@ class ConfirmationCallback(SweepCallback):
     Optuna study, not offered to its board."""
 
     def __init__(self, search: SweepCallback, orders: list[list[str]], stands_for: Mapping[str, TrialRecord],
-                 baseline_key: str):
+                 baseline_key: str, time_budget_s: Optional[float] = None):
         super().__init__(search.tracker, search.complete_config, search.resources_of, search.baseline, search.cost,
                          {**search.trial_tags, PHASE_TAG: CONFIRMATION}, sum(len(order) for order in orders),
-                         print_line=search.print_line, metrics=search.metrics,
+                         print_line=search.print_line, time_budget_s=time_budget_s, metrics=search.metrics,
                          objective_metrics=[search.measured_by], sweep_token=search.sweep_token)
         self.number_floor = max([0, *(r.number for r in search.records.values())])
         self.rounds = [key for r, order in enumerate(orders) for key in [(r + 1, k) for k in order]]
@@ -219,7 +219,8 @@ def run_confirmation(plan, search: SweepCallback, trainable, storage: str, exper
     keys = list(confirmation.stands_for)
     orders = round_orders(keys, rounds)
     points = [dict(confirmation.stands_for[key].searched) for order in orders for key in order]
-    callback = ConfirmationCallback(search, orders, confirmation.stands_for, confirmation.baseline_key)
+    callback = ConfirmationCallback(search, orders, confirmation.stands_for, confirmation.baseline_key,
+                                    time_budget_s=seconds_left)
     say(f"confirming: the baseline and {', '.join(f'trial {r.number}' for r in chosen)} measured again in {rounds} "
         f"interleaved rounds ({len(points)} trials, one at a time, about {pair_s * rounds:.0f} s)")
     started = time.monotonic()
