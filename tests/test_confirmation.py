@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import pytest
 
 from accelsweep.sweeps.driver.api import Objective, Sweep, SweepConfig, declare_metrics, run_sweep
-from accelsweep.sweeps.driver.confirm import candidates, judge, round_orders, search_budget_s
+from accelsweep.sweeps.driver.confirm import candidates, fitted, judge, round_orders, search_budget_s
 from accelsweep.sweeps.driver.records import FINISHED, TrialRecord
 from accelsweep.sweeps.driver.verdict import EQUAL_WITHIN, confirmed_verdict, verdict
 from accelsweep.trainables.errors import ConfigError
@@ -89,7 +89,22 @@ def test_confirmation_candidates_prefer_figures_from_quiet_windows_and_skip_the_
     assert [r.number for r in candidates(records, "score", "max")] == [4, 5]  # trial 3's figure is contended
     assert [r.number for r in candidates(records, "score", "max", count=3)] == [4, 5, 3]
     assert round_orders(["a", "b", "c"], 4) == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"], ["a", "b", "c"]]
-    assert search_budget_s(480, 3) == 360 and search_budget_s(480, 0) == 480 and search_budget_s(None, 3) is None
+    assert search_budget_s(480, 3) == pytest.approx(336) and search_budget_s(480, 0) == 480 and search_budget_s(None, 3) is None
+
+
+def test_the_confirmation_fits_the_budget_left_one_candidate_before_fewer_rounds():
+    base = record(1, 2, 100.0, baseline=True, )
+    base.wall_s = 10.0
+    first, second = record(2, 1, 150.0), record(3, 3, 140.0)
+    first.wall_s, second.wall_s = 20.0, 30.0
+    records = [base, first, second]
+    assert fitted(base, [first, second], records, 3, None) == ([first, second], 3, "")
+    assert fitted(base, [first, second], records, 3, 180.0) == ([first, second], 3, "")  # 60 s a round
+    assert fitted(base, [first, second], records, 3, 100.0) == ([first], 3, "")  # 30 s a round alone
+    assert fitted(base, [first, second], records, 3, 70.0) == ([first], 2, "")
+    chosen, rounds, why = fitted(base, [first, second], records, 3, 50.0)
+    assert rounds == 0 and why.startswith("50 s were left of the time budget, and a round of the baseline and the "
+                                          "best config takes about 30 s: 2 rounds do not fit")
 
 
 def test_confirm_rounds_must_pair_at_least_twice():

@@ -35,12 +35,13 @@ from accelsweep.sweeps.driver.verdict import RoundsJudged, Verdict, confirmed_ve
 from accelsweep.trainables.platforms import get_platform
 
 __all__ = ["CANDIDATES", "CONFIRMATION", "CONFIRM_BUDGET_SHARE", "Confirmation", "Judgement", "PHASE_TAG",
-           "candidates", "config_key", "judge", "measurements", "round_orders", "run_confirmation", "search_budget_s"]
+           "candidates", "config_key", "fitted", "judge", "measurements", "round_orders", "run_confirmation", "search_budget_s"]
 
 CANDIDATES = 2  # the search's best configs confirmed against the baseline
-# With a time budget, the search stops at this share short of it: the rest is the
-# confirmation's (and whatever the search leaves unused).
-CONFIRM_BUDGET_SHARE = 0.25
+# With a time budget, the search stops at this share short of what is left of it once Ray
+# is up: the rest is the confirmation's (and whatever the search leaves unused). In the
+# main job (480 s) that is about 140 s: three rounds of the baseline and one or two configs.
+CONFIRM_BUDGET_SHARE = 0.3
 MIN_ROUNDS = 2  # fewer pairs decide nothing (a paired interval needs two)
 PHASE_TAG, CONFIRMATION = "phase", "confirmation"
 
@@ -205,16 +206,12 @@ def run_confirmation(plan, search: SweepCallback, trainable, storage: str, exper
         confirmation.skipped = ("the baseline was not measured" if baseline is None
                                 else "no config but the baseline's was measured")
         return confirmation
+    chosen, rounds, confirmation.skipped = fitted(baseline, chosen, records, rounds, seconds_left)
+    if confirmation.skipped:
+        return confirmation
+    pair_s = _round_seconds([baseline, *chosen], records)
     confirmation.baseline_key = config_key(baseline.searched)
     confirmation.stands_for = {confirmation.baseline_key: baseline, **{config_key(r.searched): r for r in chosen}}
-    pair_s = _round_seconds([baseline, *chosen], records)
-    if seconds_left is not None and math.isfinite(pair_s) and pair_s > 0:
-        fits = int(seconds_left // pair_s)
-        if fits < MIN_ROUNDS:
-            confirmation.skipped = (f"{seconds_left:.0f} s were left of the time budget, and a round takes about "
-                                    f"{pair_s:.0f} s: {MIN_ROUNDS} rounds do not fit")
-            return confirmation
-        rounds = min(rounds, fits)
     confirmation.rounds_planned = rounds
     keys = list(confirmation.stands_for)
     orders = round_orders(keys, rounds)
@@ -263,6 +260,29 @@ class InOrder(Searcher):
         with open(checkpoint_path) as saved:
             state = json.load(saved)
         self.points, self.given = state["points"], state["given"]
+
+
+def fitted(baseline: TrialRecord, chosen: Sequence[TrialRecord], records: Sequence[TrialRecord], rounds: int,
+           seconds_left: Optional[float]) -> tuple[list[TrialRecord], int, str]:
+    """(candidates, rounds, why none) within ``seconds_left``: the best candidate alone
+    before fewer rounds (two rounds give a t interval 3x as wide as three), and fewer
+    rounds before none."""
+    def rounds_that_fit(configs: Sequence[TrialRecord]) -> int:
+        seconds = _round_seconds([baseline, *configs], records)
+        if seconds_left is None or not (math.isfinite(seconds) and seconds > 0):
+            return rounds
+        return int(seconds_left // seconds)
+
+    chosen = list(chosen)
+    if rounds_that_fit(chosen) >= rounds:
+        return chosen, rounds, ""
+    chosen = chosen[:1]
+    fit = rounds_that_fit(chosen)
+    if fit < MIN_ROUNDS:
+        return chosen, 0, (f"{seconds_left:.0f} s were left of the time budget, and a round of the baseline and the "
+                           f"best config takes about {_round_seconds([baseline, *chosen], records):.0f} s: "
+                           f"{MIN_ROUNDS} rounds do not fit (a longer --time-budget-s makes room)")
+    return chosen, min(rounds, fit), ""
 
 
 def _round_seconds(configs: Sequence[TrialRecord], records: Sequence[TrialRecord]) -> float:

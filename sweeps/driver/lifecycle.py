@@ -314,7 +314,10 @@ def _run(plan: Plan, started: float, stop: StopSignals) -> SweepResult:
     if sweep.resume:
         run = _resume(plan, trainable, storage, tracker, say)
     else:
-        run = _start(plan, trainable, storage, tracker, concurrency)
+        # The search's share of what is left of the budget now that Ray is up (confirm.py).
+        left = sweep.time_budget_s - (time.monotonic() - started) if sweep.time_budget_s else None
+        run = _start(plan, trainable, storage, tracker, concurrency,
+                     search_budget_s(max(1.0, left) if left is not None else None, sweep.confirm_rounds))
     run.callback.board_name, run.callback._board = board_name, board
     run.callback._progress, run.callback.verbose = progress, sweep.verbose
     run.callback.deadline = deadline_for(sweep.trial_timeout_s)  # this run's flag, also on --resume
@@ -412,8 +415,9 @@ def _resume(plan: Plan, trainable, storage: str, tracker, say: Callable[[str], N
     return _Run(tuner, callback, experiment_dir, parent_run_id)
 
 
-def _start(plan: Plan, trainable, storage: str, tracker, concurrency: int) -> _Run:
-    """A new MLflow parent run and a new Tune experiment for the sweep."""
+def _start(plan: Plan, trainable, storage: str, tracker, concurrency: int, time_budget_s: Optional[float]) -> _Run:
+    """A new MLflow parent run and a new Tune experiment for the sweep; ``time_budget_s``:
+    the search's (what the sweep's budget leaves it)."""
     from ray import tune
 
     sweep = plan.sweep
@@ -439,7 +443,7 @@ def _start(plan: Plan, trainable, storage: str, tracker, concurrency: int) -> _R
                   "instance_type": sweep_tags["instance_type"]}
     callback = SweepCallback(tracker, plan.complete_config, plan.resources_of, plan.baseline_point,
                              sweep.cost, trial_tags, sweep.num_samples, print_line=sweep.print_line,
-                             time_budget_s=search_budget_s(sweep.time_budget_s, sweep.confirm_rounds),
+                             time_budget_s=time_budget_s,
                              metrics=plan.metrics,
                              objective_metrics=[metric for metric, _ in plan.objectives],
                              sweep_token=f"{sweep.name}-{stamp}-{uuid.uuid4().hex[:8]}", study=study)
@@ -449,7 +453,7 @@ def _start(plan: Plan, trainable, storage: str, tracker, concurrency: int) -> _R
         trainable,
         tune_config=tune.TuneConfig(search_alg=_searcher(plan, callback.sweep_token), scheduler=_scheduler(plan),
                                     num_samples=sweep.num_samples,
-                                    time_budget_s=search_budget_s(sweep.time_budget_s, sweep.confirm_rounds),
+                                    time_budget_s=time_budget_s,
                                     max_concurrent_trials=concurrency,
                                     reuse_actors=get_platform(sweep.base.platform).reuses_processes),
         run_config=tune.RunConfig(name=os.path.basename(experiment_dir), storage_path=storage,
