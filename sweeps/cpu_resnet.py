@@ -206,7 +206,7 @@ def make_space(smoke: bool, full: bool, cpus: int, bf16: bool, allocators: list[
     return space
 
 
-def main() -> None:
+def main():
     parser = common_parser(__doc__.split("\n\n")[0], DEFAULT_SAMPLES)
     parser.add_argument("--full", action="store_true",
                         help="the seed's workload: ResNet-50 at 224x224, baseline batch 128 (hours on 2 cores)")
@@ -250,7 +250,7 @@ def main() -> None:
     if args.dry_run:
         print(plan_sweep(sweep).describe())
         return
-    run_sweep(sweep)
+    return run_sweep(sweep)
 
 
 def spot_basis(args):

@@ -375,7 +375,7 @@ SYNC_MEANS = {
 }
 
 
-def main() -> None:
+def main():
     parser = common_parser(__doc__.split("\n\n")[0], len(MODES))
     args = parser.parse_args()
     platform, note = platform_from_args(args)
@@ -402,6 +402,7 @@ def main() -> None:
     result = run_sweep(sweep)
     print("\nThroughput cost of each way of collecting metrics, against none (seed 003):\n"
           + report_costs(result, syncs))
+    return result
 
 
 if __name__ == "__main__":

@@ -121,7 +121,7 @@ def base_config(platform: str, smoke: bool, cpus: int, instance_type, seed: int,
                             **extra)
 
 
-def main() -> None:
+def main():
     parser = common_parser(__doc__.split("\n\n")[0], DEFAULT_SAMPLES, default_confirm_rounds=CONFIRM_ROUNDS)
     parser.add_argument("--cpus-per-worker", type=at_least_one, default=None,
                         help="CPUs each trial holds (default: cpu platform: all of this machine's; else 1)")
@@ -169,7 +169,7 @@ def main() -> None:
         if args.precompile:
             print("\n".join(describe_plan(plan.config_for, first_proposals(plan, args.precompile))))
         return
-    run_sweep(sweep)
+    return run_sweep(sweep)
 
 
 def precompile(plan, count: int, basis) -> dict[str, float]:

@@ -108,7 +108,7 @@ def build_sweep(args, shape: Optional[Mapping[str, int]], blocks: Mapping[str, S
     )
 
 
-def main() -> None:
+def main():
     parser = common_parser(__doc__.split("\n\n")[0], default_samples=DEFAULT_SAMPLES)
     parser.add_argument("--dtype", choices=DTYPES, default="int8", help="input dtype (default: int8, the seed's)")
     args = parser.parse_args()
@@ -121,6 +121,7 @@ def main() -> None:
     if interpreted:
         print(f"{len(interpreted)} Pallas trial(s) ran in interpret mode: checked against the reference, not ranked; "
               "their times are the interpreter's, not speed figures.")
+    return result
 
 
 if __name__ == "__main__":

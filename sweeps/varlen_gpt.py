@@ -431,7 +431,7 @@ def make_space(rows: list[str], compile_modes: list[str]):
     return space
 
 
-def main() -> None:
+def main():
     parser = common_parser(__doc__.split("\n\n")[0], default_samples=len(runnable_on("cpu")))
     parser.add_argument("--lengths", choices=LENGTHS, default="uniform",
                         help="document length distribution (default: uniform, the seed's)")
@@ -460,7 +460,7 @@ def main() -> None:
     if args.dry_run:
         print(plan_sweep(sweep).describe())
         return
-    run_sweep(sweep)
+    return run_sweep(sweep)
 
 
 if __name__ == "__main__":

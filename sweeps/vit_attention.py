@@ -129,7 +129,7 @@ def space_axes(base: TrialConfig, smoke: bool, check_installed: bool) -> tuple[l
     return attentions, compiles, removed
 
 
-def main() -> None:
+def main():
     parser = common_parser(__doc__.split("\n\n")[0], default_samples=0)
     parser.add_argument("--model", default=None, choices=tuple(BATCH_SIZES),
                         help="the ViT (default: cpu vit-attn-cpu, else vit-attn-196; --smoke vit-micro); "
@@ -182,7 +182,7 @@ def main() -> None:
     if args.dry_run:
         print(plan_sweep(sweep).describe())
         return
-    run_sweep(sweep)
+    return run_sweep(sweep)
 
 
 if __name__ == "__main__":

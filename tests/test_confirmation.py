@@ -260,3 +260,29 @@ def test_a_disturbed_trial_is_tagged_contended_and_no_confident_wrong_verdict_is
     search_line = next(line for line in result.summary.splitlines() if line.startswith("search (one trial"))
     assert "contended" in search_line and "no config beat the baseline" not in search_line.split(":")[1]
     assert math.isfinite(fast.metric("max_contention_cpus")) and fast.metric("max_contention_cpus") > 0.5
+
+
+# ---- a sweep that measured nothing ends non-zero ------------------------------------------
+
+def test_a_study_whose_every_trial_failed_or_none_measured_exits_non_zero(capsys):
+    from accelsweep.sweeps.driver.cli import NOTHING_MEASURED_EXIT, main_guard
+    from accelsweep.sweeps.driver.records import FAILED
+    from accelsweep.sweeps.driver.sweep import SweepResult
+
+    def result(*records):
+        measured = [r for r in records if r.measured("score")]
+        return SweepResult(records=list(records), best=measured[0] if measured else None, baseline=None,
+                           parent_run_id="p", experiment_id="e", summary="")
+
+    failed = [record(1, 2, float("nan"), baseline=True, status=FAILED), record(2, 1, float("nan"), status=FAILED)]
+    with pytest.raises(SystemExit) as ended:
+        main_guard(lambda: result(*failed))
+    assert ended.value.code == NOTHING_MEASURED_EXIT == 1
+    assert "error: every trial failed (2 of 2): no config was measured" in capsys.readouterr().err
+    unmeasured = [record(1, 2, float("nan"), baseline=True), record(2, 1, float("nan"))]  # no objective reported
+    with pytest.raises(SystemExit) as ended:
+        main_guard(lambda: result(*unmeasured))
+    assert ended.value.code == 1 and "no trial measured the sweep's objective (2 trial(s) ran, 0 failed)" in \
+        capsys.readouterr().err
+    main_guard(lambda: result(record(1, 2, 100.0, baseline=True), *failed[1:]))  # one measured: success
+    main_guard(lambda: None)  # a main that returns nothing (a dry run) is not judged

@@ -432,3 +432,26 @@ def test_remeasure_runs_each_config_the_times_asked_interleaved_and_checks_them(
         plan_sweep(remeasure(sweep, [{"b": 1}], times=1))
     with pytest.raises(ConfigError, match="times must be"):
         remeasure(sweep, [{"knob": 1}], times=0)
+
+
+@pytest.mark.slow
+def test_what_a_sweep_sets_in_the_environment_does_not_outlive_it(tmp_path, ray_session, monkeypatch):
+    """Libraries imported during a sweep set variables (scikit-learn KMP_DUPLICATE_LIB_OK,
+    torch's inductor TORCHINDUCTOR_CACHE_DIR, Ray PYTHONBREAKPOINT): after run_sweep the
+    process's environment is as it was, whatever set what in between."""
+    import os
+
+    from accelsweep.sweeps.driver.api import run_sweep
+
+    monkeypatch.delenv("KMP_DUPLICATE_LIB_OK", raising=False)
+    monkeypatch.setenv("ACCELSWEEP_TEST_VARIABLE", "as the caller set it")
+    before = dict(os.environ)
+
+    def like_a_library(plan):  # in the driver, between the checks and the first trial
+        os.environ["KMP_DUPLICATE_LIB_OK"] = "True"
+        os.environ["ACCELSWEEP_TEST_VARIABLE"] = "changed"
+        return {}
+
+    run_sweep(tiny_sweep("environment", f"sqlite:///{tmp_path}/m.db", str(tmp_path / "ray"),
+                         before_trials=like_a_library, print_line=lambda line: None, report=False))
+    assert dict(os.environ) == before

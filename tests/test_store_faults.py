@@ -475,3 +475,32 @@ def test_a_new_store_is_a_copy_of_the_schema_built_once_per_library_version(tmp_
     unwritable = sqlite_store.cached_build("lib-1.0-r1", build, lambda revision: revision == "r1")
     assert sqlite_store.build_once(str(tmp_path / "d.db"), unwritable) and len(builds) == 3
     assert sqlite_store.schema_revision(str(tmp_path / "d.db"))[0] == "r1"
+
+
+def test_another_applications_sqlite_database_is_refused_and_left_untouched(tmp_path):
+    """A `sqlite:///` URI naming a database of another application's (its tables, none of
+    MLflow's): refused before anything is written, the file byte for byte as it was."""
+    from accelsweep.sweeps.driver.store_checks import check_study_storage
+
+    theirs = tmp_path / "inventory.db"
+    with contextlib.closing(sqlite3.connect(theirs)) as database:
+        database.execute("CREATE TABLE parts (id INTEGER PRIMARY KEY, name TEXT)")
+        database.execute("INSERT INTO parts (name) VALUES ('bolt')")
+        database.commit()
+    before, modified = theirs.read_bytes(), theirs.stat().st_mtime_ns
+    with pytest.raises(ConfigError) as refused:
+        check_tracking_store(f"sqlite:///{theirs}")
+    assert str(refused.value).startswith(f"tracking_uri must be a new sqlite file, or an MLflow store; got "
+                                         f"'sqlite:///{theirs}'. {theirs} holds another application's tables (parts)")
+    with pytest.raises(ConfigError, match=r"^study_storage must be a new sqlite file, or an Optuna study database"):
+        check_study_storage(f"sqlite:///{theirs}")
+    assert theirs.read_bytes() == before and theirs.stat().st_mtime_ns == modified
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["inventory.db"]  # no journal, no lock file left
+    # An MLflow store (its tables) and an empty file are accepted.
+    ours = tmp_path / "mlflow.db"
+    with contextlib.closing(sqlite3.connect(ours)) as database:
+        database.execute("CREATE TABLE experiments (experiment_id INTEGER)")
+        database.execute("CREATE TABLE runs (run_uuid TEXT)")
+    assert check_tracking_store(f"sqlite:///{ours}") is None
+    (tmp_path / "empty.db").write_bytes(b"")
+    assert check_tracking_store(f"sqlite:///{tmp_path}/empty.db") is None

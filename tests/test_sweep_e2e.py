@@ -51,6 +51,15 @@ def test_the_console_shows_only_the_tools_lines(smoke_sweep):
 
 
 @pytest.mark.slow
+def test_the_local_ray_instances_session_folder_goes_with_the_sweep(smoke_sweep):
+    _, out, _, _ = smoke_sweep
+    session = re.search(r"started a local Ray instance \([^;]*; session (\S+);", out).group(1)
+    assert session.startswith("/tmp/ray/session_") and not os.path.exists(session)
+    latest = "/tmp/ray/session_latest"
+    assert not (os.path.islink(latest) and os.path.realpath(latest) == session)
+
+
+@pytest.mark.slow
 def test_main_job_smoke_sweep_lands_in_mlflow(smoke_sweep):
     uri, out, _, _ = smoke_sweep
     assert "baseline" in out and "best (trial" in out and "throughput (samples/s)" in out
@@ -247,14 +256,17 @@ def test_the_optuna_study_holds_one_trial_per_tune_trial(smoke_sweep):
 def test_the_report_rebuilds_from_the_store_alone(smoke_sweep, tmp_path):
     from mlflow.tracking import MlflowClient
 
-    uri, _, folder, _ = smoke_sweep
+    uri, out, folder, _ = smoke_sweep
     parents, _ = mlflow_runs(uri, "X")
     name, run_id = parents[0].info.run_name, parents[0].info.run_id
+    # The report's count of trials and seconds is the console's, to the second.
+    said = re.search(r"^== neuron_vit on cpu: (\d+ trials in \d+ s) ", out, re.M).group(1)
     done = subprocess.run([sys.executable, "sweeps/report.py", name, "--tracking-uri", uri, "--out",
                            str(tmp_path / "out"), "--no-log"], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     logged = open(MlflowClient(uri).download_artifacts(run_id, "report.md", str(tmp_path))).read()
     assert (tmp_path / "out" / "report.md").read_text() == logged  # the same record, the same report
+    assert f"neuron_vit on cpu: {said} " in logged, (said, logged[:300])
     assert (tmp_path / "out" / "plots" / "tradeoff.png").stat().st_size > 10_000
     unknown = subprocess.run([sys.executable, "sweeps/report.py", "no-such-sweep", "--tracking-uri", uri],
                              cwd=REPO, capture_output=True, text=True, timeout=300)

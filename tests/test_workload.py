@@ -337,3 +337,31 @@ def test_a_fresh_process_killed_by_a_signal_is_a_lost_process_not_a_plain_error(
     with pytest.raises(RuntimeError, match="killed by SIGKILL") as caught:
         list(run_in_fresh_process(TrialConfig.make(workload=import_path(KilledBySignal), **QUICK)))
     assert failure_cause(caught.value) == KILLED
+
+
+SCRIPT_FOLDER_WORKLOAD = '''
+import torch
+from accelsweep.trainables.workloads.base import Workload
+
+
+class Beside(Workload):
+    def build_model(self, config):
+        return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 3))
+
+    def dataset(self, config, rank, world_size):
+        return torch.utils.data.TensorDataset(torch.randn(64, 12), torch.randint(3, (64,)))
+'''
+
+
+def test_a_fresh_process_trial_imports_a_workload_from_the_driver_scripts_folder(tmp_path, monkeypatch):
+    """A sweep script's own workload sits beside it; Ray puts that folder on its workers'
+    path, and fresh_process_trainable's child must see it too (it once failed every trial
+    with "No module named ..." though the plan accepted the workload)."""
+    from accelsweep.trainables.fresh_process import run_in_fresh_process
+
+    (tmp_path / "beside_my_sweep.py").write_text(SCRIPT_FOLDER_WORKLOAD)
+    monkeypatch.syspath_prepend(str(tmp_path))  # as Ray does on a worker: the driver script's folder
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    config = TrialConfig.make(workload="beside_my_sweep:Beside", **QUICK)
+    results = list(run_in_fresh_process(config))
+    assert len(results) == 2 and results[-1]["throughput_samples_per_s"] > 0

@@ -32,3 +32,18 @@ def environment_restored(names: Iterable[str]) -> Iterator[None]:
         yield
     finally:
         restore_environment(snapshot)
+
+
+@contextlib.contextmanager
+def whole_environment_restored() -> Iterator[None]:
+    """The whole environment as it was before: a variable set meanwhile (by a library
+    imported inside, by Ray's start) is unset again, one changed gets its value back."""
+    snapshot = dict(os.environ)
+    try:
+        yield
+    finally:
+        for name in set(os.environ) - set(snapshot):
+            del os.environ[name]
+        for name, value in snapshot.items():
+            if os.environ.get(name) != value:
+                os.environ[name] = value

@@ -53,6 +53,9 @@ def run_in_fresh_process(config: TrialConfig, usd_per_hour: float = math.nan) ->
     read_end, write_end = os.pipe()
     code = "from accelsweep.trainables.fresh_process import trial_process; trial_process()"
     env = {**os.environ, **get_platform(config.platform).trial_env(config)}
+    # The child imports what this process can: a workload beside the driver script too.
+    inherited = [path for path in env.get("PYTHONPATH", "").split(os.pathsep) if path]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(path_of_this_process() + inherited))
     child = subprocess.Popen([sys.executable, "-c", code, str(write_end), str(os.getpid())], stdin=subprocess.PIPE,
                              env=env, pass_fds=(write_end,))
     os.close(write_end)
@@ -77,6 +80,16 @@ def run_in_fresh_process(config: TrialConfig, usd_per_hour: float = math.nan) ->
         if child.poll() is None:  # stopped early (ASHA, the time budget): so is the trial's process
             child.kill()
             child.wait()
+
+
+def path_of_this_process() -> list[str]:
+    """The folders on this process's import path that a new interpreter would not have:
+    on a Ray worker, the driver script's folder (where a sweep script's own workload
+    lives), which Ray puts there; not the interpreter's own library and site folders."""
+    own = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    return [path for path in sys.path if path and os.path.isdir(path)
+            and not any(os.path.realpath(path).startswith(prefix + os.sep) or os.path.realpath(path) == prefix
+                        for prefix in own)]
 
 
 def trial_process() -> None:

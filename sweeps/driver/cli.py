@@ -191,11 +191,13 @@ def main_guard(main) -> None:
     """Run a script's main: bad input ends it with exit status 2 and the message; a sweep
     stopped by SIGINT or SIGTERM (stop_signals.py) with 128 + the signal's number (130,
     143), after it has said how to resume; one that stopped itself (SweepStopped: its MLflow
-    store did not come back) with its exit status, 75, and how to resume."""
+    store did not come back) with its exit status, 75, and how to resume; a sweep whose
+    main returns its SweepResult and that measured nothing (every trial failed, or none
+    reported the objective) with NOTHING_MEASURED_EXIT, 1."""
     from accelsweep.sweeps.driver.stop_signals import SweepInterrupted
 
     try:
-        main()
+        result = main()
     except ConfigError as error:
         fail(error)
     except SweepStopped as stopped:
@@ -204,3 +206,27 @@ def main_guard(main) -> None:
     except SweepInterrupted as stop:
         print(f"stopped: {stop}", file=sys.stderr)
         sys.exit(stop.exit_status)
+    nothing = nothing_measured(result)
+    if nothing:
+        print(f"error: {nothing}", file=sys.stderr)
+        sys.exit(NOTHING_MEASURED_EXIT)
+
+
+# A sweep that ran but measured nothing (every trial failed, or none reported its
+# objective) ends with this status: a script or CI job calling it must not read success.
+NOTHING_MEASURED_EXIT = 1
+
+
+def nothing_measured(result) -> str:
+    """Why ``result`` (a study's SweepResult; anything else is not judged) measured
+    nothing, or '' when a trial measured the first objective."""
+    records = getattr(result, "records", None)
+    if records is None or result.best is not None:
+        return ""
+    ran = [r for r in records if r.status != "reused"]
+    failed = sum(r.status == "failed" for r in ran)
+    if ran and failed == len(ran):
+        return (f"every trial failed ({failed} of {failed}): no config was measured; the summary above and the "
+                "trial runs' error tags say why")
+    return (f"no trial measured the sweep's objective ({len(ran)} trial(s) ran, {failed} failed): nothing to rank; "
+            "see the summary above")

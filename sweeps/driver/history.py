@@ -177,5 +177,8 @@ def load_sweep(tracking_uri: str, ref: str) -> SweepHistory:
     return SweepHistory(tracking_uri=tracking_uri, experiment_id=parent.info.experiment_id,
                         parent_run_id=parent.info.run_id, name=parent.info.run_name, params=params, tags=tags,
                         figures=dict(parent.data.metrics), records=records, objectives=objectives, knobs=knobs,
-                        metrics=_metric_set(tags.get(METRICS_TAG)), elapsed_s=(end - parent.info.start_time) / 1000,
+                        metrics=_metric_set(tags.get(METRICS_TAG)),
+                        # The driver's own count (from its start, Ray's start included), as its console said it;
+                        # the run's clock for a sweep recorded before it kept one.
+                        elapsed_s=parent.data.metrics.get("elapsed_s", (end - parent.info.start_time) / 1000),
                         started_ms=parent.info.start_time, confirmations=confirmations)

@@ -163,11 +163,12 @@ def _thread_counts(threads: Union[int, Sequence[int], None], cpus: int) -> list[
 def kernel_main(op: str, description: str, shapes: Mapping[str, Sequence[int]],
                 smoke_shapes: Mapping[str, Sequence[int]],
                 variants: Optional[Mapping[str, Mapping[str, Any]]] = None,
-                argv: Optional[Sequence[str]] = None) -> None:
+                argv: Optional[Sequence[str]] = None):
     """A kernel study's command line (common_parser's flags, --dtype, --variant) made into
     ``build_kernel_sweep``'s arguments. ``variants``: named sets of the op's options (the
     first is the default), one per sweep (``--variant``): each is its own table in the
-    seed, with its own contenders. ``argv``: default sys.argv."""
+    seed, with its own contenders. ``argv``: default sys.argv. Returns the SweepResult
+    (None for --dry-run)."""
     from accelsweep.kernels.registry import get_op
 
     spec = get_op(op)
@@ -194,7 +195,7 @@ def kernel_main(op: str, description: str, shapes: Mapping[str, Sequence[int]],
     if args.dry_run:
         print(plan_sweep(sweep).describe())
     else:
-        run_sweep(sweep)
+        return run_sweep(sweep)
 
 
 def accepted_impls(op: str, platform: str, dtype: str, shape: Mapping[str, int],

@@ -75,7 +75,8 @@ from accelsweep.sweeps.driver.sweep_report import log_report
 from accelsweep.sweeps.driver.verdict import verdict
 from accelsweep.trainables import ray_adapter
 from accelsweep.trainables.environment import environment_tags
-from accelsweep.trainables.environment_variables import environment_snapshot, restore_environment
+from accelsweep.trainables.environment_variables import (environment_snapshot, restore_environment,
+                                                      whole_environment_restored)
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.loop.failures import run_isolated
 from accelsweep.trainables.loop.rejection import BoardLimits, SweepBoard
@@ -208,11 +209,16 @@ def run_sweep(sweep: Sweep) -> SweepResult:
     SIGINT or SIGTERM (on the main thread) stops the sweep cleanly, then raises
     ``SweepInterrupted`` (stop_signals.py): running trials end as interrupted, and the
     same sweep with ``resume=True`` continues it. A storage path that fills up (or turns
-    read-only) meanwhile stops it the same way, then raises SweepStopped (storage_watch.py)."""
+    read-only) meanwhile stops it the same way, then raises SweepStopped (storage_watch.py).
+    The process's environment variables are as they were when it returns; so is the disk
+    (a local Ray instance's session folder is removed with it)."""
     import ray
 
     started = time.monotonic()
-    with StopSignals(sweep.print_line) as stop, sweep_settings(verbose=sweep.verbose):
+    # What Ray, torch or scikit-learn set in this process's environment during the call
+    # (PYTHONBREAKPOINT, KMP_DUPLICATE_LIB_OK, KMP_INIT_AT_FORK, TORCHINDUCTOR_CACHE_DIR)
+    # does not outlive it: a notebook's next cell gets the environment it had.
+    with whole_environment_restored(), StopSignals(sweep.print_line) as stop, sweep_settings(verbose=sweep.verbose):
         plan = preflight(sweep)  # a signal meanwhile: acted on once it is done (a store may be created)
         stop.raise_if_requested()
         ray_was_running = ray.is_initialized()
@@ -516,7 +522,7 @@ def _finish(plan: Plan, run: _Run, tracker, status: str, elapsed_s: float,
                    elapsed_s, metrics=plan.metrics, objectives=plan.objectives, planned_trials=sweep.num_samples,
                    searched_out=searched_out(run.callback.sweep_token), confirmations=confirmed_records,
                    confirm_note=confirm_note)
-    figures = {**parent_metrics, "trials": len(records),
+    figures = {**parent_metrics, "trials": len(records), "elapsed_s": elapsed_s,  # the report's time is the console's
                "failed_trials": sum(r.status == FAILED for r in records),
                "rejected_trials": sum(r.status == REJECTED for r in records),
                "rejected_s": sum(r.wall_s for r in records if r.status == REJECTED and math.isfinite(r.wall_s)),

@@ -43,6 +43,7 @@ import logging
 import os
 import re
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -133,8 +134,14 @@ def shutdown() -> None:
     try:
         instance.reaper.wait(timeout=REAPER_WAIT_S)
     except subprocess.TimeoutExpired:
-        pass  # it goes on alone; the record says whose it is
-    _remove(os.path.join(instance.session_dir, RECORD))
+        _remove(os.path.join(instance.session_dir, RECORD))
+        return  # it goes on alone (its processes are not all gone): the folder stays until they are
+    # The instance is gone: its session folder (logs, sockets, the runtime's files; 10-100 MB
+    # a sweep) goes with it, and Ray's "session_latest" link if it names it.
+    latest = os.path.join(os.path.dirname(instance.session_dir), "session_latest")
+    if os.path.islink(latest) and os.path.realpath(latest) == os.path.realpath(instance.session_dir):
+        _remove(latest)
+    shutil.rmtree(instance.session_dir, ignore_errors=True)
 
 
 def stop_stale_instances(temp_dir: str, keep: str = "") -> list[str]:

@@ -24,6 +24,7 @@ full storage path failed at start, and again on --resume.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
@@ -178,6 +179,31 @@ def check_sqlite_database(field: str, url: str, what: str) -> None:
                                                  f"{_mib(MIN_FREE_BYTES)} a sweep needs.")
 
 
+# A table each of MLflow's and Optuna's sqlite schemas has from their first migration on.
+MLFLOW_TABLES, OPTUNA_TABLES = frozenset({"experiments", "runs"}), frozenset({"studies", "trials"})
+
+
+def check_sqlite_is_ours(field: str, url: str, what: str, tables: frozenset) -> None:
+    """An existing sqlite file with tables must be ``what`` (hold ``tables``): another
+    application's database would get MLflow's (or Optuna's) tables added beside its own.
+    Read read-only: the file is left as it was."""
+    import sqlite3
+
+    path = sqlite_file(url)
+    if path is None or not os.path.isfile(path) or os.path.getsize(path) == 0:
+        return
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=2)) as database:
+            found = {name for (name,) in database.execute("select name from sqlite_master where type = 'table'")}
+    except sqlite3.Error:
+        return  # locked or unreadable: what opens it says so, as before
+    if found and not tables <= found:
+        shown = ", ".join(sorted(found)[:6]) + (", ..." if len(found) > 6 else "")
+        raise ConfigError(field, f"a new sqlite file, or {what}", redact_uri(url),
+                          f"{path} holds another application's tables ({shown}) and no {what}'s: a sweep would "
+                          "add its tables beside them. Name another file.")
+
+
 def check_tracking_store(uri: str) -> Optional[str]:
     """Refuse a tracking URI (syntax already checked: validate_tracking_uri) whose store
     cannot take a sweep's writes, in under 10 s. Returns a note for a store that could not
@@ -185,6 +211,7 @@ def check_tracking_store(uri: str) -> Optional[str]:
     scheme = urlsplit(uri).scheme.split("+", 1)[0]
     if scheme == "sqlite":
         check_sqlite_database("tracking_uri", uri, "the MLflow store")
+        check_sqlite_is_ours("tracking_uri", uri, "an MLflow store", MLFLOW_TABLES)
     elif scheme in ("http", "https"):
         _check_mlflow_server(uri)
     elif scheme in DEFAULT_PORTS:
@@ -200,6 +227,7 @@ def check_study_storage(url: str) -> None:
     scheme = urlsplit(url).scheme.split("+", 1)[0]
     if scheme == "sqlite":
         check_sqlite_database("study_storage", url, "the Optuna study's database")
+        check_sqlite_is_ours("study_storage", url, "an Optuna study database", OPTUNA_TABLES)
     elif scheme in DEFAULT_PORTS:
         _check_database_server("study_storage", url)
 
