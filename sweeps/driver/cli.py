@@ -191,11 +191,14 @@ def main_guard(main) -> None:
     """Run a script's main: bad input ends it with exit status 2 and the message; a sweep
     stopped by SIGINT or SIGTERM (stop_signals.py) with 128 + the signal's number (130,
     143), after it has said how to resume; one that stopped itself (SweepStopped: its MLflow
-    store did not come back) with its exit status, 75, and how to resume; a sweep whose
-    main returns its SweepResult and that measured nothing (every trial failed, or none
-    reported the objective) with NOTHING_MEASURED_EXIT, 1."""
+    store did not come back) with its exit status, 75, and how to resume; a sweep that
+    measured nothing (every trial failed, or none reported the objective) with
+    NOTHING_MEASURED_EXIT, 1: the result main returns, else the last run_sweep returned
+    while it ran."""
+    from accelsweep.sweeps.driver.lifecycle import RETURNED
     from accelsweep.sweeps.driver.stop_signals import SweepInterrupted
 
+    returned_before = RETURNED.count
     try:
         result = main()
     except ConfigError as error:
@@ -206,6 +209,8 @@ def main_guard(main) -> None:
     except SweepInterrupted as stop:
         print(f"stopped: {stop}", file=sys.stderr)
         sys.exit(stop.exit_status)
+    if result is None and RETURNED.count > returned_before:  # a main that ran a sweep and returned nothing
+        result = RETURNED.last
     nothing = nothing_measured(result)
     if nothing:
         print(f"error: {nothing}", file=sys.stderr)

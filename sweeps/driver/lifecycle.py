@@ -234,7 +234,16 @@ def run_sweep(sweep: Sweep) -> SweepResult:
                 if not ray_was_running and ray.is_initialized():
                     local_ray.shutdown()  # the instance this sweep started: nothing else uses it
         stop.raise_if_requested(result)
+        RETURNED.count, RETURNED.last = RETURNED.count + 1, result
         return result
+
+
+class RETURNED:
+    """What run_sweep last returned in this process, and how many it has: a script's
+    main_guard judges its sweep by it when the script's main returns nothing (cli.py)."""
+
+    count = 0
+    last: Optional[SweepResult] = None
 
 
 # Set for a sweep's duration only (sweep_settings); a value the caller set is kept.
