@@ -34,12 +34,15 @@ __all__ = ["CONTENDED_CPUS", "HELD_CPUS_VARIABLE", "Contention", "ContentionMete
            "machine_cpus", "read_cpu", "trial_contention", "WindowsOfReports"]
 
 # Other processes' CPU, in cores, beyond the cores a trial left free, above which a
-# window counts as contended. Measured on a 2-core EPYC VM (benchmarks/contention.py,
-# results in benchmarks/results/contention.json): a quiet local sweep's own neighbours
-# (raylet, GCS, the driver's polling, the progress actor) used 0.02-0.09 cores during
-# windows; a competitor burning a quarter of one core (0.25) slowed a 2-thread training
-# step by 10-30%, a tenth of a core by 2-9%, within the noise of a window. So 0.15: above
-# the quiet background with room, below the load that moves a figure beyond its noise.
+# window counts as contended. Measured on this project's 2-core AMD EPYC VM
+# (benchmarks/contention.py; benchmarks/data/contention_amd_epyc_2cpu.json): a quiet local
+# sweep's own neighbours (raylet, GCS, Tune's driver loop, MLflow writes, the progress
+# actor) read 0.04-0.13 cores in the smoke model's 0.3-2 s windows, and no window of a
+# quiet default main job was contended; a competitor the meter read at 0.21 cores slowed
+# a 2-thread training step by 30% (median; 16-38%), at 0.68 cores by 69%. So 0.15: above
+# what a quiet sweep reads itself, below a neighbour that moves a figure by a quarter.
+# Smaller neighbours slow such a step too (0.065 cores: 17%); they show as noise, and
+# the confirmation phase's interleaving spreads them over every config.
 CONTENDED_CPUS = 0.15
 
 _TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
