@@ -58,6 +58,21 @@ def test_a_narrow_interval_around_no_change_is_a_decision_a_wide_one_is_not():
     assert worse.decided and not worse.beats_baseline and "no config beats the baseline (" in worse.text
 
 
+def test_a_candidate_confirmed_better_is_the_call_though_another_has_a_higher_undecided_gain():
+    """Seen in the main job here: trial 16 +14.0% (interval -3.4% to +34.6%), trial 14
+    +12.1% (+5.0% to +19.6%): trial 14 is confirmed better than the baseline."""
+    measured = [{"base": (101.6, False), "t16": (107.6, False), "t14": (113.6, False)},
+                {"base": (83.3, False), "t16": (100.5, False), "t14": (95.9, False)},
+                {"base": (89.0, False), "t16": (103.1, False), "t14": (97.3, False)}]
+    judged, candidates_judged = confirmed_verdict(measured, "base", {"t16": "trial 16", "t14": "trial 14"}, "max")
+    assert judged.decided and judged.beats_baseline
+    assert judged.text.startswith("confirmed: trial 14's config beats the baseline by +12.1% (95% interval +5.1% to "
+                                  "+19.5%, 3 interleaved rounds); trial 16's +14.0% is not decided")
+    # No candidate above no change, one too wide to call: not decided, naming the best.
+    unsure, _ = confirmed_verdict(rounds((100, 150), (100, 80), (100, 125)), "base", {"cand": "trial 3"}, "max")
+    assert not unsure.decided
+
+
 def test_for_a_minimised_objective_lower_is_the_gain():
     judged, _ = confirmed_verdict(rounds((2.0, 1.0), (2.1, 1.0), (1.9, 1.0)), "base", {"cand": "trial 2"}, "min")
     assert judged.beats_baseline and judged.change > 0.8

@@ -164,17 +164,25 @@ def confirmed_verdict(measurements: Sequence[Mapping[str, tuple[float, bool]]], 
         text = (f"not decided: {quiet} of {ran} confirmation round(s) measured the baseline and a candidate "
                 f"without contention (2 are needed): measure again on a quieter machine")
         return Verdict(text, float("nan"), float("nan"), False, decided=False, confirmed=True), judged
+
+    def interval(one: RoundsJudged) -> str:
+        return f"95% interval {one.low:+.1%} to {one.high:+.1%}, {one.rounds} interleaved rounds"
+
+    better = [j for j in decidable if j.low > 0]
+    if better:  # some candidate's whole interval is a gain: the best-confirmed of those is the call
+        best = max(better, key=lambda j: j.gain)
+        text = f"confirmed: {names[best.key]}'s config beats the baseline by {best.gain:+.1%} ({interval(best)})"
+        others = [j for j in decidable if j is not best and j.gain > best.gain]
+        if others:
+            text += "; " + "; ".join(f"{names[j.key]}'s {j.gain:+.1%} is not decided ({interval(j)})" for j in others)
+        return Verdict(text, best.gain, (best.high - best.low) / 2, True, decided=True, confirmed=True), judged
     best = max(decidable, key=lambda j: j.gain)
-    name = names[best.key]
-    interval = f"95% interval {best.low:+.1%} to {best.high:+.1%}, {best.rounds} interleaved rounds"
     half = (best.high - best.low) / 2
-    if best.low > 0:
-        text = f"confirmed: {name}'s config beats the baseline by {best.gain:+.1%} ({interval})"
-        return Verdict(text, best.gain, half, True, decided=True, confirmed=True), judged
-    if best.high < 0 or half <= EQUAL_WITHIN:
+    if all(j.high < 0 or (j.high - j.low) / 2 <= EQUAL_WITHIN for j in decidable):
         bound = "" if best.high < 0 else f" by more than {best.high:+.1%}"
-        text = f"confirmed: no config beats the baseline{bound} (the best candidate, {name}: {best.gain:+.1%}, {interval})"
+        text = (f"confirmed: no config beats the baseline{bound} (the best candidate, {names[best.key]}: "
+                f"{best.gain:+.1%}, {interval(best)})")
         return Verdict(text, best.gain, half, False, decided=True, confirmed=True), judged
-    text = (f"not decided: {name}'s config is {best.gain:+.1%} against the baseline, but its {interval} spans "
-            f"no change: more rounds (--confirm-rounds) or a quieter machine would decide it")
+    text = (f"not decided: {names[best.key]}'s config is {best.gain:+.1%} against the baseline, but its "
+            f"{interval(best)} spans no change: more rounds (--confirm-rounds) or a quieter machine would decide it")
     return Verdict(text, best.gain, half, False, decided=False, confirmed=True), judged
