@@ -92,6 +92,13 @@ DESCRIPTIONS = {
     "host_cv": "the machine's own steadiness: window-to-window cv of a fixed pure-Python loop timed between "
                "windows",
     "host_probe_s": "the median time of that fixed loop: a host slower than the sweep's typical was loaded",
+    "other_cpus": "cores other processes (and a VM's steal) kept busy during the window, from /proc/stat less the "
+                  "trial's own process tree ([contention](../budget.md#verdicts-that-hold-on-a-shared-machine))",
+    "contention_cpus": "the part of `other_cpus` beyond the cores the trial left free (the machine's less those it "
+                       "holds); above 0.15 the window is contended",
+    "window_contended": "1 where this window was contended: it is left out of the trial's figures while the trial "
+                        "has a quiet window, and early stopping does not judge it",
+    "contended_windows": "the trial's windows so far that were contended (tag `contended` when any was)",
     "host_enqueue_s": "on a GPU, the host's enqueue time per call, beside the device's time; NaN where the timer "
                       "waits for each call",
     "launch_bound": "1 where the host's enqueue time is larger than the device's (launch-bound), else 0",
