@@ -269,7 +269,7 @@ class SweepCallback(Callback):
             phase, since = phases.get(trial_id, ("starting (process, imports)", None))
             running_s = now - record.created_at
             in_phase = f", {time.time() - since:.0f} s in it" if since is not None else ""
-            self._say(f"[trial {record.number}/{self.total_trials}] running {running_s:.0f} s: {phase}{in_phase}")
+            self._say(f"{self.label(record)} running {running_s:.0f} s: {phase}{in_phase}")
 
     def _take_output(self, record: TrialRecord) -> str:
         """The trial's output (trainables/trial_progress.py), kept in its run as
@@ -362,6 +362,10 @@ class SweepCallback(Callback):
         tags.update({f"resource.{k}": f"{v:g}" for k, v in record.resources.items()})
         tags.update(self.run_tags(record))
         record.run_id = self.tracker.start_trial(self.run_name(record), record.config, tags)
+
+    def label(self, record: TrialRecord) -> str:
+        """How a line about a running trial names it."""
+        return f"[trial {record.number}/{self.total_trials}]"
 
     def run_name(self, record: TrialRecord) -> str:
         """Its MLflow run's name."""

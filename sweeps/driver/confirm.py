@@ -182,13 +182,15 @@ class ConfirmationCallback(SweepCallback):
     def _offer_best(self, record: TrialRecord) -> None:
         pass
 
-    def progress_line(self, record: TrialRecord) -> str:
-        line = super().progress_line(record)
+    def label(self, record: TrialRecord) -> str:
         of = self.stands_for.get(config_key(record.searched))
         what = "the baseline" if record.is_baseline else f"trial {of.number}'s config" if of else "a config"
+        return f"[confirm round {record.result.get('confirm_round')}/{self.round_count}: {what}]"
+
+    def progress_line(self, record: TrialRecord) -> str:
+        line = super().progress_line(record)
         head = line.split("] ", 1)
-        return (f"[confirm round {record.result.get('confirm_round')}/{self.round_count}: {what}] "
-                f"{head[1] if len(head) == 2 else line}")
+        return f"{self.label(record)} {head[1] if len(head) == 2 else line}"
 
 
 def run_confirmation(plan, search: SweepCallback, trainable, storage: str, experiment_dir: str, rounds: int,
