@@ -213,6 +213,81 @@ def test_a_proposal_of_a_config_still_running_waits_for_its_result():
     assert searcher.suggest("t1") == "FINISHED"  # now measured: answered from t0, and the space is used up
 
 
+# ---- the local search around the leader ------------------------------------------------
+
+def test_neighbours_are_one_choice_away_on_one_knob():
+    from optuna.distributions import CategoricalDistribution, IntDistribution
+
+    from accelsweep.sweeps.driver.searchers import neighbours
+
+    distributions = {"batch_size": CategoricalDistribution([8, 16, 32, 64]),
+                     "num_workers": CategoricalDistribution([0, 1, 2]),
+                     "channels_last": CategoricalDistribution([False, True]),
+                     "lr": IntDistribution(1, 10)}  # not a list of choices: not stepped
+    found = neighbours({"batch_size": 32, "num_workers": 0, "channels_last": True, "lr": 3}, distributions)
+    assert [step for _, step in found] == ["batch_size 32 -> 64", "batch_size 32 -> 16", "num_workers 0 -> 1",
+                                           "channels_last True -> False"]
+    assert found[0][0] == {"batch_size": 64, "num_workers": 0, "channels_last": True, "lr": 3}
+
+
+def test_the_last_proposals_step_from_the_leader_to_unmeasured_neighbours():
+    """Three start points far from the best corner: the local search climbs there, one knob
+    one choice at a time, from whichever config leads at its turn."""
+    import optuna
+
+    from accelsweep.sweeps.driver.searchers import FailureAwareOptunaSearch, config_key, local_proposals
+
+    def space(trial):
+        trial.suggest_categorical("batch_size", [8, 16, 32, 64])
+        trial.suggest_categorical("threads", [1, 2])
+
+    def score(config):  # larger batches and two threads are better
+        return config["batch_size"] * config["threads"] + config["threads"]
+
+    start = [{"batch_size": 8, "threads": 1}, {"batch_size": 16, "threads": 1}, {"batch_size": 8, "threads": 2}]
+    searcher = FailureAwareOptunaSearch(space, metric="score", mode="max", sweep_token="local-unit", budget=6,
+                                        local_search=3, points_to_evaluate=start,
+                                        sampler=optuna.samplers.RandomSampler(seed=3))
+    ran = []
+    for number in range(6):
+        config = searcher.suggest(f"t{number}")
+        if config is None or config == "FINISHED":
+            break
+        ran.append(config)
+        searcher.on_trial_complete(f"t{number}", {"score": float(score(config))})
+    assert len(ran) == 6 and len({config_key(c) for c in ran}) == 6  # nothing measured twice
+    steps = local_proposals("local-unit")
+    assert len(steps) == 3 and all(config_key(c) in steps for c in ran[3:])  # the last three were the local search
+    assert ran[:3] == start
+    assert ran[3:] == [{"batch_size": 16, "threads": 2}, {"batch_size": 32, "threads": 2},
+                       {"batch_size": 64, "threads": 2}]  # each the first step up from the leader of its time
+    assert list(steps.values()) == ["batch_size 8 -> 16", "batch_size 16 -> 32", "batch_size 32 -> 64"]
+
+
+def test_the_local_search_begins_early_when_its_time_comes():
+    """A time budget ends a search before its last proposals: past ``local_after`` every
+    proposal steps from the leader, however many proposals are left."""
+    import time
+
+    import optuna
+
+    from accelsweep.sweeps.driver.searchers import FailureAwareOptunaSearch
+
+    def space(trial):
+        trial.suggest_categorical("batch_size", [8, 16, 32, 64])
+
+    searcher = FailureAwareOptunaSearch(space, metric="score", mode="max", sweep_token="local-time", budget=20,
+                                        local_search=1, local_after=time.time() - 1,
+                                        points_to_evaluate=[{"batch_size": 8}],
+                                        sampler=optuna.samplers.RandomSampler(seed=0))
+    ran = []
+    for number in range(4):
+        config = searcher.suggest(f"t{number}")
+        ran.append(config["batch_size"])
+        searcher.on_trial_complete(f"t{number}", {"score": float(config["batch_size"])})
+    assert ran == [8, 16, 32, 64]  # a climb, one step at a time, with 16 proposals still left
+
+
 # ---- verdicts -------------------------------------------------------------------------
 
 def record(number, value, cv, probe=0.001, baseline=False):

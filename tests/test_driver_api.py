@@ -83,6 +83,26 @@ def plan(trainable=tiny_trainable, base=None, **options):
 
 # ---- checked before anything starts -------------------------------------------------
 
+def test_the_local_search_takes_a_quarter_of_a_tpe_search_by_default():
+    from accelsweep.sweeps.driver.plan import LOCAL_SEARCH_MAX, local_search_trials
+
+    def sweep(**options):
+        options.setdefault("objectives", [Objective("score", "max")])
+        return Sweep(name="api", trainable=tiny_trainable, base=TinyConfig(), space=knob_space, **options)
+
+    assert LOCAL_SEARCH_MAX == 4
+    assert local_search_trials(sweep(num_samples=24)) == 4 and local_search_trials(sweep(num_samples=6)) == 1
+    assert local_search_trials(sweep(num_samples=24, sampler="grid")) == 0
+    assert local_search_trials(sweep(num_samples=24, objectives=[Objective("score", "max"),
+                                                                 Objective("spend", "min")])) == 0
+    assert local_search_trials(sweep(num_samples=24, local_search=0)) == 0
+    assert "local search: the last 4 proposals" in plan(num_samples=16).describe()
+    with pytest.raises(ConfigError, match="local_search.*fewer than num_samples"):
+        plan(num_samples=4, local_search=4)
+    with pytest.raises(ConfigError, match="local_search"):
+        plan(num_samples=4, local_search=-1)
+
+
 def test_a_trainable_that_cannot_be_called_as_trials_call_it_is_refused():
     def takes_a_config(config):
         pass
@@ -277,6 +297,38 @@ def test_a_contended_window_stops_no_trial_the_next_trustworthy_one_is_judged():
     wrapped.on_trial_add(None, slow)
     assert wrapped.on_trial_result(None, slow, {"training_iteration": 1, "score": 10.0}) == TrialScheduler.STOP
     assert pickle.loads(pickle.dumps(wrapped)).skipped == 1  # Tune saves it with the experiment
+
+
+def test_asha_stops_no_trial_within_the_noise_of_the_best():
+    """Real ASHA at reduction factor 2 stops the lower half at rung 1: a trial 5% below
+    the best is in that half, yet a contender; one 30% below is not spared. Minimising
+    works the other way round."""
+    from ray.tune.schedulers import ASHAScheduler, TrialScheduler
+
+    from accelsweep.sweeps.driver.schedulers import NEAR_BEST, TrustedWindowsOnly
+
+    class Trial:
+        def __init__(self, trial_id):
+            self.trial_id = trial_id
+
+    def judged(mode, figures, near=(True,)):
+        asha = ASHAScheduler(time_attr="training_iteration", metric="score", mode=mode, max_t=3, grace_period=1,
+                             reduction_factor=2)
+        wrapped = TrustedWindowsOnly(asha, ("score", mode)) if near[0] else TrustedWindowsOnly(asha)
+        decisions = []
+        for index, figure in enumerate(figures):
+            trial = Trial(str(index))
+            wrapped.on_trial_add(None, trial)
+            decisions.append(wrapped.on_trial_result(None, trial, {"training_iteration": 1, "score": figure}))
+        return decisions, wrapped
+
+    stop, go = TrialScheduler.STOP, TrialScheduler.CONTINUE
+    assert NEAR_BEST == 0.10
+    assert judged("max", [100.0, 95.0, 70.0], near=(False,))[0] == [go, stop, stop]  # plain ASHA
+    decisions, wrapped = judged("max", [100.0, 95.0, 70.0])
+    assert decisions == [go, go, stop] and wrapped.spared == 1 and "spared near the best: 1" in wrapped.debug_string()
+    assert judged("min", [1.0, 1.05, 1.5])[0] == [go, go, stop]
+    assert judged("max", [100.0, float("nan"), 95.0])[0][2] == go  # a NaN figure neither leads nor is compared
 
 
 # ---- process-wide settings and Ray ---------------------------------------------------

@@ -373,7 +373,19 @@ class SweepCallback(Callback):
 
     def run_tags(self, record: TrialRecord) -> dict[str, str]:
         """Tags of its run beyond the common ones (a phase's own: confirm.py)."""
-        return {}
+        step = self.local_step(record)
+        return {"local_step": step} if step else {}
+
+    def local_step(self, record: TrialRecord) -> str:
+        """What the trial's config changed from the leader, when the local search proposed it
+        (searchers.py); else ""."""
+        from accelsweep.sweeps.driver.searchers import local_proposals
+
+        for key, step in local_proposals(self.sweep_token).items():
+            params = json.loads(key)
+            if params and all(record.searched.get(name) == value for name, value in params.items()):
+                return step
+        return ""
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         if self.deadline is not None:
@@ -538,7 +550,9 @@ class SweepCallback(Callback):
         knobs = " ".join(f"{k}={v}" for k, v in record.searched.items())
         count = f"{record.ordinal or record.number}/{self.total_trials}"
         number = count if record.ordinal in (0, record.number) else f"{record.number} ({count})"
-        head = f"[trial {number}{' baseline' if record.is_baseline else ''}] {knobs}"
+        step = self.local_step(record)
+        head = (f"[trial {number}{' baseline' if record.is_baseline else ''}"
+                f"{f' local: {step}' if step else ''}] {knobs}")
         if record.status == FAILED:
             return f"{head} -> FAILED ({record.error_cause or ERROR}): {record.error_class}: {record.error}"
         if record.status == INTERRUPTED:

@@ -121,6 +121,10 @@ def common_parser(description: str, default_samples: int, default_confirm_rounds
                              "interleaved rounds; the verdict is theirs, or 'not decided' (0: no confirmation; "
                              f"default: {default_confirm_rounds}; with a time budget the search keeps a quarter "
                              "of it for them)")
+    parser.add_argument("--local-search", type=int, default=None, metavar="N",
+                        help="the search's last N proposals each step from the best config so far to an unmeasured "
+                             "neighbour (one knob one choice away: batch x2 or /2, workers +-1, ...) instead of "
+                             "sampling (0: none; default: a quarter of --num-samples, at most 4)")
     parser.add_argument("--dry-run", action="store_true",
                         help="print the search space, resources and environment per trial, then exit")
     return parser
@@ -144,7 +148,8 @@ def sweep_options(args: argparse.Namespace, *, default_samples: int, default_tim
                    repeats=getattr(args, "repeat_configs", False),
                    study_storage=getattr(args, "study_storage", None),
                    verbose=getattr(args, "verbose", False),
-                   confirm_rounds=getattr(args, "confirm_rounds", 0))
+                   confirm_rounds=getattr(args, "confirm_rounds", 0),
+                   local_search=getattr(args, "local_search", None))
     return {**options, **fixed}
 
 

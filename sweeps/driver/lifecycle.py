@@ -40,6 +40,8 @@ from accelsweep.sweeps.driver.plan import (
     _as_sized,
     early_stopping,
     preflight,
+    LOCAL_TIME_SHARE,
+    local_search_trials,
     rejects,
     startup_trials,
     trial_limits_of,
@@ -123,7 +125,7 @@ def concurrency_for(per_trial: Mapping[str, float], sweep: Sweep) -> tuple[int, 
     return min(slots, sweep.num_samples), f"{slots} trial(s) fit in the cluster's resources"
 
 
-def _searcher(plan: Plan, sweep_token: str = ""):
+def _searcher(plan: Plan, sweep_token: str = "", time_budget_s: Optional[float] = None):
     import optuna
     from accelsweep.sweeps.driver.searchers import FailureAwareOptunaSearch
 
@@ -143,7 +145,8 @@ def _searcher(plan: Plan, sweep_token: str = ""):
     return FailureAwareOptunaSearch(plan.space.define_by_run, metric=metrics if len(metrics) > 1 else metrics[0],
                         mode=modes if len(modes) > 1 else modes[0], sampler=sampler,
                         points_to_evaluate=first, seed=sweep.seed, repeats=sweep.repeats, sweep_token=sweep_token,
-                        budget=sweep.num_samples)
+                        budget=sweep.num_samples, local_search=local_search_trials(sweep),
+                        local_after=time.time() + time_budget_s * (1 - LOCAL_TIME_SHARE) if time_budget_s else None)
 
 
 def _scheduler(plan: Plan):
@@ -163,9 +166,10 @@ def _scheduler(plan: Plan):
     if sweep.scheduler == "asha":
         return TrustedWindowsOnly(ASHAScheduler(time_attr="training_iteration", metric=objective.metric,
                                                 mode=objective.mode, max_t=windows, grace_period=1,
-                                                reduction_factor=2))
+                                                reduction_factor=2), (objective.metric, objective.mode))
     return TrustedWindowsOnly(MedianStoppingRule(time_attr="training_iteration", metric=objective.metric,
-                                                 mode=objective.mode, grace_period=1, min_samples_required=3))
+                                                 mode=objective.mode, grace_period=1, min_samples_required=3),
+                              (objective.metric, objective.mode))
 
 
 def _trial_resources(config_for: Callable[[Mapping[str, Any]], Any], fallback: Mapping[str, float],
@@ -466,7 +470,8 @@ def _start(plan: Plan, trainable, storage: str, tracker, concurrency: int, time_
     tracker.buffer.keep_in(experiment_dir)  # where MLflow writes are kept if its store stops answering
     tuner = tune.Tuner(
         trainable,
-        tune_config=tune.TuneConfig(search_alg=_searcher(plan, callback.sweep_token), scheduler=_scheduler(plan),
+        tune_config=tune.TuneConfig(search_alg=_searcher(plan, callback.sweep_token, time_budget_s),
+                                    scheduler=_scheduler(plan),
                                     num_samples=sweep.num_samples,
                                     time_budget_s=time_budget_s,
                                     max_concurrent_trials=concurrency,
@@ -556,6 +561,7 @@ def _finish(plan: Plan, run: _Run, tracker, status: str, elapsed_s: float,
                          "best_trial": str(best.number) if best else "none",
                          "pareto_trials": ", ".join(str(r.number) for r in pareto) or "none",
                          "verdict": judged.text if judged is not None else "none: no baseline or best measured",
+                         "verdict_subject": judged.subject if judged is not None else "none",
                          **({CONFIRM_NOTE_TAG: confirm_note} if confirm_note else {}),
                          SEARCHED_OUT_TAG: str(searched_out(run.callback.sweep_token)).lower()})
     if sweep.report and tracker.buffer.answering:  # the report reads the store

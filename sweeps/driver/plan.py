@@ -182,6 +182,11 @@ class Plan:
         lines.append(f"budget: {sweep.num_samples} trials"
                      + (f", {sweep.time_budget_s:g} s" if sweep.time_budget_s else "")
                      + f"; early stopping: {early_stopping(sweep)}; seed {sweep.seed}")
+        if local_search_trials(sweep):
+            lines.append(f"local search: the last {local_search_trials(sweep)} proposals"
+                         + (f" (or the last {LOCAL_TIME_SHARE:.0%} of the search's time)" if sweep.time_budget_s else "")
+                         + " each step from the best config so far to an unmeasured neighbour (one knob, one "
+                           "choice away)")
         lines.append(sweep.cost_note)
         samples = [("baseline", self.baseline_point)]
         other_seed = (sweep.seed + 1) % (MAX_SEED + 1)  # not the search's own first proposals
@@ -268,6 +273,11 @@ def plan_sweep(sweep: Sweep) -> Plan:
     rounds = sweep.confirm_rounds  # one round pairs nothing: a paired interval needs two
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds == 1 or rounds < 0:
         raise ConfigError("confirm_rounds", "0 (no confirmation), or an integer >= 2", rounds)
+    if sweep.local_search is not None:
+        positive_int("local_search", sweep.local_search, minimum=0)
+        if sweep.local_search >= sweep.num_samples:
+            raise ConfigError("local_search", f"fewer than num_samples ({sweep.num_samples}): the search needs "
+                                              "measured configs to step from", sweep.local_search)
     random_seed("seed", sweep.seed)  # before the space is sampled with it
     if sweep.time_budget_s is not None and not (sweep.time_budget_s > 0 and math.isfinite(sweep.time_budget_s)):
         raise ConfigError("time_budget_s", "a number of seconds > 0, or None", sweep.time_budget_s)
@@ -436,6 +446,21 @@ def rejects(sweep: Sweep) -> bool:
     that does not read the limits."""
     return (sweep.reject_ratio is not None and sweep.scheduler != "none" and len(sweep.objectives) == 1
             and reads_trial_limits(sweep.trainable))
+
+
+# The local search's default share: the last quarter of the proposals, at most this many,
+# or the last third of the search's time budget, whichever begins first.
+LOCAL_SEARCH_MAX = 4
+LOCAL_TIME_SHARE = 1 / 3
+
+
+def local_search_trials(sweep: Sweep) -> int:
+    """The proposals at the search's end that step from its leader (Sweep.local_search)."""
+    if sweep.local_search is not None:
+        return sweep.local_search
+    if sweep.sampler != "tpe" or len(sweep.objectives) != 1:
+        return 0
+    return min(LOCAL_SEARCH_MAX, sweep.num_samples // 4)
 
 
 def startup_trials(sweep: Sweep) -> int:

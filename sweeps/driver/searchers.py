@@ -7,15 +7,17 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
+from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
 __all__ = ["FailureAwareOptunaSearch", "MAX_REPEATED_PROPOSALS", "MeasuredRun", "ResumeNews", "config_key",
-           "take_reuses", "tell_resumed"]
+           "local_proposals", "neighbours", "take_reuses", "tell_resumed"]
 
 # Proposals in a row of configs already measured before the space counts as searched
 # out: TPE keeps proposing its best region, and a small space runs out of new points.
@@ -26,6 +28,8 @@ MAX_REPEATED_PROPOSALS = 20
 # objects Tune pickles apart, in one driver process.
 _REUSES: dict[str, list[tuple[dict, str]]] = {}
 _SEARCHED_OUT: set[str] = set()
+# The local search's proposals by sweep: config key -> what it changed from the leader.
+_LOCAL: dict[str, dict[str, str]] = {}
 
 
 @dataclass
@@ -76,6 +80,31 @@ def searched_out(sweep_token: str) -> bool:
     return sweep_token in _SEARCHED_OUT
 
 
+def local_proposals(sweep_token: str) -> dict[str, str]:
+    """The sweep's proposals that were one step from the leader (config key -> the step,
+    e.g. "batch_size 32 -> 64 from trial 9's config")."""
+    return _LOCAL.get(sweep_token, {})
+
+
+def neighbours(params: Mapping[str, Any], distributions: Mapping[str, Any]) -> list[tuple[dict, str]]:
+    """The configs one step from ``params``: each categorical knob moved to the choice
+    before or after its own in the space's list (batch size x2 and /2 in a list of
+    powers of two, loader workers +-1, the precision beside it, a flag flipped), in the
+    space's order of knobs, the step up first; each with what it changed."""
+    found = []
+    for name, distribution in distributions.items():
+        if not isinstance(distribution, CategoricalDistribution) or name not in params:
+            continue
+        choices = list(distribution.choices)
+        if params[name] not in choices:
+            continue
+        index = choices.index(params[name])
+        for other in (index + 1, index - 1):
+            if 0 <= other < len(choices):
+                found.append(({**params, name: choices[other]}, f"{name} {params[name]} -> {choices[other]}"))
+    return found
+
+
 def take_reuses(sweep_token: str) -> list[tuple[dict, str]]:
     """The proposals the searcher answered from an earlier trial since the last call:
     (the proposed config, the trial id whose result it reused)."""
@@ -99,12 +128,22 @@ class FailureAwareOptunaSearch(OptunaSearch):
     On ``--resume`` (``ResumeNews``, before its first proposal) it learns the results of
     the trials a killed driver measured after Tune's last save, so none is measured again
     and each counts toward ``budget`` (the sweep's num_samples), and it proposes first the
-    configs of the trials the kill cut off, which then run again in their own MLflow runs."""
+    configs of the trials the kill cut off, which then run again in their own MLflow runs.
+
+    Its last ``local_search`` proposals (of ``budget``) are a local search: each is a
+    config one step from the best measured so far (``neighbours``) that no trial has
+    measured, so the search ends by checking the leader's surroundings, where TPE's
+    sampling leaves gaps (issue 37: a sweep missed the config one batch size above its
+    winner). With a time budget the local search also begins at ``local_after`` (a
+    time.time() moment: the search's last third), whichever comes first: a budget of time
+    ends a search before its last proposals when trials compile for tens of seconds.
+    With no such config left, TPE proposes as before."""
 
     def __init__(self, *args, repeats: bool = False, sweep_token: str = "", budget: Optional[int] = None,
-                 **kwargs):
+                 local_search: int = 0, local_after: Optional[float] = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.repeats, self.sweep_token, self.budget = repeats, sweep_token, budget
+        self.local_search, self.local_after = local_search, local_after
         self._proposed: dict[str, str] = {}  # trial id -> config key
         self._outcomes: dict[str, tuple[str, Optional[Any]]] = {}  # config key -> (trial id, value; None: failed)
         self.reused = 0
@@ -119,7 +158,8 @@ class FailureAwareOptunaSearch(OptunaSearch):
     def _since_resume_was_added(self) -> None:
         """What a searcher saved by a version before these counts lacks."""
         for name, empty in (("budget", None), ("_returned", len(getattr(self, "_ot_trials", ()))),
-                            ("_recovered", {}), ("_answers", {})):
+                            ("_recovered", {}), ("_answers", {}), ("local_search", 0),
+                            ("local_after", None)):
             self.__dict__.setdefault(name, empty)
 
     def __setstate__(self, state: dict) -> None:  # unpickled from Tune's tuner.pkl
@@ -130,6 +170,7 @@ class FailureAwareOptunaSearch(OptunaSearch):
         self._learn(_RESUME_NEWS.pop(self.sweep_token, None))
         if self.budget is not None and self._returned + len(self._recovered) >= self.budget:
             return Searcher.FINISHED  # the recovered trials took the proposals left
+        self._step_from_leader()
         # Repeats answered on the way to this trial's config: recorded (once per config)
         # when it comes; repeats that end the search (its space used up) are not news.
         answered: dict[str, tuple[dict, str]] = {}
@@ -209,6 +250,31 @@ class FailureAwareOptunaSearch(OptunaSearch):
         waiting = self._ot_study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
         if not any(config_key(t.system_attrs.get("fixed_params") or {}) == config_key(config) for t in waiting):
             self._ot_study.enqueue_trial(config)
+
+    def _step_from_leader(self) -> None:
+        """In the local search's share of the budget, enqueue the first unmeasured config
+        one step from the best trial so far (nothing when the queue holds a proposal
+        already: a sweep's points, a resumed sweep's configs)."""
+        if not self.local_search or self.budget is None or isinstance(self.metric, list):
+            return
+        late = self.local_after is not None and time.time() >= self.local_after
+        if not late and self._returned + len(self._recovered) < self.budget - self.local_search:
+            return
+        trials = self._ot_study.get_trials(deepcopy=False)
+        if any(t.state == TrialState.WAITING for t in trials):
+            return
+        measured = [t for t in trials if t.state == TrialState.COMPLETE and _finite(t.value)]
+        if not measured:
+            return
+        sign = 1 if self.mode == "max" else -1
+        leader = max(measured, key=lambda t: sign * t.value)
+        taken = {config_key(t.params) for t in trials} | set(self._outcomes)
+        taken |= {config_key(t.system_attrs.get("fixed_params") or {}) for t in trials}
+        for config, step in neighbours(leader.params, leader.distributions):
+            if config_key(config) not in taken:
+                self._ot_study.enqueue_trial(config)
+                _LOCAL.setdefault(self.sweep_token, {})[config_key(config)] = step
+                return
 
     def _value_of(self, result: Mapping[str, Any]) -> Any:
         if isinstance(self.metric, list):

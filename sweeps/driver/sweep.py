@@ -154,6 +154,11 @@ class Sweep:
     # many interleaved rounds, and the sweep's verdict is theirs (confirm.py); 0: none.
     # With a time budget, the search keeps a quarter of it for them.
     confirm_rounds: int = 0
+    # The search's last proposals that step from the best config so far to an unmeasured
+    # neighbour (one knob one choice away: batch x2 or /2, workers +-1, ...) instead of
+    # sampling (searchers.py); None: a quarter of num_samples, at most LOCAL_SEARCH_MAX,
+    # with TPE and one objective; 0: none.
+    local_search: Optional[int] = None
 
 
     def __post_init__(self) -> None:

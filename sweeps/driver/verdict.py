@@ -46,6 +46,7 @@ class Verdict:
     beats_baseline: bool  # by more than the noise, measured on an unloaded host
     decided: bool = True  # False: the figures forbid a call ("not decided")
     confirmed: bool = False  # from the confirmation phase's rounds
+    subject: str = ""  # the config the verdict is about, as the summary calls it ("trial 7", "the baseline")
 
     def figures(self) -> dict[str, float]:
         """For the sweep's parent run."""
@@ -76,9 +77,10 @@ def verdict(baseline: Optional[TrialRecord], best: Optional[TrialRecord], metric
             text = (f"not decided: the baseline measured best, but {which or 'the baseline'} measured while other "
                     "processes took the cores of every window (contended): measure again (--confirm-rounds) "
                     "or on a quiet machine")
-            return Verdict(text, 0.0, noise, False, decided=False)
+            return Verdict(text, 0.0, noise, False, decided=False, subject="the baseline")
         text = f"no config beat the baseline: it measured best itself (its noise: {noise_text})"
-        return Verdict(text, 0.0, noise, False)
+        return Verdict(text, 0.0, noise, False, subject="the baseline")
+    subject = f"trial {best.number}"
     # A metric near zero (an error) changes by a difference, not by a percentage (changes.py).
     lead = (f"trial {best.number} at {describe_change(base_value, best_value, mode)} over the baseline"
             if is_relative(base_value, best_value) else
@@ -88,19 +90,20 @@ def verdict(baseline: Optional[TrialRecord], best: Optional[TrialRecord], metric
         which = " and ".join("the baseline" if r is baseline else f"trial {r.number}" for r in contended)
         text = (f"not trusted: other processes took cores from every window of {which} (contended); {lead}, "
                 f"noise {noise_text}: measure again (--confirm-rounds) or on a quiet machine")
-        return Verdict(text, change, noise, False, decided=False)
+        return Verdict(text, change, noise, False, decided=False, subject=subject)
     if loaded:
         which = " and ".join("the baseline" if r is baseline else f"trial {r.number}" for r in loaded)
         text = (f"not trusted: {which} ran while the host was loaded (its speed probe "
                 f"{max(host_slowdown(r, records) for r in loaded):.0%} slower than the sweep's typical); "
                 f"{lead}, noise {noise_text}: measure again on a quiet machine")
-        return Verdict(text, change, noise, False, decided=False)
+        return Verdict(text, change, noise, False, decided=False, subject=subject)
     if not math.isfinite(noise):
-        return Verdict(f"{lead}; noise {noise_text}", change, noise, False, decided=False)
+        return Verdict(f"{lead}; noise {noise_text}", change, noise, False, decided=False, subject=subject)
     if change > noise:
-        return Verdict(f"{lead}: beats it beyond the measured noise of {noise_text}", change, noise, True)
+        return Verdict(f"{lead}: beats it beyond the measured noise of {noise_text}", change, noise, True,
+                       subject=subject)
     return Verdict(f"no config beat the baseline by more than the measured noise of {noise_text} "
-                   f"(the best, {lead})", change, noise, False)
+                   f"(the best, {lead})", change, noise, False, subject=subject)
 
 
 # Student's t, two-sided 95%, by degrees of freedom (rounds - 1); 1.96 beyond the table.
@@ -175,14 +178,15 @@ def confirmed_verdict(measurements: Sequence[Mapping[str, tuple[float, bool]]], 
         others = [j for j in decidable if j is not best and j.gain > best.gain]
         if others:
             text += "; " + "; ".join(f"{names[j.key]}'s {j.gain:+.1%} is not decided ({interval(j)})" for j in others)
-        return Verdict(text, best.gain, (best.high - best.low) / 2, True, decided=True, confirmed=True), judged
+        return (Verdict(text, best.gain, (best.high - best.low) / 2, True, decided=True, confirmed=True,
+                        subject=names[best.key]), judged)
     best = max(decidable, key=lambda j: j.gain)
     half = (best.high - best.low) / 2
     if all(j.high < 0 or (j.high - j.low) / 2 <= EQUAL_WITHIN for j in decidable):
         bound = "" if best.high < 0 else f" by more than {best.high:+.1%}"
         text = (f"confirmed: no config beats the baseline{bound} (the best candidate, {names[best.key]}: "
                 f"{best.gain:+.1%}, {interval(best)})")
-        return Verdict(text, best.gain, half, False, decided=True, confirmed=True), judged
+        return Verdict(text, best.gain, half, False, decided=True, confirmed=True, subject=names[best.key]), judged
     text = (f"not decided: {names[best.key]}'s config is {best.gain:+.1%} against the baseline, but its "
             f"{interval(best)} spans no change: more rounds (--confirm-rounds) or a quieter machine would decide it")
-    return Verdict(text, best.gain, half, False, decided=False, confirmed=True), judged
+    return Verdict(text, best.gain, half, False, decided=False, confirmed=True, subject=names[best.key]), judged

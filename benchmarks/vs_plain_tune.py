@@ -1,0 +1,292 @@
+"""accelsweep's main job against what a user writes instead (plain Ray Tune + Optuna +
+MLflow, benchmarks/plain_tune.py), judged by neither: on several seeds, each tool's run
+in A B B A order, then every run's winner and the baseline re-measured in a plain loop
+(benchmarks/plain_vit.py, fresh processes, rounds interleaved and rotated).
+
+    .venv/bin/python benchmarks/vs_plain_tune.py                    # 3 seed pairs + 5 rounds: ~50 min on 2 cores
+    .venv/bin/python benchmarks/vs_plain_tune.py --smoke --seeds 0 1 --rounds 2 --out /tmp/x.json   # the harness
+
+Per tool and run: wall time (the command's, Ray's start and the summary included),
+device-seconds (the trials' own time; each trial holds every CPU here), trials, runs of a
+config already measured, the winner (accelsweep: the config its verdict names; plain:
+``get_best_result()``), the gain each claimed over the baseline, and what the judge
+measured: the winner's mean throughput and its gain over the baseline with a 95% interval
+of the paired per-round ratios. Checks per pair (issue 37): accelsweep's winner within 3%
+of the best config the judge measured, in at most 75% of the plain script's wall time,
+its claimed gain inside its confirmed interval. Writes --out (JSON) and a plot beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+from plain_vit import BASELINE  # noqa: E402
+
+KNOBS = tuple(BASELINE)
+WITHIN_BEST = 0.97  # accelsweep's winner at least this fraction of the best judged config
+WALL_SHARE = 0.75  # in at most this share of the plain script's wall time
+
+
+def _value(text: str):
+    """An MLflow param back to the value it was (params are strings)."""
+    if text in ("True", "False"):
+        return text == "True"
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
+def config_key(config: dict) -> str:
+    return json.dumps({k: config.get(k, BASELINE[k]) for k in KNOBS}, sort_keys=True)
+
+
+def _trial_runs(tracking_uri: str, experiment: str):
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri)
+    found = client.get_experiment_by_name(experiment)
+    runs = client.search_runs([found.experiment_id], max_results=5000) if found else []
+    return client, runs
+
+
+def _seconds(run) -> float:
+    return ((run.info.end_time or run.info.start_time) - run.info.start_time) / 1000
+
+
+def _repeats(configs: list[dict]) -> int:
+    """Trials that ran a config an earlier trial of the same run had already measured."""
+    return len(configs) - len({config_key(c) for c in configs})
+
+
+def run_accelsweep(folder: str, seed: int, args) -> dict:
+    command = [os.path.join(os.path.dirname(sys.executable), "accelsweep"), "run", "neuron_vit", "--seed", str(seed),
+               "--storage-path", os.path.join(folder, "ray"), "--compile-cache", os.path.join(folder, "compile")]
+    command += ["--smoke"] if args.smoke else []
+    command += ["--num-samples", str(args.num_samples)] if args.num_samples else []
+    command += ["--confirm-rounds", str(args.confirm_rounds)] if args.confirm_rounds is not None else []
+    wall, lines = _timed(command, folder, "accelsweep")
+    _, runs = _trial_runs(f"sqlite:///{folder}/mlflow.db", "neuron_vit")
+    parent = next(r for r in runs if r.data.tags.get("kind") == "sweep")
+    trials = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    search = [r for r in trials if r.data.tags.get("phase") != "confirmation"]
+    ran = [r for r in search if r.data.tags.get("status") != "reused"]
+    # The config the verdict names; with no verdict to name one (no round could be judged),
+    # the search's best, which the summary shows.
+    subject = parent.data.tags.get("verdict_subject", "")
+    number = subject.split()[-1] if subject.startswith("trial ") else parent.data.tags.get("best_trial")
+    chosen = next((r for r in search if r.data.tags.get("trial_number") == number), None)
+    figures = parent.data.metrics
+    change = figures.get("verdict_change_pct", float("nan")) / 100
+    if subject == "the baseline" or chosen is None:
+        winner, change = dict(BASELINE), 0.0
+    else:
+        winner = {**BASELINE, **{k: _value(chosen.data.params[k]) for k in KNOBS if k in chosen.data.params}}
+    if not math.isfinite(change):  # what the summary's table claims: the best against the baseline
+        metric = "throughput_samples_per_s"
+        change = figures.get(f"best_{metric}", math.nan) / figures.get(f"baseline_{metric}", math.nan) - 1
+    return {"wall_s": wall, "device_s": sum(_seconds(r) for r in trials), "trials": len(ran),
+            "confirmation_trials": len(trials) - len(search),
+            "reused_proposals": len(search) - len(ran),
+            "repeats": _repeats([{k: _value(r.data.params.get(k, str(BASELINE[k]))) for k in KNOBS} for r in ran]),
+            "winner": winner, "claimed_gain": change, "verdict": parent.data.tags.get("verdict"),
+            "exit_status": lines[-1] if isinstance(lines[-1], int) else None}
+
+
+def run_plain(folder: str, seed: int, args) -> dict:
+    command = [sys.executable, os.path.join(HERE, "plain_tune.py"), "--seed", str(seed),
+               "--storage", os.path.join(folder, "ray"), "--tracking-uri", f"sqlite:///{folder}/mlflow.db"]
+    command += ["--smoke"] if args.smoke else []
+    command += ["--num-samples", str(args.num_samples)] if args.num_samples else []
+    wall, lines = _timed(command, folder, "plain")
+    result = next(json.loads(line[len("RESULT "):]) for line in reversed(lines[:-1])
+                  if isinstance(line, str) and line.startswith("RESULT "))
+    _, runs = _trial_runs(f"sqlite:///{folder}/mlflow.db", "plain_vit")
+    return {"wall_s": wall, "device_s": sum(_seconds(r) for r in runs), "trials": result["trials"],
+            "repeats": _repeats(result["configs"]), "winner": {**BASELINE, **result["winner"]},
+            "claimed_gain": result["claimed_gain"], "exit_status": lines[-1]}
+
+
+def _timed(command: list[str], folder: str, tool: str) -> tuple[float, list]:
+    """Run ``command`` in ``folder`` with a fresh compile cache; its wall time and output
+    lines, the exit status last."""
+    environment = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": os.path.join(folder, "inductor"),
+                   "PYTHONUNBUFFERED": "1"}
+    started = time.monotonic()
+    process = subprocess.Popen(command, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env=environment)
+    lines: list = []
+    for line in process.stdout:
+        lines.append(line.rstrip("\n"))
+        if not line.startswith(("│", "╭", "╰", "├")):  # Tune's status tables: a screen per trial
+            print(f"  {tool} | {line}", end="", flush=True)
+    process.wait()
+    wall = time.monotonic() - started
+    if process.returncode != 0:
+        raise SystemExit(f"{tool} exited {process.returncode}: {' '.join(command)} (in {folder})")
+    return wall, lines + [process.returncode]
+
+
+def judge(configs: dict[str, dict], rounds: int, smoke: bool) -> tuple[dict[str, list[float]], list]:
+    """Every config measured once per round, each in a fresh process, the order rotated
+    each round so no config always follows another; per config its figures by round."""
+    keys = sorted(configs)
+    figures: dict[str, list[float]] = {key: [] for key in keys}
+    order = []
+    timing = {"model": "vit-micro", "warmup": 2, "windows": 2, "window_s": 0.25} if smoke else {}
+    with tempfile.TemporaryDirectory(prefix="judge-") as cache:
+        for round_ in range(rounds):
+            turn = keys[round_ % len(keys):] + keys[:round_ % len(keys)]
+            for key in turn:
+                request = json.dumps({**configs[key], **timing})
+                output = subprocess.run([sys.executable, os.path.join(HERE, "plain_vit.py"), request],
+                                        capture_output=True, text=True, check=True,
+                                        env={**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}).stdout
+                figures[key].append(json.loads(output.strip().splitlines()[-1])["throughput"])
+                order.append([round_ + 1, key])
+                print(f"  judge round {round_ + 1}: {key} -> {figures[key][-1]:.1f} samples/s", flush=True)
+    return figures, order
+
+
+# Student's t, two-sided 95%, by degrees of freedom.
+_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
+
+
+def paired_gain(values: list[float], baseline: list[float]) -> dict:
+    """The mean gain over the baseline by round (exp of the mean log ratio) and its 95% interval."""
+    ratios = [math.log(v / b) for v, b in zip(values, baseline)]
+    mean = statistics.fmean(ratios)
+    half = (_T95[min(len(ratios) - 2, len(_T95) - 1)] * statistics.stdev(ratios) / math.sqrt(len(ratios))
+            if len(ratios) > 1 else float("nan"))
+    return {"gain": math.expm1(mean), "low": math.expm1(mean - half), "high": math.expm1(mean + half)}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--rounds", type=int, default=5, help="the judge's interleaved rounds (default 5)")
+    parser.add_argument("--smoke", action="store_true", help="the smoke model: a check of the harness, not figures")
+    parser.add_argument("--num-samples", type=int, default=None, help="both tools' trials (default: each one's own)")
+    parser.add_argument("--confirm-rounds", type=int, default=None, help="accelsweep's (default: the main job's)")
+    parser.add_argument("--out", default=os.path.join(REPO, "benchmarks", "results", "vs_plain_tune.json"))
+    args = parser.parse_args(argv)
+    if args.rounds < 2:
+        parser.error(f"--rounds: at least 2 (an interval needs two paired rounds), got {args.rounds}")
+    pairs = []
+    for index, seed in enumerate(args.seeds):
+        order = ("accelsweep", "plain") if index % 2 == 0 else ("plain", "accelsweep")  # A B, B A, A B, ...
+        pair = {"seed": seed, "order": list(order)}
+        for tool in order:
+            with tempfile.TemporaryDirectory(prefix=f"vs-{tool}-") as folder:
+                print(f"seed {seed}: {tool}", flush=True)
+                pair[tool] = (run_accelsweep if tool == "accelsweep" else run_plain)(folder, seed, args)
+            print(f"seed {seed}: {tool} took {pair[tool]['wall_s']:.0f} s, winner {pair[tool]['winner']}", flush=True)
+        pairs.append(pair)
+    configs = {config_key(BASELINE): dict(BASELINE)}
+    for pair in pairs:
+        for tool in ("accelsweep", "plain"):
+            configs.setdefault(config_key(pair[tool]["winner"]), pair[tool]["winner"])
+    figures, order = judge(configs, args.rounds, args.smoke)
+    baseline_key = config_key(BASELINE)
+    means = {key: statistics.fmean(values) for key, values in figures.items()}
+    best_confirmed = max(means.values())
+    for pair in pairs:
+        for tool in ("accelsweep", "plain"):
+            run = pair[tool]
+            key = config_key(run["winner"])
+            run["confirmed"] = means[key]
+            run["of_best"] = means[key] / best_confirmed
+            run["confirmed_gain"] = paired_gain(figures[key], figures[baseline_key])
+        accel, plain = pair["accelsweep"], pair["plain"]
+        interval = accel["confirmed_gain"]
+        pair["checks"] = {
+            "winner_within_3pct_of_best": accel["of_best"] >= WITHIN_BEST,
+            "wall_at_most_75pct": accel["wall_s"] <= WALL_SHARE * plain["wall_s"],
+            "claim_inside_confirmed_interval": (math.isfinite(accel["claimed_gain"])
+                                                and interval["low"] <= accel["claimed_gain"] <= interval["high"]),
+        }
+    result = {"machine": machine(), "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M"),
+              "smoke": args.smoke, "pairs": pairs, "baseline_confirmed": means[baseline_key],
+              "best_confirmed": best_confirmed, "best_config": configs[max(means, key=means.get)],
+              "rounds": args.rounds, "judged": {key: {"config": configs[key], "figures": figures[key],
+                                                     "mean": means[key]} for key in configs},
+              "judge_order": order}
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as out:
+        json.dump(result, out, indent=1)
+    plot = plot_runs(result, os.path.splitext(args.out)[0] + ".png")
+    print(table(result))
+    print(f"wrote {args.out} and {plot}")
+    return 0 if all(all(p["checks"].values()) for p in pairs) else 1
+
+
+def machine() -> str:
+    model = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
+                 platform.processor() or platform.machine())
+    flags = next((line for line in open("/proc/cpuinfo") if line.startswith("flags")), "")
+    isa = "avx512_bf16" if "avx512_bf16" in flags else "avx512f" if "avx512f" in flags else "avx2" if "avx2" in flags \
+        else platform.machine()
+    return f"{model}, {os.cpu_count()} CPUs ({isa})"
+
+
+def table(result: dict) -> str:
+    """The README's table: a row per run."""
+    rows = ["| seed | tool | wall (s) | device-s | trials | repeats | winner | claimed | confirmed (samples/s) "
+            "| of best | confirmed gain [95%] |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for pair in result["pairs"]:
+        for tool in pair["order"]:
+            run = pair[tool]
+            gain = run["confirmed_gain"]
+            rows.append(f"| {pair['seed']} | {tool} | {run['wall_s']:.0f} | {run['device_s']:.0f} | {run['trials']} "
+                        f"| {run['repeats']} | {describe(run['winner'])} | {run['claimed_gain']:+.1%} "
+                        f"| {run['confirmed']:.1f} | {run['of_best']:.1%} "
+                        f"| {gain['gain']:+.1%} [{gain['low']:+.1%}, {gain['high']:+.1%}] |")
+    rows.append(f"\nbaseline {result['baseline_confirmed']:.1f} samples/s, best {result['best_confirmed']:.1f} "
+                f"({describe(result['best_config'])}); judge: {result['rounds']} interleaved rounds; "
+                f"{result['machine']}, {result['date']}")
+    return "\n".join(rows)
+
+
+def describe(config: dict) -> str:
+    """A config as the knobs it changes from the baseline."""
+    changed = [f"{k}={v}" for k, v in config.items() if k in BASELINE and BASELINE[k] != v and k != "threads"]
+    changed += [f"threads={config['threads']}"] if config.get("threads", 2) != (os.cpu_count() or 2) else []
+    return ", ".join(changed) or "the baseline"
+
+
+def plot_runs(result: dict, path: str) -> str:
+    """Wall time against the winner's judged throughput (as a share of the best), a point per run."""
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(7, 4.5))
+    axes = figure.subplots()
+    for tool, marker in (("accelsweep", "o"), ("plain", "s")):
+        points = [(p[tool]["wall_s"], 100 * p[tool]["of_best"], p["seed"]) for p in result["pairs"]]
+        axes.scatter([x for x, _, _ in points], [y for _, y, _ in points], marker=marker, s=60,
+                     label="accelsweep (main job)" if tool == "accelsweep" else "plain Ray Tune + Optuna")
+        for x, y, seed in points:
+            axes.annotate(f"seed {seed}", (x, y), textcoords="offset points", xytext=(5, 4), fontsize=8)
+    axes.axhline(100 * WITHIN_BEST, linestyle=":", color="grey")
+    axes.set_xlabel("wall time of the run (s)")
+    axes.set_ylabel("winner's judged throughput (% of the best judged)")
+    axes.set_title(f"accelsweep vs plain Tune: {result['machine']}", fontsize=9)
+    axes.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    return path
+
+
+if __name__ == "__main__":
+    sys.exit(main())
