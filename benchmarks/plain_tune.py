@@ -79,9 +79,10 @@ def main():
     baseline_throughput = float(baseline_rows["throughput"].iloc[0]) if len(baseline_rows) else float("nan")
     winner = {k: v for k, v in best.config.items() if k != "measurement"}
     print("RESULT " + json.dumps({
-        "fit_s": wall, "trials": len(results), "winner": winner, "winner_throughput": best.metrics["throughput"],
+        "fit_s": wall, "trials": sum(1 for r in results if r.config),  # a trial the budget cut before it began has none
+        "winner": winner, "winner_throughput": best.metrics["throughput"],
         "baseline_throughput": baseline_throughput,
-        "configs": [{k: v for k, v in r.config.items() if k != "measurement"} for r in results],
+        "configs": [{k: v for k, v in r.config.items() if k != "measurement"} for r in results if r.config],
         "claimed_gain": best.metrics["throughput"] / baseline_throughput - 1}), flush=True)
 
 
