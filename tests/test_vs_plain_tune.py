@@ -52,7 +52,8 @@ def test_the_harness_runs_both_tools_in_turn_and_judges_interleaved(tmp_path):
             assert set(figures["confirmed_gain"]) == {"gain", "low", "high"}
         assert set(pair["checks"]) == {"winner_within_3pct_of_best", "wall_at_most_75pct",
                                        "claim_inside_confirmed_interval"}
-    assert result["best_confirmed"] == max(j["mean"] for j in result["judged"].values())
+    assert result["best_confirmed"] == max(j["judged"] for j in result["judged"].values())
+    assert result["judged"][config_key(BASELINE)]["judged"] == pytest.approx(result["baseline_confirmed"])
     # Interleaved: each round measures every config once, the order rotated between rounds.
     keys = sorted(result["judged"])
     rounds = [[key for number, key in result["judge_order"] if number == r] for r in (1, 2)]
@@ -60,3 +61,10 @@ def test_the_harness_runs_both_tools_in_turn_and_judges_interleaved(tmp_path):
     assert len(keys) == 1 or rounds[0] != rounds[1]
     assert os.path.getsize(out.with_suffix(".png")) > 1000
     assert "| seed | tool |" in run.stdout
+    # The same figures judged again from the JSON alone: the same result.
+    again = subprocess.run([sys.executable, os.path.join(REPO, "benchmarks", "vs_plain_tune.py"), "--rejudge",
+                            str(out), "--out", str(tmp_path / "again.json")], capture_output=True, text=True,
+                           timeout=120)
+    assert again.returncode == run.returncode, again.stderr[-2000:]
+    rejudged = json.loads((tmp_path / "again.json").read_text())
+    assert rejudged["pairs"] == result["pairs"] and rejudged["best_confirmed"] == result["best_confirmed"]
