@@ -110,9 +110,9 @@ class CudaKnobs(PlatformKnobs):
 
 class CudaPlatform(Platform):
     name = "cuda"
-    description = "NVIDIA GPU, eager or torch.compile (inductor)"
-    precisions = ("fp32", "bf16-autocast", "bf16")
-    compile_modes = ("none", "inductor")
+    description = "NVIDIA GPU, eager or torch.compile (inductor; max-autotune; reduce-overhead: CUDA graphs)"
+    precisions = ("fp32", "bf16-autocast", "fp16-autocast", "bf16")
+    compile_modes = ("none", "inductor", "max-autotune", "reduce-overhead")
     Knobs = CudaKnobs
     autocast_device_type = "cuda"
     cost_unit = "GPU"
