@@ -84,9 +84,10 @@ def test_every_cuda_implementation_repeats_within_the_cv_target_at_its_default_s
         result = run_microbench(config)
     except KernelUnavailable as missing:
         pytest.skip(str(missing))
-    print(f"{op} {impl} {dtype}: p50 {result['latency_p50_s'] * 1e6:.1f} us, cv {result['latency_cv']:.2%}, host "
-          f"enqueue {result['host_enqueue_s'] * 1e6:.1f} us, launch-bound {result['launch_bound']}, "
-          f"{result['batch_calls']} calls/batch, timer {result['timer']}")
+    print(f"\nCV {op} {impl} {dtype}: p50 {result['latency_p50_s'] * 1e6:.1f} us, cv {result['latency_cv']:.2%}, "
+          f"host enqueue {result['host_enqueue_s'] * 1e6:.1f} us, launch-bound {result['launch_bound']}, "
+          f"{result['batch_calls']} calls/batch, max abs error {result['max_abs_error']:.2e} (tolerance "
+          f"{get_op(op).tolerance[dtype]:.0e}), timer {result['timer']}")
     assert result["latency_cv"] <= CV_TARGET
 
 
