@@ -138,18 +138,26 @@ def _kernel_names(step, sync, steps: int = 2) -> list[str]:
             step()
         sync()
     return sorted({event.key for event in prof.key_averages()
-                   if getattr(event, "device_type", None) == torch.autograd.DeviceType.CUDA
-                   or "cudaGraphLaunch" in event.key})
+                   if getattr(event, "device_type", None) == torch.autograd.DeviceType.CUDA})
 
 
-# What each forced SDPA backend's kernels are called (substrings, lower case).
-ATTENTION_KERNELS = {"sdpa-flash": ("flash",), "sdpa-efficient": ("fmha", "efficient", "mem_eff"),
-                     "sdpa-cudnn": ("cudnn",)}
-ANY_ATTENTION_KERNEL = ("flash", "fmha", "efficient", "mem_eff", "cudnn")
+def _fused_attention(kernel: str) -> bool:
+    """A fused attention kernel's name: FlashAttention-2's (pytorch_flash::flash_fwd...),
+    the memory-efficient one's (fmha_cutlass...), cuDNN's (cudnn_..._sdpa_...); not
+    cuDNN's convolutions (the patch embedding's)."""
+    k = kernel.lower()
+    return any(word in k for word in ("flash", "fmha", "mem_eff", "efficient_attention", "sdpa", "attn"))
+
+
+# What each forced SDPA backend's kernels are called: a fused attention kernel with...
+ATTENTION_KERNELS = {"sdpa-flash": lambda k: "flash" in k and "cudnn" not in k,
+                     "sdpa-efficient": lambda k: ("fmha" in k or "efficient" in k or "mem_eff" in k)
+                     and "cudnn" not in k,
+                     "sdpa-cudnn": lambda k: "cudnn" in k}
 
 
 def _check_trial(report: Report, name: str, config) -> None:
-    """Build the trial as the loop does, run a few steps, and check the knob."""
+    """Build the trial as the loop does (eager), run a few steps, and check the knob."""
     import torch
 
     from accelsweep.trainables.loop.distributed import World
@@ -179,31 +187,20 @@ def _check_trial(report: Report, name: str, config) -> None:
         weight = next(p for p in model.parameters() if p.dim() == 4)
         report.check(f"{name}: channels_last", weight.is_contiguous(memory_format=torch.channels_last),
                      f"first 4-d weight {tuple(weight.shape)} stride {weight.stride()}")
-    # CUDA graphs: the first steps warm up and record; the third replays.
-    kernels = _kernel_names(trial.step, lambda: platform.sync(device), steps=3 if config.torch_compile != "none" else 2)
+    kernels = _kernel_names(trial.step, lambda: platform.sync(device))
     attention = config.workload_knobs.attention
+    fused = [k for k in kernels if _fused_attention(k)]
     if attention in ATTENTION_KERNELS:
-        found = [k for k in kernels if any(s in k.lower() for s in ATTENTION_KERNELS[attention])]
-        report.check(f"{name}: {attention} kernel in the profile", bool(found), found[:3] or kernels[:20])
+        found = [k for k in fused if ATTENTION_KERNELS[attention](k.lower())]
+        others = [k for k in fused if k not in found]
+        report.check(f"{name}: {attention} kernel in the profile", bool(found) and not others,
+                     {"its kernels": found[:4], "other fused attention kernels": others[:4]}
+                     if fused else {"no fused attention kernel; kernels seen": kernels[:25]})
     elif attention == "sdpa":  # timm's own SDPA: what the dispatcher chose, for the record
-        found = [k for k in kernels if any(s in k.lower() for s in ANY_ATTENTION_KERNEL)]
-        report.data.setdefault("dispatcher_choice", {})[name] = found[:3]
+        report.data.setdefault("dispatcher_choice", {})[name] = fused[:4]
     elif attention == "sdpa-math":
-        found = [k for k in kernels if any(s in k.lower() for s in ANY_ATTENTION_KERNEL)]
+        found = fused
         report.check(f"{name}: no fused attention kernel", not found, found[:3] or "none (math: matmuls, softmax)")
-    if config.torch_compile != "none":
-        from torch._dynamo.utils import counters
-
-        graphs = counters["stats"]["unique_graphs"]
-        triton = [k for k in kernels if k.startswith("triton_")]
-        detail = f"dynamo graphs {graphs}, triton kernels in the profile {len(triton)}"
-        if config.torch_compile == "reduce-overhead":
-            launches = [k for k in kernels if "cudaGraphLaunch" in k]
-            skips = dict(counters["inductor"]).get("cudagraph_skips", 0)
-            report.check(f"{name}: CUDA graphs replayed", bool(launches) and not skips,
-                         f"{detail}, cudaGraphLaunch in the profile {bool(launches)}, cudagraph_skips {skips}")
-        else:
-            report.check(f"{name}: compiled graph ran", graphs > 0 and bool(triton), detail)
     del trial, model
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
@@ -247,8 +244,9 @@ def _vit_b16(args, **changes):
 
 
 # The knob rows: the seed's baseline (batch 16, fp32, eager), then one knob at a time on
-# bf16 autocast at batch 64, then the compile modes. Order: cheapest first, so a short
-# budget still covers the precisions and attention kernels.
+# bf16 autocast at batch 64. Order: what a short budget must cover first (precisions,
+# layout, the fused attention kernels, default compile and CUDA graphs); max-autotune,
+# whose compile alone can take minutes, last.
 KNOB_ROWS = [
     ("baseline fp32 b16", dict()),
     ("fp32 b64", dict(batch_size=64)),
@@ -259,42 +257,79 @@ KNOB_ROWS = [
     ("bf16-autocast b64 sdpa-flash", dict(batch_size=64, precision="bf16-autocast", attention="sdpa-flash")),
     ("bf16-autocast b64 sdpa-efficient", dict(batch_size=64, precision="bf16-autocast", attention="sdpa-efficient")),
     ("bf16-autocast b64 sdpa-cudnn", dict(batch_size=64, precision="bf16-autocast", attention="sdpa-cudnn")),
-    ("bf16-autocast b64 sdpa-math", dict(batch_size=64, precision="bf16-autocast", attention="sdpa-math")),
-    ("bf16-autocast b64 workers 4", dict(batch_size=64, precision="bf16-autocast", num_workers=4)),
-    ("bf16-autocast b128", dict(batch_size=128, precision="bf16-autocast")),
     ("bf16-autocast b64 inductor", dict(batch_size=64, precision="bf16-autocast", torch_compile="inductor")),
     ("bf16-autocast b64 reduce-overhead", dict(batch_size=64, precision="bf16-autocast",
                                                 torch_compile="reduce-overhead")),
+    ("bf16-autocast b64 sdpa-math", dict(batch_size=64, precision="bf16-autocast", attention="sdpa-math")),
+    ("bf16-autocast b64 workers 4", dict(batch_size=64, precision="bf16-autocast", num_workers=4)),
+    ("bf16-autocast b128", dict(batch_size=128, precision="bf16-autocast")),
     ("bf16-autocast b64 max-autotune", dict(batch_size=64, precision="bf16-autocast", torch_compile="max-autotune")),
 ]
 
 
+class _GraphReplays:
+    """Counts CUDA graph replays (torch.cuda.CUDAGraph.replay, which inductor's CUDA graph
+    trees call) while it is entered."""
+
+    def __enter__(self):
+        import torch
+
+        self.count, self.original = 0, torch.cuda.CUDAGraph.replay
+
+        def replay(graph, *args, **kwargs):
+            self.count += 1
+            return self.original(graph, *args, **kwargs)
+
+        torch.cuda.CUDAGraph.replay = replay
+        return self
+
+    def __exit__(self, *exc_info):
+        import torch
+
+        torch.cuda.CUDAGraph.replay = self.original
+
+
 def knobs(args) -> None:
+    from torch._dynamo.utils import counters
+
     report = Report("knobs", args.budget_s, args)
     for name, changes in KNOB_ROWS:
         if args.only and not any(word in name for word in args.only):
             continue
         compiles = changes.get("torch_compile", "none") != "none"
         # A compiled row needs its compile and windows; an eager one ~10 s.
-        needs = (args.max_compile_s + 20) if compiles else 10
+        needs = (args.max_compile_s + 15) if compiles else 8
         if report.left_s() < needs:
             report.row({"study": "neuron_vit", "row": name, "status": f"skipped: {report.left_s():.0f} s of the "
                                                                       f"section's budget left, it needs ~{needs:.0f}"})
             print(f"row neuron_vit {name}: skipped (budget)", flush=True)
             continue
         config = _vit_b16(args, **changes)
-        if not compiles:  # a compiled row is checked in its timed trial's process state (counters) below
+        if not compiles:
             try:
                 _check_trial(report, name, config)
             except Exception as error:  # noqa: BLE001
                 report.check(f"{name}: built and stepped", False, f"{type(error).__name__}: {str(error)[:300]}")
                 traceback.print_exc()
-        _time_row(report, name, config, args.max_compile_s)
-        if compiles and report.data["rows"][-1].get("status") == "ok" and report.left_s() > 15:
-            try:
-                _check_trial(report, name, config)  # its graphs are in inductor's cache by now
-            except BaseException as error:  # noqa: BLE001
-                report.check(f"{name}: built and stepped", False, f"{type(error).__name__}: {str(error)[:300]}")
+            _time_row(report, name, config, args.max_compile_s)
+            continue
+        # A compiled row is checked in its timed trial: dynamo's graph count and CUDA graph
+        # replays during it (building a second trial would compile again).
+        graphs_before = counters["stats"]["unique_graphs"]
+        skips_before = counters["inductor"]["cudagraph_skips"]
+        with _GraphReplays() as replays:
+            _time_row(report, name, config, args.max_compile_s)
+        row = report.data["rows"][-1]
+        if row.get("status") != "ok":
+            continue
+        graphs = counters["stats"]["unique_graphs"] - graphs_before
+        detail = f"dynamo graphs compiled {graphs}, compile_s {row.get('compile_s')}, CUDA graph replays {replays.count}"
+        if config.torch_compile == "reduce-overhead":
+            skips = counters["inductor"]["cudagraph_skips"] - skips_before
+            report.check(f"{name}: CUDA graphs replayed", graphs > 0 and replays.count > 0 and not skips,
+                         f"{detail}, cudagraph_skips {skips}")
+        else:
+            report.check(f"{name}: compiled graph ran", graphs > 0 and replays.count == 0, detail)
 
 
 # ---------------------------------------------------------------------------------------
@@ -311,11 +346,6 @@ def studies(args) -> None:
         for attention in ("naive", "sdpa", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn", "sdpa-math"):
             rows.append(("vit_attention", f"{attention} eager", base.replace(attention=attention),
                          ("step_time_p50_s", "throughput_samples_per_s")))
-    if "varlen_gpt" in args.studies:
-        base = varlen_gpt.base_config("cuda", False, "uniform", 0).replace(**measurement(args))
-        for batching in varlen_gpt.runnable_on("cuda"):
-            rows.append(("varlen_gpt", f"{batching} eager", base.replace(batching=batching),
-                         ("throughput_tokens_per_s", "step_time_p50_s")))
     if "metric_collection" in args.studies:
         # Windows hold its compute() every 100 steps: at least 100 steps each.
         base = metric_collection.base_config("cuda", False, 8, 0).replace(
@@ -323,6 +353,11 @@ def studies(args) -> None:
         for mode in ("none", "naive", "all-fixes"):
             rows.append(("metric_collection", mode, base.replace(metrics_mode=mode),
                          ("throughput_samples_per_s", "step_time_p50_s")))
+    if "varlen_gpt" in args.studies:
+        base = varlen_gpt.base_config("cuda", False, "uniform", 0).replace(**measurement(args))
+        for batching in varlen_gpt.runnable_on("cuda"):
+            rows.append(("varlen_gpt", f"{batching} eager", base.replace(batching=batching),
+                         ("throughput_tokens_per_s", "step_time_p50_s")))
     for study, name, config, figures in rows:
         if report.left_s() < 12:
             report.row({"study": study, "row": name, "status": f"skipped: {report.left_s():.0f} s of the section's "

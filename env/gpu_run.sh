@@ -59,6 +59,9 @@ mkdir -p "$SITE/accelsweep"
 for root in sweeps trainables kernels; do ln -s "$REPO/$root" "$SITE/accelsweep/$root"; done
 export PYTHONPATH="$SITE:$REPO${PYTHONPATH:+:$PYTHONPATH}"   # Ray's workers inherit it
 export RAY_AUTH_MODE=disabled MLFLOW_DISABLE_TELEMETRY=true PYTHONUNBUFFERED=1
+# JAX takes 75% of the GPU's memory at its first call unless told not to: a process that
+# runs JAX and torch kernels both (tests/test_cuda_kernels.py) would leave torch a quarter.
+export XLA_PYTHON_CLIENT_PREALLOCATE=false
 "$PYTHON" env/gpu_bundle.py check --bundle "$BUNDLE" --site "$SITE"
 
 set +e
