@@ -296,16 +296,23 @@ def knobs(args) -> None:
     for name, changes in KNOB_ROWS:
         if args.only and not any(word in name for word in args.only):
             continue
+        if args.num_workers is not None and "num_workers" in changes:
+            continue
         compiles = changes.get("torch_compile", "none") != "none"
         # A compiled row needs its compile and windows; an eager one ~10 s.
-        needs = (args.max_compile_s + 15) if compiles else 8
+        needs = (args.max_compile_s + 10) if compiles else 6
         if report.left_s() < needs:
             report.row({"study": "neuron_vit", "row": name, "status": f"skipped: {report.left_s():.0f} s of the "
                                                                       f"section's budget left, it needs ~{needs:.0f}"})
             print(f"row neuron_vit {name}: skipped (budget)", flush=True)
             continue
+        if args.num_workers is not None:
+            changes, name = {**changes, "num_workers": args.num_workers}, f"{name} workers {args.num_workers}"
         config = _vit_b16(args, **changes)
         if not compiles:
+            if args.no_checks:
+                _time_row(report, name, config, args.max_compile_s)
+                continue
             try:
                 _check_trial(report, name, config)
             except Exception as error:  # noqa: BLE001
@@ -337,28 +344,34 @@ def knobs(args) -> None:
 
 def studies(args) -> None:
     report = Report("studies", args.budget_s, args)
-    rows = []
     from accelsweep.sweeps import metric_collection, varlen_gpt, vit_attention
 
-    if "vit_attention" in args.studies:
+    def vit_rows():
         base = vit_attention.base_config("cuda", "vit-attn-196", args.vit_batch, False, 8, 0).replace(
             **measurement(args))
         for attention in ("naive", "sdpa", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn", "sdpa-math"):
-            rows.append(("vit_attention", f"{attention} eager", base.replace(attention=attention),
-                         ("step_time_p50_s", "throughput_samples_per_s")))
-    if "metric_collection" in args.studies:
+            yield ("vit_attention", f"{attention} eager", base.replace(attention=attention),
+                   ("step_time_p50_s", "throughput_samples_per_s"))
+
+    def metric_rows():
         # Windows hold its compute() every 100 steps: at least 100 steps each.
         base = metric_collection.base_config("cuda", False, 8, 0).replace(
             **{**measurement(args), "window_min_steps": max(100, args.window_steps)})
         for mode in ("none", "naive", "all-fixes"):
-            rows.append(("metric_collection", mode, base.replace(metrics_mode=mode),
-                         ("throughput_samples_per_s", "step_time_p50_s")))
-    if "varlen_gpt" in args.studies:
+            yield ("metric_collection", mode, base.replace(metrics_mode=mode),
+                   ("throughput_samples_per_s", "step_time_p50_s"))
+
+    def varlen_rows():
         base = varlen_gpt.base_config("cuda", False, "uniform", 0).replace(**measurement(args))
         for batching in varlen_gpt.runnable_on("cuda"):
-            rows.append(("varlen_gpt", f"{batching} eager", base.replace(batching=batching),
-                         ("throughput_tokens_per_s", "step_time_p50_s")))
+            yield ("varlen_gpt", f"{batching} eager", base.replace(batching=batching),
+                   ("throughput_tokens_per_s", "step_time_p50_s"))
+
+    makers = {"vit_attention": vit_rows, "metric_collection": metric_rows, "varlen_gpt": varlen_rows}
+    rows = [row for study in args.studies for row in makers[study]()]  # in the order asked
     for study, name, config, figures in rows:
+        if args.only and not any(word in f"{study} {name}" for word in args.only):
+            continue
         if report.left_s() < 12:
             report.row({"study": study, "row": name, "status": f"skipped: {report.left_s():.0f} s of the section's "
                                                                "budget left"})
@@ -390,8 +403,12 @@ def main(argv=None) -> int:
     parser.add_argument("--window-s", type=float, default=1.0)
     parser.add_argument("--windows", type=int, default=3)
     parser.add_argument("--max-compile-s", type=float, default=60.0)
-    parser.add_argument("--only", nargs="*", default=None, help="knobs: rows whose name has one of these words")
-    parser.add_argument("--studies", nargs="*", default=["vit_attention", "varlen_gpt", "metric_collection"])
+    parser.add_argument("--only", nargs="*", default=None, help="rows whose name has one of these words")
+    parser.add_argument("--num-workers", type=int, default=None,
+                        help="knobs: every row with this many DataLoader workers (default: each row's own)")
+    parser.add_argument("--no-checks", action="store_true", help="knobs: time the eager rows without checking them")
+    parser.add_argument("--studies", nargs="*", default=["vit_attention", "metric_collection", "varlen_gpt"],
+                        choices=("vit_attention", "metric_collection", "varlen_gpt"), help="in this order")
     parser.add_argument("--vit-batch", type=int, default=128, help="vit_attention's batch (the seed's 128)")
     args = parser.parse_args(argv)
     import torch

@@ -76,3 +76,15 @@ def test_measurement_flags_replace_only_what_they_name():
     assert (short.warmup_steps, short.window_min_steps) == (base.warmup_steps, base.window_min_steps)
     with pytest.raises(SystemExit):
         parser.parse_args(["--windows", "0"])
+
+
+def test_the_cuda_platform_starts_cuda_before_the_loop_reads_memory_statistics(monkeypatch):
+    """torch 2.11 refuses reset_peak_memory_stats on a process where CUDA has not started
+    ("Invalid device argument": every trial of the first sweep on a lent H100)."""
+    torch = pytest.importorskip("torch")
+    from accelsweep.trainables.platforms.cuda import CudaPlatform
+
+    started = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "init", lambda: started.append(True))
+    assert CudaPlatform().torch_device() == torch.device("cuda", 0) and started == [True]
