@@ -12,8 +12,8 @@ Ray 2.60's cp312 wheel alone is 79 MB. So ``build``:
 1. resolves the tool's own requirements (``TOOL_REQUIREMENTS``, at env/dev-constraints.txt's
    versions, the ones CI tests) for CPython 3.12 on manylinux x86-64 with pip, pinning
    every package the machine has to its version there (``--installed``: the machine's
-   ``pip list --format=freeze``; by default env/gpu_machine_packages.txt, the device
-   README's list, mostly without versions);
+   ``pip list --format=freeze``; by default env/gpu_machine_packages.txt, that list as
+   a lent H100 gave it on 2026-11-26);
 2. downloads only what the machine lacks (``--replace NAME`` bundles one it has anyway);
 3. re-packs Ray's wheel without the parts a Python-only local sweep never loads
    (``UNUSED``: 35 of its 79 MB), its RECORD rewritten to match, and stores every wheel

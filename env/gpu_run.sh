@@ -12,7 +12,12 @@
 # The arguments are the sweep: a script path or `-m module`, with its own flags; this
 # script adds --tracking-uri and --storage-path (do not pass them). `--pytest ARGS` runs
 # pytest instead, in the same environment (e.g. --pytest -s tests/test_cuda_kernels.py),
-# its output in $OUT/pytest.log. The sweep is stopped
+# its output in $OUT/pytest.log. `--plan FILE` runs FILE's steps in turn, one a line:
+# `CAP_S NAME SCRIPT|--pytest|--python ARGS...` (a SCRIPT is a sweep and gets the store's
+# flags; `--python` runs a plain script), each stopped with SIGINT after its CAP_S seconds
+# and all of them within PLAN_DEADLINE_S (default 480 s); each step's output and the
+# files it writes under $OUT/results go back in results.tar.gz, its exit status in
+# steps.txt. The sweep is stopped
 # with SIGINT after SWEEP_TIMEOUT_S (default 480 s: a device command may run 600 s), and
 # what it finished is still in the store. It writes to $OUT, which comes back:
 #   mlflow-store.tar.gz   accelsweep-gpu/: mlflow.db, mlartifacts/ (reports, plots), the Optuna study
@@ -54,9 +59,43 @@ mkdir -p "$SITE/accelsweep"
 for root in sweeps trainables kernels; do ln -s "$REPO/$root" "$SITE/accelsweep/$root"; done
 export PYTHONPATH="$SITE:$REPO${PYTHONPATH:+:$PYTHONPATH}"   # Ray's workers inherit it
 export RAY_AUTH_MODE=disabled MLFLOW_DISABLE_TELEMETRY=true PYTHONUNBUFFERED=1
+# JAX takes 75% of the GPU's memory at its first call unless told not to: a process that
+# runs JAX and torch kernels both (tests/test_cuda_kernels.py) would leave torch a quarter.
+export XLA_PYTHON_CLIENT_PREALLOCATE=false
 "$PYTHON" env/gpu_bundle.py check --bundle "$BUNDLE" --site "$SITE"
 
 set +e
+if [[ $1 == --plan ]]; then
+  [[ -f ${2:-} ]] || fail "--plan needs a file of steps (e.g. env/gpu_plan_issue32.txt)"
+  deadline=$(( $(date +%s) + ${PLAN_DEADLINE_S:-480} ))
+  mkdir -p "$OUT/results"
+  while read -r cap name kind rest; do
+    [[ -z ${cap:-} || $cap == \#* ]] && continue
+    read -r -a words <<< "$rest"
+    case $kind in
+      --pytest) command=("$PYTHON" -m pytest -p no:cacheprovider "${words[@]}");;
+      --python) command=("$PYTHON" "${words[@]}");;
+      *) command=("$PYTHON" "$kind" "${words[@]}" --tracking-uri "sqlite:///$STORE/mlflow.db"
+                  --storage-path /tmp/accelsweep-ray);;
+    esac
+    left=$(( deadline - $(date +%s) - 20 ))     # 20 s for the last step's stop and the packing
+    (( cap > left )) && cap=$left
+    if (( cap < 10 )); then
+      echo "$name: not run (the plan's deadline)" | tee -a "$OUT/results/steps.txt"; continue
+    fi
+    started=$(date +%s)
+    echo "== $name (cap $cap s): ${command[*]}"
+    OUT=$OUT/results timeout --signal=INT --kill-after=15 "$cap" "${command[@]}" > "$OUT/results/$name.log" 2>&1 < /dev/null
+    echo "$name: exit $? in $(( $(date +%s) - started )) s (cap $cap s)" | tee -a "$OUT/results/steps.txt"
+    tail -n "${PLAN_TAIL_LINES:-30}" "$OUT/results/$name.log"
+  done < "$2"
+  tar czf "$OUT/mlflow-store.tar.gz" -C "$(dirname "$STORE")" "$(basename "$STORE")"
+  cp "$OUT/results/steps.txt" "$OUT/steps.txt" 2>/dev/null
+  tar czf "$OUT/results.tar.gz" -C "$OUT" results && rm -rf "$OUT/results"
+  echo "gpu_run: plan done; store $(du -h "$OUT/mlflow-store.tar.gz" | cut -f1), results $(du -h "$OUT/results.tar.gz" | cut -f1)"
+  cat "$OUT/steps.txt"
+  exit 0
+fi
 if [[ $1 == --pytest ]]; then
   shift
   "$PYTHON" -m pytest -p no:cacheprovider "$@" 2>&1 | tee "$OUT/pytest.log"

@@ -33,6 +33,7 @@ from accelsweep.sweeps.driver.api import Objective, Sweep, plan_sweep, run_sweep
 from accelsweep.sweeps.driver.cli import (at_least_one, common_parser, cost_basis, main_guard, platform_from_args,
                                           sweep_options)
 from accelsweep.sweeps.driver.precompile import check_precompile, describe_plan, first_proposals, run_precompile
+from accelsweep.sweeps.measurement_flags import add_measurement_flags, with_measurement_flags
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.metrics import TRAINING_METRICS
 from accelsweep.trainables.config import TrialConfig
@@ -55,7 +56,18 @@ CPU_MAX_COMPILE_S = 120
 def batch_sizes(platform: str, smoke: bool) -> list[int]:
     if smoke:
         return [8, 16, 32]
+    if platform == "cuda":  # one GPU, not a NeuronCore: the seed's 16 and up
+        return [16, 32, 64, 128]
     return [8, 16, 32, 64] if platform == "cpu" else [4, 8, 16, 32]
+
+
+# On a GPU: the precisions, compile modes and attention kernels searched. An SDPA backend
+# forced (kernels/attention) needs 16-bit inputs for flash and cuDNN: with fp32 the trial
+# keeps timm's own SDPA (the dispatcher's choice). The space is the same on every GPU; a
+# GPU that lacks one (sm < 80: bf16, flash, cuDNN) refuses those trials before they start.
+CUDA_PRECISIONS = ["fp32", "bf16-autocast", "fp16-autocast", "bf16"]
+CUDA_COMPILE = ["none", "inductor", "max-autotune", "reduce-overhead"]
+CUDA_ATTENTIONS = ["sdpa", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn", "sdpa-math"]
 
 
 def worker_choices(instance_type) -> list[int]:
@@ -69,8 +81,15 @@ def make_space(platform: str, smoke: bool, cpus: int, instance_type=None, nan_ca
     def space(trial):
         trial.suggest_categorical("batch_size", batch_sizes(platform, smoke))
         trial.suggest_categorical("num_workers", [0, 1, 2])
-        precision = trial.suggest_categorical("precision", ["fp32", "bf16-autocast", "bf16"])
+        precision = trial.suggest_categorical("precision", CUDA_PRECISIONS if platform == "cuda"
+                                              else ["fp32", "bf16-autocast", "bf16"])
         trial.suggest_categorical("patch_embed", ["conv", "linear"])
+        if platform == "cuda":
+            trial.suggest_categorical("channels_last", [False, True])
+            trial.suggest_categorical("torch_compile", CUDA_COMPILE)
+            if precision == "fp32":
+                return {"attention": "sdpa"}
+            trial.suggest_categorical("attention", CUDA_ATTENTIONS)
         if platform == "cpu":
             trial.suggest_categorical("threads", sorted({1, max(1, cpus // 2), cpus}))
             trial.suggest_categorical("channels_last", [False, True])
@@ -138,6 +157,7 @@ def main():
     parser.add_argument("--precompile", type=int, default=0, metavar="N",
                         help="neuron: before the first trial, compile the first N configs the search will propose "
                              "with neuron_parallel_compile into --compile-cache (at most TPE's start-up count)")
+    add_measurement_flags(parser)
     args = parser.parse_args()
 
     platform, platform_note = platform_from_args(args)
@@ -153,9 +173,10 @@ def main():
     sweep = Sweep(
         name="neuron_vit",
         trainable=train_trainable,
-        base=base_config(platform, args.smoke, cpus, instance_type, args.seed, args.compile_cache,
-                         pin_instance_type=args.instance_type if args.address else None,
-                         nan_capture=args.nan_capture),
+        base=with_measurement_flags(base_config(platform, args.smoke, cpus, instance_type, args.seed,
+                                                args.compile_cache,
+                                                pin_instance_type=args.instance_type if args.address else None,
+                                                nan_capture=args.nan_capture), args),
         space=make_space(platform, args.smoke, cpus, instance_type, nan_capture=args.nan_capture),
         objectives=[Objective("throughput_samples_per_s", "max")],
         metrics=TRAINING_METRICS,

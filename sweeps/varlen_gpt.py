@@ -50,9 +50,13 @@ an eager one about 25 s.
 
 What ran where: on the CPU (torch 2.14.1), the four CPU rows train, and a test checks
 that each packed layout's output for a document equals that document run alone (also
-FlexAttention's forward, which runs on a CPU; its backward does not). The CUDA rows are
-written against the installed torch 2.14.1 and flash-attn 2.x APIs and were never run by
-us (no GPU); the seed's figures above are the seed's. XLA and Neuron: not this study
+FlexAttention's forward, which runs on a CPU; its backward does not). On a lent H100
+(torch 2.11, 2026-11-26; docs/gpu.md) the four CPU rows trained eager on CUDA: pad-max
+94,030 tokens/s, pad-longest 80,720, packed-dense 18,170, packed-loop 5,443 (short
+windows, one run each). The CUDA-only rows (packed-flex, packed-nested, packed-varlen,
+packed-flash-attn) and the compiled ones were not reached in that call's time: written
+against the torch 2.14.1 and flash-attn 2.x APIs, never run by us. The seed's figures
+above are the seed's. XLA and Neuron: not this study
 (--platform says why).
 """
 

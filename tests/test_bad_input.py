@@ -119,7 +119,7 @@ CASES = [
     ("unknown platform", lambda: TrialConfig.make(platform="tpu9"),
      "platform must be one of cpu, cuda, xla, neuron, tpu; got 'tpu9'"),
     ("precision no platform has", lambda: TrialConfig.make(platform="neuron", precision="fp16"),
-     "precision must be one of fp32, bf16-autocast, bf16; got 'fp16'"),
+     "precision must be one of fp32, bf16-autocast, bf16, fp16-autocast; got 'fp16'"),
     ("precision the implementation cannot do", lambda: kernel(op="matmul", impl="torch-matmul", dtype="bfloat16"),
      "dtype must be one of int8, float32; got 'bfloat16'. (dtypes of torch-matmul; op matmul has int8, bfloat16, "
      "float32)"),

@@ -61,10 +61,13 @@ def test_the_installed_list_takes_freeze_columns_and_bare_names():
         gpu_bundle.parse_installed(["numpy >= 2"])
 
 
-def test_the_default_list_is_the_device_readmes_and_pins_what_it_knows():
+def test_the_default_list_is_the_machines_own_and_pins_every_version():
+    """env/gpu_machine_packages.txt is the H100 machine's pip freeze (2026-11-26): with names
+    alone the bundle took a databricks-sdk that needs a newer certifi than the machine has."""
     with open(gpu_bundle.DEFAULT_INSTALLED) as lines:
         installed = gpu_bundle.parse_installed(lines)
-    assert installed["torch"] == "2.11.0" and installed["numpy"] == "2.5.2" and installed["pandas"] is None
+    assert installed["torch"] == "2.11.0" and installed["numpy"] == "2.5.2"
+    assert installed["certifi"] == "2026.7.22" and None not in installed.values()
     assert not {"ray", "optuna", "mlflow", "mlflow-skinny", "sqlalchemy", "alembic"} & set(installed)
     assert gpu_bundle.machine_constraints({"numpy": "2.5.2", "pandas": None, "protobuf": "5.0"}, ["Protobuf"]) == [
         "numpy==2.5.2"]

@@ -129,9 +129,12 @@ def test_each_precision_is_said_once_and_every_platform_lists_only_known_ones():
     assert (fp32.parameter_dtype, fp32.input_dtype, fp32.autocasts) == (torch.float32, torch.float32, False)
     assert (amp.parameter_dtype, amp.input_dtype, amp.autocast) == (torch.float32, torch.float32, "bfloat16")
     assert (bf16.parameter_dtype, bf16.input_dtype, bf16.autocasts) == (torch.bfloat16, torch.bfloat16, False)
+    fp16 = get_precision("fp16-autocast")
+    assert (fp16.parameter_dtype, fp16.autocast, fp16.scales_loss) == (torch.float32, "float16", True)
+    assert not (fp32.scales_loss or amp.scales_loss or bf16.scales_loss)
     for platform in PLATFORMS.values():
         assert set(platform.precisions) <= set(PRECISIONS), platform.name
-    with pytest.raises(ConfigError, match="precision must be one of fp32, bf16-autocast, bf16; got 'fp16'"):
+    with pytest.raises(ConfigError, match="precision must be one of fp32, bf16-autocast, bf16, fp16-autocast; got 'fp16'"):
         get_precision("fp16")
 
 

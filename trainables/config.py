@@ -34,8 +34,9 @@ if TYPE_CHECKING:
 
 __all__ = ["DictConfig", "TrialConfig"]
 
-# torch.compile: "max-autotune" is inductor with mode="max-autotune" (Platform.compile).
-COMPILE_MODES = ("none", "inductor", "max-autotune", "openxla")
+# torch.compile: "max-autotune" is inductor with mode="max-autotune", "reduce-overhead"
+# inductor with mode="reduce-overhead" (its kernels replayed as CUDA graphs) (Platform.compile).
+COMPILE_MODES = ("none", "inductor", "max-autotune", "reduce-overhead", "openxla")
 DEFAULT_WORKLOAD = "image-classification"
 INSTANCE_TYPE_PATTERN = re.compile(r"[a-z][a-z0-9-]*\.[a-z0-9-]+")
 
@@ -135,6 +136,10 @@ class TrialConfig:
                               "A capture replays one process's step, but with several workers each gradient is "
                               "the all-reduce of every worker's batch. Run the failing config with workers=1 "
                               "to capture it.")
+        if self.nan_capture and self.precision == "fp16-autocast":
+            raise ConfigError("nan_capture", "False with precision fp16-autocast", self.nan_capture,
+                              "Its GradScaler makes non-finite gradients on purpose (and skips those steps), so "
+                              "a capture would stop at the first one; capture with bf16-autocast.")
         # The platform checks what only it knows: its precisions, compile modes, and its
         # knobs against the generic fields (its Knobs checked each value on its own); the
         # workload the same for its knobs.

@@ -6,7 +6,7 @@ instead of running another backend.
 
 TE takes (batch, seq, heads, head_dim) with ``qkv_format="bshd"`` (transposed views here)
 and returns (batch, seq, heads * head_dim). Written from TE's dot_product_attention.py;
-not run here (no GPU)."""
+never run: not installed on the lent H100s (2026-11)."""
 
 import functools
 import os

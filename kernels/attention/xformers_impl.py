@@ -2,7 +2,7 @@
 memory-efficient backend. xFormers picks its own kernel among those it ships (its
 dispatcher, as in the seed); causal is its ``LowerTriangularMask`` bias. Inputs are
 transposed views to its (batch, seq, heads, head_dim) layout. Written from the xFormers
-API; not run here (no GPU)."""
+API; never run: not installed on the lent H100s (2026-11)."""
 
 import xformers.ops as xops
 

@@ -29,6 +29,9 @@ class Precision:
     parameters: str  # torch dtype of the weights (and so of the optimizer state)
     inputs: str  # torch dtype the batch is cast to before the forward pass
     autocast: Optional[str] = None  # dtype torch.autocast computes in; None: no autocast
+    # The loss scaled before backward and the gradients unscaled before the optimizer's
+    # step (torch.amp.GradScaler): fp16's range is too narrow for small gradients.
+    scales_loss: bool = False
 
     @property
     def parameter_dtype(self) -> "torch.dtype":
@@ -59,6 +62,8 @@ PRECISIONS: dict[str, Precision] = {p.name: p for p in (
     Precision("bf16-autocast", parameters="float32", inputs="float32", autocast="bfloat16"),
     # Everything in bf16: weights, optimizer state and inputs (seed 000's XLA_USE_BF16).
     Precision("bf16", parameters="bfloat16", inputs="bfloat16"),
+    # bf16-autocast's fp16 twin (CUDA's classic AMP), with a GradScaler.
+    Precision("fp16-autocast", parameters="float32", inputs="float32", autocast="float16", scales_loss=True),
 )}
 PRECISION_NAMES = tuple(PRECISIONS)
 

@@ -266,6 +266,12 @@ class _Trial:
         self.on_step = workload.on_step if type(workload).on_step is not Workload.on_step else None
         trained = platform.distribute(self.model, device) if world.size > 1 else self.model
         self.forward = platform.compile(trained, config)
+        # fp16 autocast's loss scaling (precision.scales_loss); None: the loss unscaled.
+        self.scaler = torch.amp.GradScaler(device.type) if precision.scales_loss else None
+        # reduce-overhead replays CUDA graphs: each step begins a new replay generation,
+        # so the last step's outputs (freed by then) are not kept alive by the graph pool.
+        self.mark_step = (torch.compiler.cudagraph_mark_step_begin if config.torch_compile == "reduce-overhead"
+                          else None)
         dataset = workload.dataset(config, rank=world.rank, world_size=world.size)
         # Persistent workers: a dataset shorter than the trial runs epoch after epoch, and
         # a new epoch must not start new loader processes inside a timed window.
@@ -303,14 +309,21 @@ class _Trial:
         if self.nan_capture is not None:
             self.nan_capture.before_step(inputs, targets)
         self.optimizer.zero_grad(set_to_none=True)
+        if self.mark_step is not None:
+            self.mark_step()
         with self.platform.autocast(self.config):
             outputs = self.forward(inputs)
             loss = self.loss_function(outputs, targets)
-        loss.backward()
-        if self.nan_capture is not None:
-            # Before the optimizer step: the weights are still the ones this step started from.
-            self.nan_capture.after_backward(loss)
-        self.platform.optimizer_step(self.optimizer)
+        if self.scaler is not None:  # fp16-autocast (nan_capture refuses it: config.py)
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            loss.backward()
+            if self.nan_capture is not None:
+                # Before the optimizer step: the weights are still the ones this step started from.
+                self.nan_capture.after_backward(loss)
+            self.platform.optimizer_step(self.optimizer)
         self.last_loss[:] = [loss.detach()]
         if self.on_step is not None:
             self.on_step(outputs.detach(), targets, loss.detach())

@@ -242,6 +242,9 @@ class Platform(abc.ABC):
             # Inductor, benchmarking kernel choices (GEMM templates) while it compiles:
             # longer compiles for faster steps.
             return torch.compile(model, backend="inductor", mode="max-autotune")
+        if config.torch_compile == "reduce-overhead":
+            # Inductor, its kernels captured and replayed as CUDA graphs (CUDA only): fewer launches.
+            return torch.compile(model, backend="inductor", mode="reduce-overhead")
         return torch.compile(model, backend=config.torch_compile)
 
     @abc.abstractmethod

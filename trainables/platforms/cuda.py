@@ -110,9 +110,9 @@ class CudaKnobs(PlatformKnobs):
 
 class CudaPlatform(Platform):
     name = "cuda"
-    description = "NVIDIA GPU, eager or torch.compile (inductor)"
-    precisions = ("fp32", "bf16-autocast", "bf16")
-    compile_modes = ("none", "inductor")
+    description = "NVIDIA GPU, eager or torch.compile (inductor; max-autotune; reduce-overhead: CUDA graphs)"
+    precisions = ("fp32", "bf16-autocast", "fp16-autocast", "bf16")
+    compile_modes = ("none", "inductor", "max-autotune", "reduce-overhead")
     Knobs = CudaKnobs
     autocast_device_type = "cuda"
     cost_unit = "GPU"
@@ -173,6 +173,10 @@ class CudaPlatform(Platform):
             raise PlatformUnavailable(f"platform {self.name} needs a CUDA GPU, but torch.cuda.is_available() is False "
                                       f"(torch {torch.__version__}, CUDA_VISIBLE_DEVICES="
                                       f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}): nothing timed")
+        # CUDA starts lazily, at the first allocation; the loop resets and reads the memory
+        # statistics before that, and on a fresh process torch 2.11 refuses them ("Invalid
+        # device argument": seen in every trial of the first sweep on a lent H100, 2026-11-26).
+        torch.cuda.init()
         return torch.device("cuda", 0)
 
     def memory_format(self, config: "TrialConfig") -> "torch.memory_format":
