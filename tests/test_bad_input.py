@@ -363,6 +363,9 @@ def cli_cases():
         ("seed above 2**32 - 1", ["--seed", "4294967296"], "error: " + SEED_RANGE + "got 4294967296"),
         ("retries < 0", ["--retries", "-1"], "error: retries must be an integer >= 0; got -1"),
         ("price NaN", ["--price-per-hour", "nan"], "error: price_per_hour must be a finite number > 0; got nan"),
+        ("experiment name over MLflow's 500 characters", ["--experiment", "x" * 600],
+         "error: experiment must be a non-empty MLflow experiment name of at most 500 characters (MLflow's limit), "
+         f"or None for the sweep's name; got '{'x' * 40}...'. It has 600."),
         ("unreachable Ray address", ["--address", f"127.0.0.1:{CLOSED_PORT}"],
          f"error: address must be {ADDRESS_ALLOWED}; got '127.0.0.1:{CLOSED_PORT}'. Nothing answers at "
          f"127.0.0.1:{CLOSED_PORT} within 3 s: [Errno 111] Connection refused. Is the cluster up (`ray status` on its "
@@ -395,3 +398,4 @@ def test_the_command_line_refuses_before_any_trial(args, expected, tmp_path):
     assert not store.exists() and not storage.exists()
     assert "started a local Ray instance" not in done.stdout and "connected to Ray" not in done.stdout
     assert took < 120, f"refusing took {took:.0f} s"  # imports included; ray.init on a closed port takes minutes
+

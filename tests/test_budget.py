@@ -303,8 +303,11 @@ def test_a_lead_beyond_the_noise_beats_the_baseline_and_one_within_it_does_not()
     within = verdict(base, record(2, 104.0, 0.02), "throughput_samples_per_s", "max", [base])
     assert not within.beats_baseline
     assert within.text.startswith("no config beat the baseline by more than the measured noise of +-5.7%")
-    itself = verdict(base, base, "throughput_samples_per_s", "max", [base])
-    assert not itself.beats_baseline and "measured best itself" in itself.text
+    slower = record(2, 90.0, 0.02)
+    itself = verdict(base, base, "throughput_samples_per_s", "max", [base, slower])
+    assert not itself.beats_baseline and "measured best itself" in itself.text and itself.decided
+    alone = verdict(base, base, "throughput_samples_per_s", "max", [base])  # seen on the H100: the budget ran out
+    assert not alone.decided and alone.text.startswith("not decided: the baseline is the only config measured")
 
 
 def test_a_figure_taken_on_a_loaded_host_is_not_trusted():

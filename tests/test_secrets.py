@@ -57,9 +57,48 @@ def test_scrub_drops_secret_names_and_redacts_secret_values_anywhere(monkeypatch
     ("https://user:p%40ss@mlflow.example.com", f"https://user:{REDACTED}@mlflow.example.com"),
     ("https://mlflow.example.com:443/path@x", "https://mlflow.example.com:443/path@x"),
     ("sqlite:///mlflow.db", "sqlite:///mlflow.db"),
+    # An unencoded '@' in the password: the password runs to the authority's last '@'.
+    ("http://user:Pa55@w0rd@127.0.0.1:5000/x", f"http://user:{REDACTED}@127.0.0.1:5000/x"),
+    # A token in the query string, by the parameter's name; other parameters kept.
+    ("http://host:5000/?token=abc123def&x=1", f"http://host:5000/?token={REDACTED}&x=1"),
+    ("https://h/api?access_token=zz;page=2", f"https://h/api?access_token={REDACTED};page=2"),
+    ("refused: http://a:b@c/d, then https://h/?api_key=k", f"refused: http://a:{REDACTED}@c/d, then "
+                                                          f"https://h/?api_key={REDACTED}"),
 ])
 def test_uri_passwords_are_redacted(uri, shown):
     assert redact_uri(uri) == shown
+
+
+def test_a_command_line_is_shown_without_its_secrets():
+    from accelsweep.sweeps.driver.record.secrets import redact_command_line
+
+    argv = ["python", "sweeps/neuron_vit.py", "--tracking-uri", "http://u:Pa55@w0rd@127.0.0.1:5000", "--api-token",
+            "tok-123456789", "--db-password=hunter22", "--seed", "0", "--study-storage",
+            "postgresql://ml:s3cr3t@db/optuna", "--tracking-uri=http://h/?token=zz"]
+    shown = redact_command_line(argv)
+    assert shown == ["python", "sweeps/neuron_vit.py", "--tracking-uri", "http://127.0.0.1:5000", "--api-token",
+                     REDACTED, f"--db-password={REDACTED}", "--seed", "0", "--study-storage",
+                     f"postgresql://ml:{REDACTED}@db/optuna", f"--tracking-uri=http://h/?token={REDACTED}"]
+    for secret in ("Pa55", "w0rd", "tok-123456789", "hunter22", "s3cr3t", "zz"):
+        assert not [a for a in shown if secret in a], secret
+
+
+def test_ray_records_the_redacted_command_line_as_the_jobs_entrypoint(monkeypatch):
+    """Ray 2.60's ray.init takes the job's entrypoint from get_entrypoint_name at connect
+    time; inside the context it is the redacted command line, and Ray's own after it."""
+    import psutil
+    import ray._private.utils as ray_utils
+
+    from accelsweep.sweeps.driver.record.secrets import redact_command_line
+    from accelsweep.trainables import ray_adapter
+
+    monkeypatch.setattr(psutil.Process, "cmdline",
+                        lambda self: ["python", "s.py", "--tracking-uri", "http://u:Secret99@h:5000"])
+    original = ray_utils.get_entrypoint_name
+    with ray_adapter.entrypoint_shown_as(redact_command_line):
+        assert ray_utils.get_entrypoint_name() == "python s.py --tracking-uri http://h:5000"
+    assert ray_utils.get_entrypoint_name is original
+    assert "Secret99" in ray_utils.get_entrypoint_name()  # Ray's own, unchanged
 
 
 def assert_no_secret(text: str, where: str) -> None:
@@ -91,6 +130,14 @@ def test_tracker_scrubs_every_param_and_tag(monkeypatch, tmp_path):
     data = client.get_run(child).data
     assert data.params["batch_size"] == "8" and data.params["compile_cache"] == f"s3://bucket/{REDACTED}"
     assert data.tags["error"] == f"token {REDACTED} refused"
+
+
+def test_a_tracking_server_is_opened_at_its_own_address():
+    from accelsweep.sweeps.driver.record.tracking import ui_command
+
+    assert ui_command("http://user:Pa55word@127.0.0.1:5000") == \
+        "open http://127.0.0.1:5000 in a browser (the tracking server serves MLflow's UI)"
+    assert ui_command("databricks").startswith("open the experiment in your Databricks workspace")
 
 
 def test_ui_command_binds_localhost_and_hides_a_database_password(tmp_path):
@@ -216,24 +263,40 @@ for pid in sorted(tree):
         found.append({"pid": pid, "command": command[:2000], "host": None, "port": None, "driver": False,
                       "auth": [e for e in environ if e.startswith("RAY_AUTH_MODE=")]})
 print("LISTENERS " + json.dumps(found))
+# The job table (what `ray list jobs` and the dashboard show), and every Ray process's
+# command line and environment: none may hold the password this driver was given in its
+# command line (--tracking-uri) and in MLFLOW_TRACKING_PASSWORD.
+import ray._private.state as state
+leaks = []
+for pid in sorted(tree - {os.getpid()}):
+    try:
+        seen = open(f"/proc/{pid}/cmdline").read() + open(f"/proc/{pid}/environ").read()
+    except OSError:
+        continue
+    if "Hunter2Secret" in seen:
+        leaks.append(open(f"/proc/{pid}/cmdline").read().replace("\0", " ")[:200])
+print("JOBS " + json.dumps({"entrypoints": [job.get("Entrypoint", "") for job in state.state.job_table()],
+                            "leaks": leaks}))
 '''
 
 
 
-def is_ray_core(command: str) -> bool:
-    """Ray's GCS, raylet, and its workers and agents (titled ray::...): their gRPC
-    servers listen on every interface by design (Ray 2.60 has no loopback-only mode)
-    and answer only with the cluster's token."""
-    return command.startswith("ray::") or "/gcs/gcs_server " in command or "/raylet/raylet " in command
-
-
 @pytest.mark.slow
 def test_a_local_instance_serves_nothing_beyond_what_ray_needs():
+    """Every listener of the instance (GCS, raylet, workers, agents, the driver's own core
+    worker) on 127.0.0.1 only, token auth on; the job table and every Ray process free of
+    the password the driver was given."""
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE")}
-    done = subprocess.run([sys.executable, "-c", LISTENERS], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=300)
+    env["MLFLOW_TRACKING_PASSWORD"] = "Hunter2Secret"  # exported, and in the command line below
+    done = subprocess.run([sys.executable, "-c", LISTENERS, "--tracking-uri",
+                           "http://user:Hunter2Secret@127.0.0.1:5000"], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    found = json.loads(done.stdout.split("LISTENERS ", 1)[1])
+    found = json.loads(done.stdout.split("LISTENERS ", 1)[1].split("\nJOBS ", 1)[0])
+    jobs = json.loads(done.stdout.split("\nJOBS ", 1)[1])
+    assert jobs["entrypoints"] and all("Hunter2Secret" not in e for e in jobs["entrypoints"]), jobs
+    assert any("--tracking-uri http://127.0.0.1:5000" in e for e in jobs["entrypoints"]), jobs
+    assert jobs["leaks"] == [], "a Ray process holds the password in its command line or environment"
     sockets = [s for s in found if s["port"] is not None]
     assert sockets, "no listening socket found: the /proc walk no longer sees Ray's processes"
     loopback = {"127.0.0.1", "::1"}
@@ -241,8 +304,7 @@ def test_a_local_instance_serves_nothing_beyond_what_ray_needs():
         # No dashboard, no MLflow server: nothing serves HTTP to people on this machine's ports.
         assert listener["port"] not in (8265, 5000), listener
         assert "dashboard.py" not in listener["command"] and "mlflow" not in listener["command"], listener
-        if listener["host"] not in loopback:  # the driver's own core worker is a Ray gRPC server too
-            assert listener["driver"] or is_ray_core(listener["command"]), listener
+        assert listener["host"] in loopback, listener
     gcs = [s for s in found if "gcs_server" in s["command"] and s["port"] is None]
     assert gcs and all(s["auth"] == ["RAY_AUTH_MODE=token"] for s in gcs), gcs
     for dashboard in (s for s in found if "dashboard.py" in s["command"] and s["port"] is None):

@@ -332,3 +332,50 @@ def test_a_server_gone_for_good_stops_the_sweep_and_resume_writes_what_it_kept(s
     check_every_trial_one_finished_run(server.uri)
     resolved, kept = kept_writes(tmp_path / "ray")
     assert kept == [] and resolved
+
+
+@pytest.mark.slow
+def test_a_stop_while_waiting_for_a_lost_server_is_honoured_in_seconds(server, tmp_path):
+    """The server gone after the last trial: the driver waits for it (up to the 600 s
+    --tracking-wait-s). One SIGTERM ends that wait: exit 143 within 10 s, the kept writes
+    on disk, the way to open the results said as a server's address; with the server
+    back, --resume writes every one of them."""
+    import signal
+
+    markers, log = tmp_path / "markers", tmp_path / "sweep.log"
+    markers.mkdir()
+    command = sweep_command(server, tmp_path, wait_s=600, window_s=0.3)
+    with open(log, "w") as out:
+        sweep = subprocess.Popen(command, cwd=REPO, env=sweep_env(markers), stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + SWEEP_S
+        while len(marker_times(markers, "end")) < TRIALS:
+            assert sweep.poll() is None and time.monotonic() < deadline, log.read_text()[-4000:]
+            time.sleep(0.1)
+        server.kill()
+        while "kept write(s)" not in log.read_text():  # "waiting up to ... s for ... to write N kept write(s)"
+            assert sweep.poll() is None and time.monotonic() < deadline, log.read_text()[-4000:]
+            time.sleep(0.2)
+        stopped_at = time.monotonic()
+        sweep.send_signal(signal.SIGTERM)
+        status = sweep.wait(timeout=60)
+        took = time.monotonic() - stopped_at
+    finally:
+        if sweep.poll() is None:
+            sweep.kill()
+    output = log.read_text()
+    assert status == 143, output[-6000:]
+    assert took < 10, f"the stop took {took:.1f} s"
+    assert "Traceback" not in output, output[-6000:]
+    assert "are kept in" in output and "--resume writes them" in output, output[-3000:]
+    _, kept = kept_writes(tmp_path / "ray")
+    assert kept, "nothing kept: the writes were lost or written"
+
+    server.start()
+    resumed = subprocess.run([*command, "--resume"], cwd=REPO, env=sweep_env(markers), capture_output=True,
+                             text=True, timeout=SWEEP_S)
+    output = resumed.stdout + resumed.stderr
+    assert resumed.returncode == 0, output[-6000:]
+    assert f"open {server.uri}" in output, output[-3000:]  # a server is opened at its own address
+    check_every_trial_one_finished_run(server.uri)
+    assert kept_writes(tmp_path / "ray")[1] == []

@@ -144,6 +144,79 @@ def sigterm_handler_kept():
     return kept()
 
 
+def local_instance_confined(agent_shim: str) -> Any:
+    """A context in which ``ray.init`` starts a local instance that (1) listens on
+    127.0.0.1 only, and (2) whose agents die with its raylet.
+
+    (1) Every Ray 2.60 listener (GCS, raylet, core workers, the agents, metrics) binds
+    loopback when the node's IP is a localhost address, all interfaces otherwise; there is
+    no bind-address setting. On Linux ``services.get_node_ip_address`` turns 127.0.0.1
+    back into the machine's address unless ``ray_constants.ENABLE_RAY_CLUSTER`` is False
+    (Ray's own default on macOS and Windows), which it reads when called.
+    (2) The raylet starts the DashboardAgent and RuntimeEnvAgent without a parent-death
+    signal; ``agent_shim`` (sweeps/driver/raylet_child.py) is put in front of their
+    command, as Ray itself puts memray there: it sets one, then execs the agent."""
+    import contextlib
+    import sys
+
+    import ray._private.ray_constants as ray_constants
+    import ray._private.services as services
+
+    agents = (ray_constants.PROCESS_TYPE_DASHBOARD_AGENT, ray_constants.PROCESS_TYPE_RUNTIME_ENV_AGENT)
+
+    @contextlib.contextmanager
+    def confined():
+        cluster, build = ray_constants.ENABLE_RAY_CLUSTER, services._build_python_executable_command_memory_profileable
+
+        def build_with_shim(component, session_dir, unbuffered=True):
+            command = build(component, session_dir, unbuffered)
+            return [sys.executable, "-S", agent_shim, *command] if component in agents else command
+
+        ray_constants.ENABLE_RAY_CLUSTER = False
+        services._build_python_executable_command_memory_profileable = build_with_shim
+        try:
+            yield
+        finally:
+            ray_constants.ENABLE_RAY_CLUSTER = cluster
+            services._build_python_executable_command_memory_profileable = build
+
+    return confined()
+
+
+def entrypoint_shown_as(redact) -> Any:
+    """A context in which ``ray.init`` records the driver's command line as ``redact``
+    (a function of argv -> argv) makes it: Ray keeps it as the job's entrypoint in the GCS
+    job table (``ray list jobs``, the dashboard), which anyone who reaches the cluster
+    reads. Ray 2.60's ray.init reads it from ``ray._private.utils.get_entrypoint_name``
+    (psutil's cmdline of this process) at the moment it connects."""
+    import contextlib
+    import subprocess
+    import sys
+
+    import ray._private.utils as ray_utils
+
+    @contextlib.contextmanager
+    def shown():
+        original = ray_utils.get_entrypoint_name
+        prefix = "(interactive_shell) " if hasattr(sys, "ps1") else ""
+
+        def redacted() -> str:
+            try:
+                import psutil
+
+                return prefix + subprocess.list2cmdline(redact(psutil.Process().cmdline()))
+            except Exception:  # as Ray's own: an entrypoint is not worth a failed start
+                return "unknown"
+
+        ray_utils.get_entrypoint_name = redacted
+        try:
+            yield
+        finally:
+            ray_utils.get_entrypoint_name = original
+
+    return shown()
+
+
 # Tune's saved experiment (a stopped sweep's, for --resume: sweeps/driver/resumed_runs.py).
 # Tune writes it every TUNE_GLOBAL_CHECKPOINT_S into the experiment directory: the newest
 # experiment_state-<session>.json (each trial's JSON state, with its status) and

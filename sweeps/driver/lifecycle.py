@@ -50,6 +50,7 @@ from accelsweep.sweeps.driver.preflight import check_ray_address
 from accelsweep.sweeps.driver.record.secrets import (
     mlflow_credentials_hidden,
     mlflow_credentials_restored,
+    redact_command_line,
     redact_uri,
 )
 from accelsweep.sweeps.driver.record.tracking import open_tracker
@@ -96,7 +97,9 @@ def connect_ray(address: Optional[str], verbose: bool = False) -> str:
         return "using the Ray instance already initialised"
     if address and address != "local":
         check_ray_address(address)  # ray.init retries an unreachable address for minutes
-        with ray_adapter.sigterm_handler_kept():  # the sweep's own (stop_signals.py)
+        # The sweep's own SIGTERM handler (stop_signals.py); no secret of the command line
+        # in the cluster's job table.
+        with ray_adapter.sigterm_handler_kept(), ray_adapter.entrypoint_shown_as(redact_command_line):
             ray.init(address=address, logging_level=logging.WARNING, log_to_driver=verbose)
         return f"connected to Ray at {address}"
     # A private local instance that does not outlive this process, never a `ray start`
@@ -311,6 +314,8 @@ def _run(plan: Plan, started: float, stop: StopSignals) -> SweepResult:
     sweep = plan.sweep
     say = sweep.print_line or (lambda line: print(line, flush=True))
     tracker = open_tracker(sweep.tracking_uri, sweep.experiment or sweep.name, sweep.tracking_wait_s, say)
+    # After a stop request a store that does not answer is not waited for: its writes are kept.
+    stop.when_requested(tracker.buffer.halt)
     concurrency = _connect_and_announce(plan, say)
     stop.claim()  # ray.init put its core worker's C++ SIGTERM handler over the sweep's
     stop.raise_if_requested()
@@ -347,7 +352,7 @@ def _run(plan: Plan, started: float, stop: StopSignals) -> SweepResult:
         with stop.through_tune(), tracker.buffer.stopping_tune(), watch.stopping_tune():
             run.tuner.fit()  # stopped as it begins after a signal meanwhile: its state saved for --resume
         if not stop.requested:
-            tracker.buffer.drain()  # MLflow writes kept while its store was away: written, or given up on
+            _drain(tracker, stop)  # MLflow writes kept while its store was away: written, or given up on
         interrupted = stop.requested or tracker.buffer.gave_up or watch.tripped or any(
             r.status == INTERRUPTED for r in run.callback.records.values())
         if sweep.confirm_rounds and not interrupted:
@@ -365,15 +370,29 @@ def _run(plan: Plan, started: float, stop: StopSignals) -> SweepResult:
         result = _finish(plan, run, tracker, status, time.monotonic() - started, parent_metrics, confirmation)
     say(result.summary)
     if not stop.requested:
-        tracker.buffer.drain()  # the end's own writes (its report), should the store go away then
+        _drain(tracker, stop)  # the end's own writes (its report), should the store go away then
     if tracker.buffer.gave_up:
         write_sweep_marker(run.experiment_dir, run.parent_run_id, INTERRUPTED)  # for --resume, also if it ended
         raise tracker.buffer.stopped()  # says where its writes are, and to --resume
     if watch.tripped:
         raise watch.stopped()  # how much is free, and to --resume once there is room
     if status == "KILLED":
+        if tracker.buffer.pending:
+            say(f"{len(tracker.buffer.pending)} MLflow write(s) the tracking store did not take are kept in "
+                f"{tracker.buffer.path}: --resume writes them once it answers")
         say(f"interrupted: run the same command with --resume to continue {run.experiment_dir}")
     return result
+
+
+def _drain(tracker, stop: StopSignals) -> None:
+    """Wait for a lost tracking store to take the kept writes, or give up on it; a stop
+    request ends the wait at once (a request may block on the store for its timeout):
+    the writes stay on disk, where --resume finds them."""
+    try:
+        with stop.at_once():
+            tracker.buffer.drain()
+    except SweepInterrupted:
+        tracker.buffer.halt()
 
 
 def _connect_and_announce(plan: Plan, say: Callable[[str], None]) -> int:

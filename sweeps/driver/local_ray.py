@@ -4,7 +4,11 @@
 and ``run_sweep`` stops it before it returns (``shutdown``). A driver killed outright
 (SIGKILL, the OOM killer) runs neither; Ray's own processes then stay (GCS, raylet, the
 agents: a listening port and memory, until someone runs ``ray stop``, which stops every
-instance of the machine). Two things keep that from happening:
+instance of the machine). The kernel stops most of them: Ray starts the GCS, raylet and
+dashboard with a parent-death signal (SIGKILL when the driver dies), workers exit within
+a second of their raylet, and the raylet's two agents get one through
+``raylet_child.py``. What a trial started of its own (a ``setsid`` child) has none; and
+a reaper does not depend on any of it. Two things keep anything from staying:
 
 - **A reaper** started with the instance: ``python -m accelsweep.sweeps.driver.local_ray``,
   in a session of its own (a signal to the driver's process group does not reach it). Its
@@ -56,6 +60,7 @@ from accelsweep.trainables.processes import command_line, descendants, open_path
 __all__ = ["RECORD", "instance_processes", "shutdown", "start", "stop_stale_instances"]
 
 RECORD = "accelsweep-driver.json"
+LOOPBACK = "127.0.0.1"  # the local instance's address: every one of its listeners binds it
 # Between SIGTERM and SIGKILL. Ray's processes that still have their raylet exit in well
 # under it; orphaned agents (their raylet died with the driver) may never answer SIGTERM.
 GRACE_S = 3.0
@@ -83,14 +88,24 @@ def start(log_to_driver: bool = False) -> str:
 
     from accelsweep.trainables import ray_adapter
 
-    # No dashboard. The GCS, raylet and workers still listen on every interface (Ray
-    # 2.60 has no loopback-only mode), so token auth stays on: with RAY_AUTH_MODE unset,
-    # ray.init turns it on for a new local instance (and reloads Ray's cached config,
-    # which setting the variable here would not). RAY_AUTH_MODE=disabled opts out.
-    # address="local": a new instance even where a bare ray.init() would join one.
-    with ray_adapter.sigterm_handler_kept():
+    # No dashboard, and every listener on 127.0.0.1 (a sweep on one machine needs nothing
+    # beyond loopback; ray_adapter.local_instance_confined). Token auth stays on too (other
+    # users of the machine reach loopback): with RAY_AUTH_MODE unset, ray.init turns it on
+    # for a new local instance (and reloads Ray's cached config, which setting the variable
+    # here would not). RAY_AUTH_MODE=disabled opts out. The job table gets the command line
+    # without its secrets. address="local": a new instance even where a bare ray.init()
+    # would join one.
+    from accelsweep.sweeps.driver import raylet_child
+    from accelsweep.sweeps.driver.record.secrets import redact_command_line
+
+    with ray_adapter.sigterm_handler_kept(), ray_adapter.entrypoint_shown_as(redact_command_line), \
+            ray_adapter.local_instance_confined(os.path.abspath(raylet_child.__file__)):
         context = ray.init(address="local", include_dashboard=False, logging_level=logging.WARNING,
-                           log_to_driver=log_to_driver)
+                           log_to_driver=log_to_driver, _node_ip_address=LOOPBACK)
+    if context.address_info.get("node_ip_address") != LOOPBACK:  # Ray changed how it picks the address
+        ray.shutdown()
+        raise RuntimeError(f"the local Ray instance took {context.address_info.get('node_ip_address')!r} as its "
+                           f"address, not {LOOPBACK}: its processes would listen beyond this machine")
     session_dir = context.address_info["session_dir"]
     cpus = ray.cluster_resources().get("CPU", 0)
     if not os.path.isdir("/proc"):  # not Linux: Ray's own shutdown only

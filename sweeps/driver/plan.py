@@ -268,6 +268,15 @@ def plan_sweep(sweep: Sweep) -> Plan:
     """Validate everything about a sweep that can be checked without running it."""
     if not isinstance(sweep.name, str) or not sweep.name.strip():
         raise ConfigError("name", "a non-empty sweep name", sweep.name)
+    if len(sweep.name) > MAX_NAME_CHARS:  # it names the sweep's folder, with a time stamp after it
+        raise ConfigError("name", f"a sweep name of at most {MAX_NAME_CHARS} characters", _long(sweep.name),
+                          f"It has {len(sweep.name)}.")
+    experiment = sweep.experiment
+    if experiment is not None and (not isinstance(experiment, str) or not experiment.strip()
+                                   or len(experiment) > MAX_EXPERIMENT_CHARS):
+        raise ConfigError("experiment", f"a non-empty MLflow experiment name of at most {MAX_EXPERIMENT_CHARS} "
+                                        "characters (MLflow's limit), or None for the sweep's name",
+                          _long(experiment), f"It has {len(experiment)}." if isinstance(experiment, str) else "")
     positive_int("num_samples", sweep.num_samples)
     positive_int("retries", sweep.retries, minimum=0)
     rounds = sweep.confirm_rounds  # one round pairs nothing: a paired interval needs two
@@ -448,10 +457,20 @@ def rejects(sweep: Sweep) -> bool:
             and reads_trial_limits(sweep.trainable))
 
 
+# MLflow 3.17 refuses a longer experiment name (mlflow/utils/validation.py), after Ray has
+# started; a sweep's name also names its folder (with a time stamp: NAME_MAX is 255).
+MAX_EXPERIMENT_CHARS = 500
+MAX_NAME_CHARS = 200
+
 # The local search's default share: the last quarter of the proposals, at most this many,
 # or the last third of the search's time budget, whichever begins first.
 LOCAL_SEARCH_MAX = 4
 LOCAL_TIME_SHARE = 1 / 3
+
+
+def _long(text: Any) -> Any:
+    """A value as an error shows it: a long text by its start."""
+    return f"{text[:40]}..." if isinstance(text, str) and len(text) > 60 else text
 
 
 def local_search_trials(sweep: Sweep) -> int:

@@ -1,8 +1,10 @@
-"""SIGINT and SIGTERM end a sweep the way Ctrl-C ends a Ray Tune run, and the script with
-a stated exit status.
+"""SIGINT, SIGTERM and SIGHUP end a sweep the way Ctrl-C ends a Ray Tune run, and the
+script with a stated exit status.
 
 SIGTERM is what ``kill``, systemd, tmux and batch schedulers send; Ctrl-C in a terminal
-is SIGINT. Either one, while ``run_sweep`` runs:
+is SIGINT; SIGHUP is the terminal or SSH session closing (the common end of a sweep started
+by hand on a cluster's head node: run it under nohup, tmux or screen to keep it past a
+logout). Any one, while ``run_sweep`` runs:
 
 - while trials run (Tune's loop): Tune is told to stop as its own Ctrl-C handler would
   (it saves the experiment one last time and stops the trials); the trials still running
@@ -15,7 +17,9 @@ is SIGINT. Either one, while ``run_sweep`` runs:
 Then the Ray instance the sweep started is stopped, the resume hint is printed, and
 ``run_sweep`` raises ``SweepInterrupted`` (a KeyboardInterrupt), which the scripts
 (``cli.main_guard``) turn into exit status 128 + the signal's number, as a shell reports
-a process a signal ended: 130 for SIGINT, 143 for SIGTERM. A second signal stops at once,
+a process a signal ended: 130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP. After a SIGHUP
+the terminal is gone: what the sweep prints from then on goes to /dev/null (as under
+nohup) instead of failing the writes that close its runs. A second signal stops at once,
 without waiting for the trials to stop (--resume closes what it left open).
 
 Why the sweep handles them itself: ray.init sets SIGTERM to exit the driver, and a local
@@ -42,6 +46,7 @@ import contextlib
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 from typing import Any, Callable, Iterator, Optional
@@ -51,7 +56,7 @@ from accelsweep.trainables.environment_variables import environment_snapshot, re
 
 __all__ = ["STOP_SIGNALS", "StopSignals", "SweepInterrupted"]
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # Tune's own lines on a stop ("Resume experiment with: Tuner.restore(...)", "Trials did
 # not complete") would contradict the sweep's: they are kept quiet while it stops.
 TUNE_LOGGER = "ray.tune.tune"
@@ -89,6 +94,12 @@ class StopSignals:
         self._previous: dict[int, Any] = {}
         self._tune_handler_setting: dict[str, Optional[str]] = {}
         self._tune_logger_level = logging.NOTSET
+        self._on_request: list[Callable[[], None]] = []
+
+    def when_requested(self, act: Callable[[], None]) -> None:
+        """Have ``act`` called as soon as a stop is requested (in the signal handler: it must
+        be quick and must not wait), e.g. to stop retrying a tracking store that is down."""
+        self._on_request.append(act)
 
     @property
     def requested(self) -> bool:
@@ -98,6 +109,8 @@ class StopSignals:
         if threading.current_thread() is not threading.main_thread():
             return self  # signal.signal works on the main thread only
         self._previous = {signum: signal.getsignal(signum) for signum in (*STOP_SIGNALS, signal.SIGUSR1)}
+        self._unraisable_hook = sys.unraisablehook
+        sys.unraisablehook = self._unraisable
         self._tune_handler_setting = environment_snapshot(["TUNE_DISABLE_SIGINT_HANDLER"])
         os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
         self._tune_logger_level = logging.getLogger(TUNE_LOGGER).level
@@ -113,11 +126,21 @@ class StopSignals:
         if not self.active:
             return
         self.active = False
+        sys.unraisablehook = self._unraisable_hook
         for signum, previous in self._previous.items():
             # None: a handler set outside Python (a C library's), which Python cannot set again.
             signal.signal(signum, signal.SIG_DFL if previous is None else previous)
         restore_environment(self._tune_handler_setting)
         logging.getLogger(TUNE_LOGGER).setLevel(self._tune_logger_level)
+
+    def _unraisable(self, unraisable) -> None:
+        """A second signal's SweepInterrupted raised where Python can only print it (a
+        finalizer, a weakref callback: "Exception ignored in ..."): not printed, and the
+        signal delivered again, so that it stops the sweep where it can."""
+        if isinstance(unraisable.exc_value, SweepInterrupted):
+            os.kill(os.getpid(), unraisable.exc_value.signum)
+            return
+        self._unraisable_hook(unraisable)
 
     def claim(self) -> None:
         """Set the handlers (again): starting Ray puts its core worker's C++ handler over
@@ -156,10 +179,14 @@ class StopSignals:
 
     def _handle(self, signum: int, frame) -> None:
         name = signal.Signals(signum).name
+        if signum == signal.SIGHUP:
+            _away_from_terminal()
         if self.received is not None:
             self._say(f"{name} again: stopping at once")
             raise SweepInterrupted(self.received)
         self.received = signum
+        for act in self._on_request:
+            act()
         if self.mode == AT_ONCE:
             raise SweepInterrupted(signum)
         if self.mode == THROUGH_TUNE:
@@ -188,5 +215,19 @@ class StopSignals:
     def _say(self, line: str) -> None:
         try:
             self.say(line)
-        except RuntimeError:  # the signal came while the main thread was writing the same stream
+        except (RuntimeError, OSError):  # the signal came mid-write to the same stream; a closed terminal
+            pass
+
+
+def _away_from_terminal() -> None:
+    """Point the standard streams that are a terminal at /dev/null: the terminal hung up,
+    and a write to it fails (EIO) from now on."""
+    for fd in (0, 1, 2):
+        try:
+            if not os.isatty(fd):
+                continue
+            null = os.open(os.devnull, os.O_RDWR)
+            os.dup2(null, fd)
+            os.close(null)
+        except OSError:
             pass

@@ -39,8 +39,10 @@ STOP_FREE_BYTES = 16 * 1024 * 1024
 assert STOP_FREE_BYTES < MIN_FREE_BYTES  # a sweep allowed to start is not stopped at once
 CHECK_EVERY_S = 1.0  # a statvfs call: microseconds
 STORAGE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
-# Tune's copy of the experiment to the storage path logs its failures here, with a traceback.
+# Tune's copy of the experiment to the storage path logs its failures here, with a traceback,
+# and its wait for that copy at a forced save there (an ERROR with the exception attached).
 SYNCER_LOGGER = "ray.train._internal.syncer"
+EXPERIMENT_STATE_LOGGER = "ray.tune.execution.experiment_state"
 TUNE_LOGGER = "ray.tune.tune"
 _STORAGE_FAILURES = ("No space left on device", "Disk quota exceeded", "Read-only file system",
                      "errno 28", "errno 122", "errno 30")
@@ -113,19 +115,24 @@ class StorageWatch:
     def stopping_tune(self) -> Iterator[None]:
         """While Tune's loop runs: a trip stops it as Ctrl-C does, and Tune's warnings of a
         copy that failed for want of room become this watch's (one line, no traceback)."""
-        syncer, tune_logger = logging.getLogger(SYNCER_LOGGER), logging.getLogger(TUNE_LOGGER)
+        copies = [logging.getLogger(SYNCER_LOGGER), logging.getLogger(EXPERIMENT_STATE_LOGGER)]
+        tune_logger = logging.getLogger(TUNE_LOGGER)
         level = tune_logger.level
-        syncer.addFilter(self._filter)
+        for logger in copies:
+            logger.addFilter(self._filter)
         self._interrupt = self._stop_tune
         try:
             yield
         finally:
             self._interrupt = None
-            syncer.removeFilter(self._filter)
+            for logger in copies:
+                logger.removeFilter(self._filter)
             tune_logger.setLevel(level)
 
     def _filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
+        if record.exc_info:  # the exception itself is not in the message
+            message += "\n" + logging.Formatter().formatException(record.exc_info)
         failure = next((sign for sign in _STORAGE_FAILURES if sign in message), None)
         if failure is None:
             return True

@@ -153,6 +153,16 @@ def check_sqlite_database(field: str, url: str, what: str) -> None:
     if path is None:
         raise ConfigError(field, allowed, shown, "It names no file (sqlite in memory is lost with the process).")
     folder = os.path.dirname(path)
+    if os.path.islink(path) and not os.path.exists(path):
+        # sqlite would create the file the link names, or retry for minutes when it cannot.
+        try:
+            os.stat(path)
+            why = "it cannot be followed"
+        except OSError as error:
+            why = ("it is a loop of links" if error.errno == errno.ELOOP else
+                   f"it points to {os.readlink(path)!r}, which does not exist")
+        raise ConfigError(field, allowed, shown, f"{path} is a symbolic link, but {why}. Mend or remove the link, "
+                                                 "or name the database file itself.")
     if os.path.isdir(path):
         raise ConfigError(field, allowed, shown, f"{path} is a folder; name a file in it, e.g. "
                                                  f"sqlite:///{os.path.join(path, 'mlflow.db')}.")
@@ -168,6 +178,8 @@ def check_sqlite_database(field: str, url: str, what: str) -> None:
         if header and header != SQLITE_HEADER:  # empty: a database another process is creating now
             raise ConfigError(field, allowed, shown, f"{path} is not a sqlite database (it starts with "
                                                      f"{header[:16]!r}). Name another file, or move this one away.")
+        if header:
+            _check_not_locked(field, path, allowed, shown)
     if not os.path.isdir(folder):
         raise ConfigError(field, allowed, shown, f"Directory {folder!r} does not exist.")
     why = _writable_folder(folder)
@@ -177,6 +189,48 @@ def check_sqlite_database(field: str, url: str, what: str) -> None:
     if free < MIN_FREE_BYTES:
         raise ConfigError(field, allowed, shown, f"{folder} has {free / 1024 / 1024:.1f} MiB free, under the "
                                                  f"{_mib(MIN_FREE_BYTES)} a sweep needs.")
+
+
+# A writer holds a sqlite database's write lock for milliseconds; one held this long is a
+# process that keeps it (an open transaction, a stuck or suspended writer): sqlite would
+# retry for tens of seconds at every write, then fail.
+LOCK_WAIT_S = 5.0
+
+
+def _check_not_locked(field: str, path: str, allowed: str, shown: str) -> None:
+    """Refuse a database whose write lock another process holds past ``LOCK_WAIT_S``,
+    naming the processes that have it open."""
+    import sqlite3
+
+    try:
+        with contextlib.closing(sqlite3.connect(path, timeout=LOCK_WAIT_S, isolation_level=None)) as database:
+            database.execute("BEGIN IMMEDIATE")  # the write lock, taken and given back: nothing written
+            database.execute("ROLLBACK")
+    except sqlite3.OperationalError as error:
+        if "locked" not in str(error) and "busy" not in str(error):
+            return  # not a lock: what opens it says what is wrong, as before
+        holders = ", ".join(f"pid {pid} ({command})" for pid, command in _processes_with_open(path)[:4])
+        raise ConfigError(field, allowed, shown, f"{path} is locked: another process has held its write lock for "
+                                                 f"{LOCK_WAIT_S:g} s ({holders or 'which one is not visible here'}). "
+                                                 "End or wait for it, or name another file.") from None
+
+
+def _processes_with_open(path: str) -> list[tuple[int, str]]:
+    """The processes of this machine that have ``path`` open, as far as /proc shows them."""
+    found = []
+    real = os.path.realpath(path)
+    for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()) if os.path.isdir("/proc") else ():
+        if pid == os.getpid():
+            continue
+        try:
+            if any(os.path.realpath(os.path.join(f"/proc/{pid}/fd", fd)) == real
+                   for fd in os.listdir(f"/proc/{pid}/fd")):
+                with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                    command = cmdline.read().replace(b"\0", b" ").decode(errors="replace").strip()
+                found.append((pid, redact_uri(command)[:80]))
+        except OSError:
+            continue
+    return found
 
 
 # A table each of MLflow's and Optuna's sqlite schemas has from their first migration on.

@@ -71,6 +71,11 @@ def verdict(baseline: Optional[TrialRecord], best: Optional[TrialRecord], metric
     loaded = [r for r in pair if host_slowdown(r, records) > HOST_LOADED and r not in contended]
     noise_text = f"+-{noise:.1%}" if math.isfinite(noise) else "unknown (one window per trial: windows >= 2 measure it)"
     if best is baseline:
+        if not any(r is not baseline and r.measured(metric) for r in records):
+            # Nothing else was measured (the budget ran out, every other trial failed): no comparison.
+            return Verdict("not decided: the baseline is the only config measured (no other trial measured "
+                           f"{metric}): nothing to compare it with", 0.0, noise, False, decided=False,
+                           subject="the baseline")
         disturbed = [r for r in records if r is not baseline and r.contended and r.measured(metric)]
         if disturbed or baseline.contended:
             which = ", ".join(f"trial {r.number}" for r in disturbed[:5]) + (" and more" if len(disturbed) > 5 else "")

@@ -50,8 +50,12 @@ MIN_SECRET_CHARS = 8
 _WORD_BOUNDARY = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])")
 _SECRET_PARTS = frozenset(SECRET_WORDS) | {f"{word}S" for word in SECRET_WORDS}
 # scheme://user:password@host: the password is everything between the first ':' after
-# the user and the '@' that ends the authority.
-_URI_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^:/@\s]*:)(?P<password>[^@/\s]+)(?=@)")
+# the user and the last '@' of the authority (a password with an unencoded '@' is one
+# password, not a password and a host: urlsplit takes the last '@' too).
+_URI_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^:/@\s]*:)(?P<password>[^/\s]*)"
+                           r"(?=@[^@/\s]*(?:[/?#\s]|$))")
+# ?token=...&api_key=...: a query parameter whose name looks secret (looks_secret).
+_QUERY_PARAMETER = re.compile(r"(?P<head>[?&;](?P<name>[^=&;#\s]+)=)(?P<value>[^&;#\s]*)")
 # MLflow's own place for a tracking server's basic-auth credentials: read from the
 # environment on every request (mlflow/utils/credentials.py, read_mlflow_creds and
 # get_default_host_creds in MLflow 3.17), artifact uploads included.
@@ -72,8 +76,36 @@ def secret_values(environ: Optional[Mapping[str, str]] = None) -> list[str]:
 
 
 def redact_uri(uri: str) -> str:
-    """``postgresql://user:pw@db/mlflow`` -> ``postgresql://user:<redacted>@db/mlflow``."""
-    return _URI_PASSWORD.sub(lambda match: match.group("head") + REDACTED, uri)
+    """``postgresql://user:pw@db/mlflow`` -> ``postgresql://user:<redacted>@db/mlflow``;
+    ``http://host/?token=abc&x=1`` -> ``http://host/?token=<redacted>&x=1``. Any text
+    may be passed: every URI in it is redacted."""
+    text = _URI_PASSWORD.sub(lambda match: match.group("head") + REDACTED, uri)
+    return _QUERY_PARAMETER.sub(lambda match: match.group("head") + REDACTED
+                                if looks_secret(match.group("name")) and match.group("value") else match.group(0), text)
+
+
+def redact_command_line(argv: Iterable[str]) -> list[str]:
+    """A command line as it may be shown to others (Ray's job table): every URI as
+    ``shown_uri`` shows it, and the value of a flag whose name looks secret
+    (``--api-token X``, ``--db-password=X``) redacted."""
+    shown: list[str] = []
+    secret_flag = False
+    for argument in argv:
+        if secret_flag and not argument.startswith("-"):
+            shown.append(REDACTED)
+            secret_flag = False
+            continue
+        secret_flag = False
+        if argument.startswith("-") and looks_secret(argument.lstrip("-").split("=", 1)[0]):
+            name, has_value, _ = argument.partition("=")
+            if has_value:
+                shown.append(f"{name}={REDACTED}")
+            else:
+                shown.append(argument)
+                secret_flag = True
+            continue
+        shown.append(shown_uri(argument))
+    return shown
 
 
 def redact_text(text: str, secrets: Iterable[str]) -> str:

@@ -18,7 +18,7 @@ from urllib.parse import urlparse
 
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.sweeps.driver.record.secrets import (credentials_to_environment, redact_text, redact_uri, scrub,
-                                                     secret_values)
+                                                     secret_values, shown_uri)
 from accelsweep.sweeps.driver.record.tracking_buffer import DEFAULT_WAIT_S, TrackingBuffer, said_of, unanswered
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
@@ -160,9 +160,14 @@ class SweepTracker:
 
 
 def ui_command(tracking_uri: str) -> str:
-    """The command that opens the store in MLflow's UI. Printed at the end of every sweep,
-    so it lands in terminals and CI logs: a database password in the URI is shown as
-    <redacted>, for the user to fill in."""
+    """How to open the store in MLflow's UI. Printed at the end of every sweep, so it lands
+    in terminals and CI logs: a database password in the URI is shown as <redacted>, for
+    the user to fill in. A tracking server serves the UI itself, at its own address."""
+    scheme = tracking_uri.split(":", 1)[0].lower()
+    if scheme in ("http", "https"):
+        return f"open {shown_uri(tracking_uri)} in a browser (the tracking server serves MLflow's UI)"
+    if scheme == "databricks":
+        return "open the experiment in your Databricks workspace (Machine Learning > Experiments)"
     return f"mlflow ui --backend-store-uri {redact_uri(tracking_uri)} --host 127.0.0.1 --port 5000"
 
 

@@ -140,6 +140,7 @@ class TrackingBuffer:
         self.folder: Optional[str] = None  # where kept writes are saved (keep_in)
         self.down_since: Optional[float] = None  # monotonic; None while the store answers
         self.gave_up = False
+        self.halted = False  # a stop came while the store did not answer: writes are kept, not tried
         self._next_try = 0.0
         self._staging: Optional[str] = None  # copies of files to log, before keep_in
         self._interrupt: Optional[Callable[[], None]] = None  # set while Tune's loop runs
@@ -250,10 +251,15 @@ class TrackingBuffer:
             self._staging = tempfile.mkdtemp(prefix="accelsweep-tracking-buffer-")
         return self._staging
 
+    def halt(self) -> None:
+        """Stop trying the store (a stop was requested while it did not answer): every
+        write from now on is kept on disk, for --resume (or the next run) to write."""
+        self.halted = True
+
     def retry(self, force: bool = False) -> None:
         """Write the kept writes if the store answers again (tried at most every few
         seconds, unless ``force``); give up when it has not answered for ``wait_s``."""
-        if not self.pending or self.gave_up:
+        if not self.pending or self.gave_up or self.halted:
             return
         if not force and time.monotonic() < self._next_try:
             self._give_up_if_late()
@@ -307,7 +313,7 @@ class TrackingBuffer:
             left = self.wait_s - (time.monotonic() - (self.down_since or time.monotonic()))
             self.say(f"the trials are done; waiting up to {max(left, 0):.0f} s for the MLflow tracking store "
                      f"{self.store} to write {len(self.pending)} kept write(s)")
-        while self.pending and not self.gave_up:
+        while self.pending and not self.gave_up and not self.halted:
             self.retry(force=True)
             if self.pending and not self.gave_up:
                 deadline = self.down_since + self.wait_s
