@@ -186,8 +186,10 @@ def test_a_driver_killed_with_its_reaper_leaves_no_ray_process_and_a_stray_child
         # the agents, which stayed for good before), though no reaper and no sweep is left.
         assert gone_within(session, 30) == [], "Ray processes of the killed driver's instance stayed"
         # What a trial started in a session of its own has no such signal: one, naming the
-        # session as a trial's child may, is left for the next start to stop.
-        stray = subprocess.Popen(["sleep", "600", session], start_new_session=True)
+        # session as a trial's child may (and orphaned, as the driver's are), is left for
+        # the next start to stop.
+        subprocess.run([sys.executable, "-c", "import os, time\nif os.fork() == 0:\n    time.sleep(600)", session],
+                       start_new_session=True, check=True)
         assert instance_processes(session)
 
         second = subprocess.run([sys.executable, "-c", START, "shutdown"], cwd=REPO, capture_output=True,
@@ -197,7 +199,6 @@ def test_a_driver_killed_with_its_reaper_leaves_no_ray_process_and_a_stray_child
                          f"session {session}): ") + r"\d+ processes"
         assert re.search(said, second.stdout), second.stdout
         assert instance_processes(session) == []
-        stray.wait(timeout=10)
         assert gone_within(session_of(second.stdout), 10) == []
     finally:
         if first.poll() is None:
