@@ -226,8 +226,8 @@ def _processes_with_open(path: str) -> list[tuple[int, str]]:
             if any(os.path.realpath(os.path.join(f"/proc/{pid}/fd", fd)) == real
                    for fd in os.listdir(f"/proc/{pid}/fd")):
                 with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
-                    command = cmdline.read().replace(b"\0", b" ").decode(errors="replace").strip()
-                found.append((pid, redact_uri(command)[:80]))
+                    command = " ".join(cmdline.read().replace(b"\0", b" ").decode(errors="replace").split())
+                found.append((pid, redact_uri(command)[:80]))  # one line: a `python -c` program has many
         except OSError:
             continue
     return found
