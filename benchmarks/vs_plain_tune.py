@@ -112,7 +112,10 @@ def run_plain(folder: str, seed: int, args) -> dict:
                "--storage", os.path.join(folder, "ray"), "--tracking-uri", f"sqlite:///{folder}/mlflow.db"]
     command += ["--smoke"] if args.smoke else []
     command += ["--num-samples", str(args.num_samples)] if args.num_samples else []
-    wall, lines = _timed(command, folder, "plain")
+    # A bare ray.init() (Tune's, in the plain script) joins the cluster a `ray start` on this
+    # machine last recorded, even a dead one: the plain script gets its own local instance,
+    # as accelsweep's driver makes itself.
+    wall, lines = _timed(command, folder, "plain", RAY_ADDRESS="local")
     result = next(json.loads(line[len("RESULT "):]) for line in reversed(lines[:-1])
                   if isinstance(line, str) and line.startswith("RESULT "))
     _, runs = _trial_runs(f"sqlite:///{folder}/mlflow.db", "plain_vit")
@@ -121,11 +124,13 @@ def run_plain(folder: str, seed: int, args) -> dict:
             "claimed_gain": result["claimed_gain"], "exit_status": lines[-1]}
 
 
-def _timed(command: list[str], folder: str, tool: str) -> tuple[float, list]:
+def _timed(command: list[str], folder: str, tool: str, **env: str) -> tuple[float, list]:
     """Run ``command`` in ``folder`` with a fresh compile cache; its wall time and output
     lines, the exit status last."""
-    environment = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": os.path.join(folder, "inductor"),
-                   "PYTHONUNBUFFERED": "1"}
+    # Tune's own settings from the caller (a test suite turns its result loggers off) would
+    # change what the plain script, a user's, reads back: each run gets Tune's defaults.
+    environment = {**{k: v for k, v in os.environ.items() if not k.startswith("TUNE_")},
+                   "TORCHINDUCTOR_CACHE_DIR": os.path.join(folder, "inductor"), "PYTHONUNBUFFERED": "1", **env}
     started = time.monotonic()
     process = subprocess.Popen(command, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                env=environment)
@@ -137,7 +142,8 @@ def _timed(command: list[str], folder: str, tool: str) -> tuple[float, list]:
     process.wait()
     wall = time.monotonic() - started
     if process.returncode != 0:
-        raise SystemExit(f"{tool} exited {process.returncode}: {' '.join(command)} (in {folder})")
+        tail = "\n".join(str(line) for line in lines[-30:])
+        raise SystemExit(f"{tool} exited {process.returncode}: {' '.join(command)} (in {folder}):\n{tail}")
     return wall, lines + [process.returncode]
 
 

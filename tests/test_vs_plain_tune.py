@@ -41,6 +41,7 @@ def test_the_harness_runs_both_tools_in_turn_and_judges_interleaved(tmp_path):
                           "--seeds", "0", "1", "--rounds", "2", "--num-samples", "2", "--confirm-rounds", "2",
                           "--out", str(out)], cwd=tmp_path, capture_output=True, text=True, timeout=900)
     assert run.returncode in (0, 1), run.stdout[-3000:] + run.stderr[-3000:]  # 1: a check failed (noise here)
+    assert out.exists(), run.stdout[-3000:] + run.stderr[-3000:]  # a tool that failed ends the run without it
     result = json.loads(out.read_text())
     assert [p["order"] for p in result["pairs"]] == [["accelsweep", "plain"], ["plain", "accelsweep"]]
     for pair in result["pairs"]:

@@ -54,7 +54,7 @@ from accelsweep.sweeps.driver.record.secrets import (
     redact_uri,
 )
 from accelsweep.sweeps.driver.record.tracking import open_tracker
-from accelsweep.sweeps.driver.record.tracking_buffer import MLFLOW_REQUEST_SETTINGS
+from accelsweep.sweeps.driver.record.tracking_buffer import MLFLOW_REQUEST_SETTINGS, unanswered
 from accelsweep.sweeps.driver.report import (
     best_record,
     mean_overhead_s,
@@ -527,7 +527,14 @@ def _finish(plan: Plan, run: _Run, tracker, status: str, elapsed_s: float,
     run.callback.adopt_run_ids()  # of runs created while MLflow's store was away, written since
     run.parent_run_id = tracker.parent_run_id = tracker.buffer.run_id_of(run.parent_run_id)
     # A store that does not answer can be read nothing from: --resume closes what is left open.
-    for run_id, tags in (tracker.trial_runs(only_running=True) if tracker.buffer.answering else {}).items():
+    try:
+        left_open = tracker.trial_runs(only_running=True) if tracker.buffer.answering else {}
+    except Exception as error:  # noqa: BLE001 - only a store that stopped answering is waited out
+        if not unanswered(error):
+            raise
+        tracker.buffer.lost(error)  # gone since the last write: the end's writes are kept from here
+        left_open = {}  # --resume closes what is still open
+    for run_id, tags in left_open.items():
         if tags.get("status") == REUSED:  # a reused proposal's run its driver died before closing
             tracker.finish(run_id, "FINISHED")
             continue

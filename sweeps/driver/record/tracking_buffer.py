@@ -220,6 +220,11 @@ class TrackingBuffer:
             raise ValueError(f"unknown kept write {kind!r}")
         return run_id
 
+    def lost(self, error: BaseException) -> None:
+        """The store did not answer a read: from now on writes are kept, as after a write."""
+        if self.down_since is None:
+            self._lost(error)
+
     def _lost(self, error: BaseException) -> None:
         self.down_since = time.monotonic()
         self._next_try = self.down_since + self._retry_every_s
