@@ -74,13 +74,15 @@ def _repeats(configs: list[dict]) -> int:
 
 
 def run_accelsweep(folder: str, seed: int, args) -> dict:
+    store = f"sqlite:///{folder}/mlflow.db"
     command = [os.path.join(os.path.dirname(sys.executable), "accelsweep"), "run", "neuron_vit", "--seed", str(seed),
+               "--tracking-uri", store,
                "--storage-path", os.path.join(folder, "ray"), "--compile-cache", os.path.join(folder, "compile")]
     command += ["--smoke"] if args.smoke else []
     command += ["--num-samples", str(args.num_samples)] if args.num_samples else []
     command += ["--confirm-rounds", str(args.confirm_rounds)] if args.confirm_rounds is not None else []
     wall, lines = _timed(command, folder, "accelsweep")
-    _, runs = _trial_runs(f"sqlite:///{folder}/mlflow.db", "neuron_vit")
+    _, runs = _trial_runs(store, "neuron_vit")
     parent = next(r for r in runs if r.data.tags.get("kind") == "sweep")
     trials = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
     search = [r for r in trials if r.data.tags.get("phase") != "confirmation"]
@@ -129,7 +131,8 @@ def _timed(command: list[str], folder: str, tool: str, **env: str) -> tuple[floa
     lines, the exit status last."""
     # Tune's own settings from the caller (a test suite turns its result loggers off) would
     # change what the plain script, a user's, reads back: each run gets Tune's defaults.
-    environment = {**{k: v for k, v in os.environ.items() if not k.startswith("TUNE_")},
+    # Nor does a caller's MLFLOW_TRACKING_URI steer either tool: each writes its own folder's store.
+    environment = {**{k: v for k, v in os.environ.items() if not k.startswith("TUNE_") and k != "MLFLOW_TRACKING_URI"},
                    "TORCHINDUCTOR_CACHE_DIR": os.path.join(folder, "inductor"), "PYTHONUNBUFFERED": "1", **env}
     started = time.monotonic()
     process = subprocess.Popen(command, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

@@ -32,6 +32,19 @@ FAKE_SECRETS = {
 }
 
 
+@pytest.fixture(autouse=True)
+def tracking_uri_not_leaked():
+    """mlflow.set_tracking_uri also sets MLFLOW_TRACKING_URI in os.environ, which every
+    later subprocess inherits: a test that set it would send another test's sweep to its
+    store. Each test ends with the variable as it began."""
+    before = os.environ.get("MLFLOW_TRACKING_URI")
+    yield
+    if before is None:
+        os.environ.pop("MLFLOW_TRACKING_URI", None)
+    else:
+        os.environ["MLFLOW_TRACKING_URI"] = before
+
+
 @pytest.fixture(scope="session")
 def ray_session():
     import ray

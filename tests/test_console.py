@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tempfile
 import sys
 
 import pytest
@@ -101,6 +102,18 @@ def test_captured_output_takes_python_and_c_level_writes_and_puts_the_descriptor
         assert line in sent
     assert "after the trial" not in sent
     assert "after the trial" in capfd.readouterr().out  # the process's own output again
+
+
+def test_a_trial_killed_mid_capture_leaves_no_file_in_the_temporary_folder(tmp_path, monkeypatch):
+    """A trial ended by SIGKILL never reaches its cleanup: the capture's file must already
+    be nameless while the trial runs."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    reporter = FakeReporter()
+    with captured_output(reporter):
+        print("while it runs", flush=True)
+        during = list(tmp_path.iterdir())
+    assert during == []
+    assert b"while it runs" in b"".join(chunk for chunk in reporter.sent if isinstance(chunk, bytes))
 
 
 def test_the_output_before_a_trial_comes_first_without_rays_log_markers(tmp_path, monkeypatch):

@@ -184,6 +184,10 @@ def captured_output(reporter: _Reporter) -> Iterator[None]:
     os.dup2(capture.fileno(), 2)
     stop = threading.Event()
     reader = open(capture.name, "rb")
+    # Both ends are open: the name can go now, so a trial killed outright (its timeout, a
+    # second signal) leaves no file behind in the temporary folder.
+    with contextlib.suppress(OSError):
+        os.unlink(capture.name)
 
     def send_new(wait: bool = False) -> None:
         reporter.send(reader.read(), wait=wait)
@@ -219,5 +223,3 @@ def captured_output(reporter: _Reporter) -> Iterator[None]:
             send_new(wait=True)
         reader.close()
         capture.close()
-        with contextlib.suppress(OSError):
-            os.unlink(capture.name)

@@ -376,7 +376,12 @@ def _run(plan: Plan, started: float, stop: StopSignals) -> SweepResult:
         raise tracker.buffer.stopped()  # says where its writes are, and to --resume
     if watch.tripped:
         raise watch.stopped()  # how much is free, and to --resume once there is room
-    if status == "KILLED":
+    # A stop while the end's own writes waited for the store: the sweep ran whole, but
+    # its record did not; --resume is what writes it, so it must find the sweep unfinished.
+    stopped_with_writes_kept = stop.requested and status != "KILLED" and bool(tracker.buffer.pending)
+    if stopped_with_writes_kept:
+        write_sweep_marker(run.experiment_dir, run.parent_run_id, INTERRUPTED)
+    if status == "KILLED" or stopped_with_writes_kept:
         if tracker.buffer.pending:
             say(f"{len(tracker.buffer.pending)} MLflow write(s) the tracking store did not take are kept in "
                 f"{tracker.buffer.path}: --resume writes them once it answers")
