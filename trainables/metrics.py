@@ -159,10 +159,21 @@ TRAINING_METRICS = MetricSet(
         Metric("final_loss", "", "min", label="final loss", fmt="{:.4f}", curve=True),
         Metric("usd_per_1m_samples", "USD", "min", label="$ per 1M samples", fmt="{:.4f}",
                progress="${:.4g}/1M samples", progress_if_known=True),
+        # How far from the hardware's limit (trainables/utilisation.py): model FLOPs per item
+        # times throughput, and its fraction of the peak of what the trial holds for its
+        # precision (on a CPU measured here; elsewhere the datasheet's), and of the CPU's
+        # theoretical one.
+        Metric("model_tflops", "TFLOP/s", "max", label="model TFLOP/s", fmt="{:.4g}"),
+        Metric("mfu", "", "max", label="utilisation (MFU)", fmt="{:.1%}", progress="{:.1f}% of peak",
+               progress_scale=100.0, progress_if_known=True),
+        Metric("mfu_theoretical", "", "max"),
+        Metric("model_flops_per_item", "FLOP"),
+        Metric("peak_tflops", "TFLOP/s"),
+        Metric("peak_tflops_theoretical", "TFLOP/s"),
         *CONTENTION_METRICS,
         *DRIVER_METRICS,
     ),
-    headline=("throughput_samples_per_s", "usd_per_1m_samples", "step_time_p50_s", "overhead_s"),
+    headline=("throughput_samples_per_s", "usd_per_1m_samples", "mfu", "step_time_p50_s", "overhead_s"),
 )
 
 
@@ -179,7 +190,7 @@ def training_metrics(unit: str = "samples") -> MetricSet:
            Metric(f"usd_per_1m_{unit}", "USD", "min", label=f"$ per 1M {unit}", fmt="{:.4f}",
                   progress=f"${{:.4g}}/1M {unit}", progress_if_known=True))
     return MetricSet(metrics=own + TRAINING_METRICS.metrics,
-                     headline=(own[0].name, own[2].name, "step_time_p50_s", "overhead_s"))
+                     headline=(own[0].name, own[2].name, "mfu", "step_time_p50_s", "overhead_s"))
 
 
 # trainables/harness/microbench.py: run_microbench's result, after each window. A kernel sweep is

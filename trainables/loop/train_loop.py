@@ -26,6 +26,7 @@ from accelsweep.trainables.loop.compile_cache import DYNAMO_CACHE_COUNTERS, dyna
 from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.contention import ContentionMeter
 from accelsweep.trainables.cost import usd_per_1m_samples
+from accelsweep.trainables.utilisation import TrialUtilisation
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.loop.failures import NonFiniteGradient, NonFiniteLoss
 from accelsweep.trainables.loop.measure import (WindowStats, coefficient_of_variation, host_probe_s, percentile,
@@ -77,6 +78,11 @@ def _run_training(config: TrialConfig, report: Optional[Callable[[dict], None]],
     # the compiler allocates while it compiles still counts: a compiled trial's memory).
     for module in workload.imports + (("torch._dynamo", "torch._inductor") if config.torch_compile != "none" else ()):
         importlib.import_module(module)
+    # How far from the hardware's limit: model FLOPs (counted once per workload and shape)
+    # and the peak of what the trial holds (measured once per machine on a CPU), both
+    # before the memory baseline and outside every timed window.
+    phase("counting model FLOPs; the hardware's peak")
+    utilisation = TrialUtilisation.of(workload, config, platform, device, world)
     # The workload's memory: the peak from here (model, optimizer state, activations,
     # batches) over what the process held before it.
     platform.reset_peak_memory(device)
@@ -109,7 +115,7 @@ def _run_training(config: TrialConfig, report: Optional[Callable[[dict], None]],
     try:
         with guard:
             return _measure(config, report, usd_per_hour, platform, workload, device, world, trial, compiles,
-                            guard, setup_s, loop_start, memory_before_mb, latest=result)
+                            guard, setup_s, loop_start, memory_before_mb, utilisation, latest=result)
     except TrialAborted as error:
         if not isinstance(error, SlowTrial):  # raised by the watchdog, it has no message of its own
             raise type(error)(guard.reason_of(error)) from None
@@ -123,7 +129,7 @@ def _run_training(config: TrialConfig, report: Optional[Callable[[dict], None]],
 
 def _measure(config: TrialConfig, report, usd_per_hour: float, platform, workload, device, world, trial: "_Trial",
              compiles: "_CompileClock", guard: StepGuard, setup_s: float, loop_start: float,
-             memory_before_mb: float, latest: dict) -> dict:
+             memory_before_mb: float, utilisation: TrialUtilisation, latest: dict) -> dict:
     """Warm-up, then the measured windows, each reported. ``latest`` is kept equal to the
     cumulative result of the windows done so far (a NaN capture reports it)."""
     first_step_s, warmup_step_s = trial.warm_up(guard)
@@ -201,6 +207,7 @@ def _measure(config: TrialConfig, report, usd_per_hour: float, platform, workloa
             **({"rejection_off": guard.note} if guard.note else {}),
             **compiles.xla_counts(),
             **compiles.cache_figures(),
+            **utilisation.fields(throughput),
         }
         if unit != "samples":  # the workload's own unit beside samples: tokens/s, $ per 1M tokens
             unit_throughput = windows.throughput(units=True)

@@ -153,6 +153,12 @@ class Workload(abc.ABC):
         counts, after each window: e.g. the padding fraction, 1 - real / slots."""
         return {}
 
+    def flops_per_item(self, config: "TrialConfig") -> Optional[float]:
+        """Model FLOPs (forward + backward) of one dataset item, where the workload knows
+        them better than torch's counter (trainables/flop_count.py), e.g. 6 x parameters x
+        tokens for a language model. None (the default): counted from the model."""
+        return None
+
     def on_step(self, outputs: "torch.Tensor", targets: Any, loss: "torch.Tensor") -> None:
         """Per-step work of its own, timed with the step (per-step metric collection).
         Not overridden: nothing is called."""

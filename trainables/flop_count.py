@@ -1,0 +1,113 @@
+"""A workload's model FLOPs per item, counted once per workload and shape.
+
+The count is what MFU means by model FLOPs: the matmuls, convolutions and attention of
+one forward and one backward pass (torch.utils.flop_counter.FlopCounterMode's ops;
+elementwise work, normalisation and the optimizer's step are not counted), the same
+whatever the precision, compiler or platform, so that every trial of a sweep is held to
+one number. It is counted on the meta device (shapes only: no memory, no time) from a
+batch of COUNTED_ITEMS items of the workload's own data; a model that cannot be built on
+the meta device is counted for real on the CPU. A workload may instead declare its own
+(``Workload.flops_per_item``), e.g. the 6 x parameters x tokens rule of a language model.
+
+Counts are cached per process and on disk ($XDG_CACHE_HOME/accelsweep/flops.json), keyed
+by the workload, its knobs and the batch's shapes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Optional
+
+if TYPE_CHECKING:
+    from accelsweep.trainables.config import TrialConfig
+    from accelsweep.trainables.workloads.base import Workload
+
+__all__ = ["FlopCount", "count_model_flops", "flops_of_step"]
+
+COUNTED_ITEMS = 2  # not 1: a BatchNorm in training refuses a batch of one
+METHOD_META = ("torch.utils.flop_counter over one forward and backward pass of {n} items on the meta device "
+               "(matmuls, convolutions, attention; elementwise ops and the optimizer not counted)")
+METHOD_CPU = METHOD_META.replace("on the meta device", "on the CPU (the model could not be built on the meta device)")
+
+_COUNTED: dict[str, "FlopCount"] = {}
+
+
+@dataclass(frozen=True)
+class FlopCount:
+    per_item: float  # forward + backward FLOPs of one dataset item
+    method: str
+    cached: bool = False
+
+    def fields(self) -> dict:
+        return {"model_flops_per_item": self.per_item, "flops_method": self.method}
+
+
+def flops_of_step(model: Any, inputs: Any, targets: Any, loss) -> float:
+    """FLOPs of ``loss(model(inputs), targets).backward()``, by torch's counter."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        loss(model(inputs), targets).backward()
+    return float(counter.get_total_flops())
+
+
+def _sample_batch(workload: "Workload", config: "TrialConfig", items: int):
+    from torch.utils.data import default_collate
+
+    dataset = workload.dataset(config, rank=0, world_size=1)
+    collate = workload.collate_fn(config) or default_collate
+    return collate([dataset[i] for i in range(items)])
+
+
+def _on(device: str, value: Any) -> Any:
+    from accelsweep.trainables.loop.batches import map_tensors
+
+    return map_tensors(lambda t: t.to("meta") if device == "meta" else t, value)
+
+
+def _key(config: "TrialConfig", inputs: Any) -> str:
+    from accelsweep.trainables.loop.batches import map_tensors
+
+    shapes = []
+    map_tensors(lambda t: shapes.append((tuple(t.shape), str(t.dtype))) or t, inputs)
+    identity = json.dumps([config.workload, str(config.workload_knobs), shapes], default=str)
+    return hashlib.sha256(identity.encode()).hexdigest()[:20]
+
+
+def count_model_flops(workload: "Workload", config: "TrialConfig", cache: Optional[str] = None) -> FlopCount:
+    """The model FLOPs of one item of ``config``'s workload (see the module's docstring)."""
+    declared = workload.flops_per_item(config)
+    if declared is not None:
+        return FlopCount(float(declared), f"declared by the workload ({type(workload).__name__}.flops_per_item)")
+    import torch
+
+    inputs, targets = _sample_batch(workload, config, COUNTED_ITEMS)
+    items = len(targets) if hasattr(targets, "__len__") else COUNTED_ITEMS
+    key = _key(config, inputs)
+    if key in _COUNTED:
+        return _COUNTED[key]
+    from accelsweep.trainables.peaks import _cache_path, _locked_cache
+
+    path = cache or _cache_path().replace("peaks.json", "flops.json")
+    with _locked_cache(path) as entries:
+        if key in entries:
+            found = FlopCount(entries[key]["per_item"], entries[key]["method"], cached=True)
+        else:
+            found = None
+            for device, method in (("meta", METHOD_META), ("cpu", METHOD_CPU)):
+                with contextlib.suppress(Exception):
+                    with torch.device(device):
+                        model = workload.build_model(config)
+                    model.train()
+                    total = flops_of_step(model, _on(device, inputs), _on(device, targets), workload.loss)
+                    found = FlopCount(total / items, method.format(n=items))
+                    break
+            if found is None:
+                return FlopCount(math.nan, "not counted: the model failed on the meta device and on the CPU")
+            entries[key] = {"per_item": found.per_item, "method": found.method}
+    _COUNTED[key] = found
+    return found
