@@ -35,7 +35,7 @@ EXPERIMENT = "X"  # the shared main job's (tests/conftest.py)
 # What a training sweep logs on its parent run (sweeps/driver/sweep_report.py), relative
 # to the run's artifact root; the browser must list each of them, and whatever else the
 # store holds there. PLOT_TO_RENDER is opened and looked at.
-TRAINING_PLOTS = ("tradeoff.png", "progress.png", "importance.png", "parallel.png", "curves.png")
+TRAINING_PLOTS = ("tradeoff.png", "progress.png", "importance.png", "parallel.png", "curves.png", "utilisation.png")
 PARENT_RUN_ARTIFACTS = (*REPORT_FILES, *(f"{PLOTS_DIR}/{name}" for name in TRAINING_PLOTS))
 PLOT_TO_RENDER = f"{PLOTS_DIR}/progress.png"  # drawn from the trials alone: tradeoff.png needs a price
 SCREENSHOT = REPO / "docs" / "mlflow-ui-parent-run.png"

@@ -220,3 +220,19 @@ def test_kernel_tflops_without_a_flop_count_says_so(tmp_path):
                                         str(tmp_path / "lat.png"), STAMP)
     assert_png(nothing)
     assert says(nothing, "no kernel trial measured latency_p50_s")
+
+
+def test_the_utilisation_plot_marks_each_measured_trial_and_the_best(tmp_path):
+    measured = dict(peak_measured=1.0, peak_dtype="float32")
+    records = [trial(1, baseline=True, mfu=0.10, mfu_theoretical=0.08, **measured),
+               trial(2, mfu=0.30, mfu_theoretical=0.24, **measured),
+               trial(3, status=FAILED, error="RuntimeError: boom", mfu=0.9, **measured),
+               trial(4, status=REUSED, mfu=0.95, **measured),
+               trial(5, mfu=NAN, **measured)]
+    drawn = plots.utilisation_plot(records, records[1], str(tmp_path / "u.png"), STAMP)
+    assert_png(drawn)
+    assert drawn.marked == {"trials": (1, 2), "best": (2,)}
+    assert "best (trial 2): 30.0%" in drawn.texts and "% of float32 peak (higher is better)" in drawn.texts
+    assert "of the theoretical peak (ISA x clock)" in drawn.texts
+    nothing = plots.utilisation_plot([trial(1, mfu=NAN)], None, str(tmp_path / "n.png"), STAMP)
+    assert nothing.marked["nothing"] == ("no trial reported its utilisation (model FLOPs and a peak)",)

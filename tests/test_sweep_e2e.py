@@ -96,6 +96,18 @@ def test_main_job_smoke_sweep_lands_in_mlflow(smoke_sweep):
             assert knob in params
         assert tags["platform"] == "cpu" and tags["version.torch"] and tags["version.ray"]
         assert "$0.357/h" in tags["cost_basis"]
+        # How far from the hardware's limit: model FLOPs x throughput against this CPU's
+        # peak for the trial's precision, measured here, and the theoretical one.
+        assert metrics["model_flops_per_item"] > 0 and "flop_counter" in tags["flops_method"]
+        assert metrics["model_tflops"] == pytest.approx(
+            metrics["model_flops_per_item"] * metrics["throughput_samples_per_s"] / 1e12, rel=1e-6)
+        assert 0 < metrics["mfu"] == pytest.approx(metrics["model_tflops"] / metrics["peak_tflops"], rel=1e-6)
+        assert tags["peak_basis"].startswith("measured here:") and metrics["peak_measured"] == 1.0
+        assert "FLOP/cycle" in tags["peak_theoretical_basis"] and metrics["peak_tflops_theoretical"] > 0
+    # The summary says the best config's utilisation, both peaks beside it.
+    assert re.search(r"utilisation: best \(trial \d+\) at [\d.e-]+ TFLOP/s = [\d.]+% of this CPU's attainable "
+                     r"\w+ peak \([\d.e-]+ TFLOP/s measured here\), [\d.]+% of its theoretical", out), out[-3000:]
+    assert "  peak: measured here: " in out and "  model FLOPs: " in out
     baselines = [r for r in children if r.data.tags["baseline"] == "true"]
     assert len(baselines) == 1
     assert baselines[0].data.params["batch_size"] == "16" and baselines[0].data.params["precision"] == "fp32"
@@ -208,7 +220,8 @@ def test_the_report_and_plots_are_on_the_parent_run_with_the_trial_runs_numbers(
     listed = {a.path for a in client.list_artifacts(parent.info.run_id)}
     plots = {a.path for a in client.list_artifacts(parent.info.run_id, "plots")}
     assert {"report.md", "report.html", "plots"} <= listed, listed
-    assert plots == {f"plots/{name}.png" for name in ("tradeoff", "progress", "importance", "parallel", "curves")}
+    assert plots == {f"plots/{name}.png"
+                     for name in ("tradeoff", "progress", "importance", "parallel", "curves", "utilisation")}
     assert (folder / "mlartifacts").is_dir()  # artifacts live beside the sqlite store
     report = open(client.download_artifacts(parent.info.run_id, "report.md", str(folder))).read()
     table = _report_table(report)
@@ -223,8 +236,10 @@ def test_the_report_and_plots_are_on_the_parent_run_with_the_trial_runs_numbers(
             assert table[metric.label][0] == metric.fmt.format(baseline.data.metrics[metric.name]), metric.name
             checked += 1
     assert checked >= 8
+    assert f"utilisation: best (trial {best_number}) at " in report  # and where it stands against the peak
     html = open(client.download_artifacts(parent.info.run_id, "report.html", str(folder))).read()
     assert '<img src="plots/tradeoff.png"' in html and "<table>" in html
+    assert '<img src="plots/utilisation.png"' in html
     assert "report: report.md, report.html" in out
 
 

@@ -152,6 +152,10 @@ class SweepCallback(Callback):
         self._contended: dict[str, dict[int, bool]] = {}  # trial id -> window -> contended
         self._peak: dict[str, float] = {}  # trial id -> the most contention_cpus of its windows
         self._beside: dict[str, int] = {}  # trial id -> most trials seen running beside it on its node
+        # Sweep.stop_at_utilisation (set by run_sweep): the first trial to end at or above this
+        # share of the hardware's peak ends the sweep; ``goal_reached`` then says which and why.
+        self.stop_at_utilisation: Optional[float] = None
+        self.goal_reached: Optional[str] = None
         # Ends a trial silent past Sweep.trial_timeout_s (deadline.py); set by run_sweep, None: no deadline.
         self.deadline: Optional[TrialDeadline] = None
         # Stops the sweep before its storage path fills up (storage_watch.py); set by run_sweep.
@@ -451,6 +455,7 @@ class SweepCallback(Callback):
         # Trials still running at the end: the time budget ran out (keep what they
         # measured), or the sweep was interrupted (--resume will run them again).
         out_of_time = self.time_budget_s is not None and time.time() - self.started_at >= self.time_budget_s * 0.98
+        out_of_time = out_of_time or self.goal_reached is not None  # cut, like the budget's end: nothing to resume
         for record in self.records.values():
             if record.status == "running" and record.run_id is not None:
                 self._finish(record, CUT_BY_BUDGET if out_of_time else INTERRUPTED)
@@ -493,8 +498,22 @@ class SweepCallback(Callback):
         self.tracker.finish(record.run_id, mlflow_status, metrics=final, tags=tags, step=_step_of(record.result))
         self._record_in_study(record)
         self._say(self.progress_line(record))
+        self._check_goal(record, status)
         if output.strip() and (status == FAILED or self.verbose):
             self._say(shown_output(output, whole=self.verbose))
+
+    def _check_goal(self, record: TrialRecord, status: str) -> None:
+        """The sweep's goal (Sweep.stop_at_utilisation): a trial that ran whole at or above
+        it ends the sweep (UtilisationGoal stops Tune). Contended windows count: other
+        processes only slow a trial, so its utilisation then understates what it reached."""
+        goal = self.stop_at_utilisation
+        if goal is None or self.goal_reached is not None or status != FINISHED:
+            return
+        reached = record.metric("mfu")
+        if math.isfinite(reached) and reached >= goal:
+            self.goal_reached = (f"trial {record.number} reached {reached:.1%} of the hardware's peak, at or above "
+                                 f"the goal of {goal:.1%} (--stop-at-utilisation {goal:g})")
+            self._say(f"[goal] {self.goal_reached}: the sweep stops here")
 
     def _window_figures(self, record: TrialRecord) -> dict[str, float]:
         """What the driver derives from a trial's windows: how many there were (a trainable

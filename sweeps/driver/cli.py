@@ -125,6 +125,10 @@ def common_parser(description: str, default_samples: int, default_confirm_rounds
                         help="the search's last N proposals each step from the best config so far to an unmeasured "
                              "neighbour (one knob one choice away: batch x2 or /2, workers +-1, ...) instead of "
                              "sampling (0: none; default: a quarter of --num-samples, at most 4)")
+    parser.add_argument("--stop-at-utilisation", type=float, default=None, metavar="FRACTION",
+                        help="end the sweep once a trial has run at or above this share of the hardware's peak "
+                             "(its utilisation, MFU: e.g. 0.4; on a CPU, of the GEMM peak measured here); "
+                             "default: never")
     parser.add_argument("--dry-run", action="store_true",
                         help="print the search space, resources and environment per trial, then exit")
     return parser
@@ -149,7 +153,8 @@ def sweep_options(args: argparse.Namespace, *, default_samples: int, default_tim
                    study_storage=getattr(args, "study_storage", None),
                    verbose=getattr(args, "verbose", False),
                    confirm_rounds=getattr(args, "confirm_rounds", 0),
-                   local_search=getattr(args, "local_search", None))
+                   local_search=getattr(args, "local_search", None),
+                   stop_at_utilisation=getattr(args, "stop_at_utilisation", None))
     return {**options, **fixed}
 
 

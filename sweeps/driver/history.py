@@ -26,6 +26,7 @@ __all__ = ["SweepHistory", "find_sweep_run", "load_sweep", "metrics_tag"]
 METRICS_TAG = "report.metrics"  # the trainable's MetricSet, as JSON: the table's rows and formats
 KNOBS_TAG = "report.knobs"  # the searched knobs, in the space's order
 SEARCHED_OUT_TAG = "searched_out"
+GOAL_REACHED_TAG = "goal_reached"  # why Sweep.stop_at_utilisation ended the sweep (sweeps/driver/goal.py)
 CONFIRM_NOTE_TAG = "confirmation_note"  # why a planned confirmation phase did not run
 
 
@@ -96,6 +97,10 @@ class SweepHistory:
     @property
     def searched_out(self) -> bool:
         return self.tags.get(SEARCHED_OUT_TAG) == "true"
+
+    @property
+    def goal_reached(self) -> str:
+        return self.tags.get(GOAL_REACHED_TAG, "")
 
     @property
     def ui_command(self) -> str:

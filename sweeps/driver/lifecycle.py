@@ -31,9 +31,11 @@ from accelsweep.sweeps.driver.history import (
     CONFIRM_NOTE_TAG,
     KNOBS_TAG,
     METRICS_TAG,
+    GOAL_REACHED_TAG,
     SEARCHED_OUT_TAG,
     metrics_tag,
 )
+from accelsweep.sweeps.driver.goal import watch_goal
 from accelsweep.sweeps.driver.marker import unfinished_sweep_dir, write_sweep_marker
 from accelsweep.sweeps.driver.plan import (
     Plan,
@@ -490,6 +492,7 @@ def _start(plan: Plan, trainable, storage: str, tracker, concurrency: int, time_
                              metrics=plan.metrics,
                              objective_metrics=[metric for metric, _ in plan.objectives],
                              sweep_token=f"{sweep.name}-{stamp}-{uuid.uuid4().hex[:8]}", study=study)
+    callback.stop_at_utilisation = sweep.stop_at_utilisation
     experiment_dir = claim_experiment_dir(storage, study.name)  # another sweep's of the same second not shared
     tracker.buffer.keep_in(experiment_dir)  # where MLflow writes are kept if its store stops answering
     tuner = tune.Tuner(
@@ -502,6 +505,7 @@ def _start(plan: Plan, trainable, storage: str, tracker, concurrency: int, time_
                                     reuse_actors=get_platform(sweep.base.platform).reuses_processes),
         run_config=tune.RunConfig(name=os.path.basename(experiment_dir), storage_path=storage,
                                   callbacks=[callback], verbose=0,
+                                  stop=watch_goal(callback) if sweep.stop_at_utilisation else None,
                                   failure_config=tune.FailureConfig(max_failures=sweep.retries)),
     )
     # After Tune's tuner.pkl: a sweep with a marker can always be resumed (resumed_runs.py).
@@ -566,7 +570,7 @@ def _finish(plan: Plan, run: _Run, tracker, status: str, elapsed_s: float,
                    list(plan.space.distributions), sweep.cost_note, tracker.ui_command(),
                    elapsed_s, metrics=plan.metrics, objectives=plan.objectives, planned_trials=sweep.num_samples,
                    searched_out=searched_out(run.callback.sweep_token), confirmations=confirmed_records,
-                   confirm_note=confirm_note)
+                   confirm_note=confirm_note, goal_reached=run.callback.goal_reached or "")
     figures = {**parent_metrics, "trials": len(records), "elapsed_s": elapsed_s,  # the report's time is the console's
                "failed_trials": sum(r.status == FAILED for r in records),
                "rejected_trials": sum(r.status == REJECTED for r in records),
@@ -594,6 +598,7 @@ def _finish(plan: Plan, run: _Run, tracker, status: str, elapsed_s: float,
                          "verdict": judged.text if judged is not None else "none: no baseline or best measured",
                          "verdict_subject": judged.subject if judged is not None else "none",
                          **({CONFIRM_NOTE_TAG: confirm_note} if confirm_note else {}),
+                         **({GOAL_REACHED_TAG: run.callback.goal_reached} if run.callback.goal_reached else {}),
                          SEARCHED_OUT_TAG: str(searched_out(run.callback.sweep_token)).lower()})
     if sweep.report and tracker.buffer.answering:  # the report reads the store
         log_report(tracker, run.parent_run_id, study=run.callback.study, say=sweep.print_line)

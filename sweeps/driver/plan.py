@@ -187,6 +187,9 @@ class Plan:
                          + (f" (or the last {LOCAL_TIME_SHARE:.0%} of the search's time)" if sweep.time_budget_s else "")
                          + " each step from the best config so far to an unmeasured neighbour (one knob, one "
                            "choice away)")
+        if sweep.stop_at_utilisation:
+            lines.append(f"goal: stop once a trial runs at {sweep.stop_at_utilisation:.0%} or more of the "
+                         "hardware's peak (--stop-at-utilisation)")
         lines.append(sweep.cost_note)
         samples = [("baseline", self.baseline_point)]
         other_seed = (sweep.seed + 1) % (MAX_SEED + 1)  # not the search's own first proposals
@@ -307,6 +310,7 @@ def plan_sweep(sweep: Sweep) -> Plan:
     metrics = declared_metrics(sweep)
     for objective in sweep.objectives:
         metrics.check_objective(objective.metric, objective.mode)
+    check_utilisation_goal(sweep.stop_at_utilisation, metrics)
     if sweep.max_concurrent_trials is not None:
         positive_int("max_concurrent_trials", sweep.max_concurrent_trials)
     validate_tracking_uri(sweep.tracking_uri)
@@ -471,6 +475,18 @@ LOCAL_TIME_SHARE = 1 / 3
 def _long(text: Any) -> Any:
     """A value as an error shows it: a long text by its start."""
     return f"{text[:40]}..." if isinstance(text, str) and len(text) > 60 else text
+
+
+def check_utilisation_goal(goal: Optional[float], metrics) -> None:
+    """Sweep.stop_at_utilisation: a share of the peak in (0, 1], for a trainable that
+    reports its utilisation (mfu: the training loop's)."""
+    if goal is None:
+        return
+    if isinstance(goal, bool) or not isinstance(goal, (int, float)) or not 0 < goal <= 1:
+        raise ConfigError("stop_at_utilisation", "a share of the hardware's peak in (0, 1], e.g. 0.4, or None", goal)
+    if "mfu" not in metrics.names:
+        raise ConfigError("stop_at_utilisation", "None for a trainable that reports no utilisation (mfu)", goal,
+                          "Only the training loop's trials report mfu (trainables/utilisation.py).")
 
 
 def local_search_trials(sweep: Sweep) -> int:

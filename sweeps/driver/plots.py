@@ -225,6 +225,39 @@ def progress_plot(records: Sequence[TrialRecord], metric: str, mode: str, path: 
     return _save(fig, path, stamp, marked)
 
 
+def utilisation_plot(records: Sequence[TrialRecord], best: Optional[TrialRecord], path: str,
+                     stamp: PlotStamp) -> PlotFile:
+    """Each measured trial's utilisation (trainables/utilisation.py) in proposal order: of
+    the peak it was held to (filled; on a CPU the attainable one measured here) and, where
+    there is one apart from it, of the theoretical peak (hollow). The 100% line is the roof."""
+    title = "utilisation per trial: model TFLOP/s as a share of the hardware's peak"
+    shown = [r for r in sorted(records, key=lambda r: r.number) if r.measured("mfu")]  # no failure, copy, projection
+    if not shown:
+        return _nothing(path, stamp, title, "no trial reported its utilisation (model FLOPs and a peak)")
+    fig = _figure()
+    ax = fig.add_subplot()
+    measured = bool(shown[0].result.get("peak_measured"))
+    ax.scatter([r.number for r in shown], [100 * r.metric("mfu") for r in shown], s=36, color="tab:blue",
+               label="of the attainable peak, measured here" if measured else "of the datasheet peak")
+    theoretical = [r for r in shown if r.result.get("peak_measured") and _finite(r.metric("mfu_theoretical"))]
+    if theoretical:
+        ax.scatter([r.number for r in theoretical], [100 * r.metric("mfu_theoretical") for r in theoretical], s=36,
+                   facecolors="none", edgecolors="tab:blue", label="of the theoretical peak (ISA x clock)")
+    ax.axhline(100, color="0.4", lw=1, ls="--")
+    if best is not None and best in shown:
+        ax.annotate(f"best (trial {best.number}): {best.metric('mfu'):.1%}", (best.number, 100 * best.metric("mfu")),
+                    xytext=(6, 8), textcoords="offset points", fontsize=8)
+    ax.set_xlabel("trial (proposal order)")
+    ax.set_ylabel(f"% of {shown[0].result.get('peak_dtype', '')} peak (higher is better)")
+    ax.set_ylim(bottom=0)
+    ax.set_title(title)
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, path, stamp, {"trials": tuple(r.number for r in shown),
+                                    "best": (best.number,) if best is not None and best in shown else ()})
+
+
 def _best_so_far(ordered: Sequence[TrialRecord], metric: str, mode: str) -> list[tuple[int, float]]:
     """(trial number, best value up to it) at each ranked trial."""
     counted = {r.number for r in ranked(ordered, metric)}

@@ -23,6 +23,7 @@ from accelsweep.sweeps.driver.confirm import Judgement, config_key, judge, measu
 from accelsweep.sweeps.driver.verdict import verdict
 from accelsweep.trainables.metrics import TRAINING_METRICS, MetricSet
 from accelsweep.trainables.harness.microbench import NOISY_CV
+from accelsweep.trainables.utilisation import utilisation_line
 
 # One definition of overhead_s, for every trainable (the driver computes it, callbacks.py).
 OVERHEAD_MEANING = ("the trial's wall time outside its compile, warm-up and measured windows: process start-up, "
@@ -142,11 +143,13 @@ Block = Union[str, Table]  # a line of text, or a table
 def summary(title: str, records: Sequence[TrialRecord], metric: str, mode: str, knobs: Sequence[str],
             cost_note: str, ui_command: str, elapsed_s: float, metrics: Optional[MetricSet] = None,
             objectives: Sequence[tuple[str, str]] = (), planned_trials: Optional[int] = None,
-            searched_out: bool = False, confirmations: Sequence[TrialRecord] = (), confirm_note: str = "") -> str:
+            searched_out: bool = False, confirmations: Sequence[TrialRecord] = (), confirm_note: str = "",
+            goal_reached: str = "") -> str:
     """The summary as the console prints it (``summary_blocks`` says what is in it)."""
     return plain(summary_blocks(title, records, metric, mode, knobs, cost_note, ui_command, elapsed_s,
                                 metrics=metrics, objectives=objectives, planned_trials=planned_trials,
-                                searched_out=searched_out, confirmations=confirmations, confirm_note=confirm_note))
+                                searched_out=searched_out, confirmations=confirmations, confirm_note=confirm_note,
+                                goal_reached=goal_reached))
 
 
 def plain(blocks: Sequence[Block]) -> str:
@@ -198,14 +201,15 @@ def summary_blocks(title: str, records: Sequence[TrialRecord], metric: str, mode
                    cost_note: str, ui_command: str, elapsed_s: float, metrics: Optional[MetricSet] = None,
                    objectives: Sequence[tuple[str, str]] = (), planned_trials: Optional[int] = None,
                    searched_out: bool = False, confirmations: Sequence[TrialRecord] = (),
-                   confirm_note: str = "") -> list[Block]:
+                   confirm_note: str = "", goal_reached: str = "") -> list[Block]:
     """``metric``/``mode``: the first objective, whose best trial the table sets against the
     baseline. ``confirmations``: the confirmation phase's trials (confirm.py), whose
     verdict is the sweep's; ``confirm_note``: why there are none, when that was planned. ``metrics``: the sweep's declaration (its trainable's MetricSet), a row per
     summarised metric; None: the training loop's rows. ``objectives``: every (metric,
     mode) of the sweep; with more than one, the Pareto set follows the table.
     ``planned_trials``: the sweep's num_samples, to say whether the search finished;
-    ``searched_out``: the searcher ended it, having run out of new configs."""
+    ``searched_out``: the searcher ended it, having run out of new configs; ``goal_reached``:
+    why Sweep.stop_at_utilisation ended it (sweeps/driver/goal.py)."""
     objectives = list(objectives) or [(metric, mode)]
     declared = metrics or TRAINING_METRICS
     baseline = next((r for r in records if r.is_baseline), None)
@@ -219,7 +223,7 @@ def summary_blocks(title: str, records: Sequence[TrialRecord], metric: str, mode
     outcomes = Counter(r.status for r in records)
     lines = [f"== {title}: {len(records)} trials in {elapsed_s:.0f} s ("
              + ", ".join(f"{n} {status}" for status, n in sorted(outcomes.items())) + ") =="]
-    lines += _search_lines(records, planned_trials, searched_out)
+    lines += _search_lines(records, planned_trials, searched_out, goal_reached)
     failures = Counter(r.error_cause or "error" for r in records if r.status == "failed")
     if failures:
         classes: dict[str, set] = {}
@@ -265,6 +269,7 @@ def summary_blocks(title: str, records: Sequence[TrialRecord], metric: str, mode
         if "device" in best.result:
             timing = f"; step times from {best.result['step_time_source']}" if "step_time_source" in best.result else ""
             lines.append(f"best device: {best.result['device']}{timing}")
+        lines += utilisation_lines(best, base)
     if len(shapes) > 1:
         lines += ([""] if lines[-1] else []) + _per_shape_lines(shapes, baseline, metric, mode, knobs, declared,
                                                                 records)
@@ -278,6 +283,23 @@ def summary_blocks(title: str, records: Sequence[TrialRecord], metric: str, mode
         lines.append(f"mean overhead per trial: {overhead:.2f} s ({OVERHEAD_MEANING})")
     lines.append(cost_note)
     lines.append(f"results: {ui_command}")
+    return lines
+
+
+def utilisation_lines(best: TrialRecord, baseline: Optional[TrialRecord]) -> list[str]:
+    """How far the best config is from the hardware's limit (trainables/utilisation.py),
+    the baseline's beside it, and what the peak and the FLOP count are."""
+    if "model_tflops" not in best.result:
+        return []  # a trainable that reports no utilisation
+    line = f"utilisation: best (trial {best.number}) at {utilisation_line(best.result)}"
+    if baseline is not None and baseline is not best and math.isfinite(baseline.metric("mfu")):
+        line += f"; the baseline at {baseline.metric('mfu'):.1%}"
+    lines = [line]
+    if math.isfinite(best.metric("mfu")):
+        lines.append(f"  peak: {best.result.get('peak_basis', '')}"
+                     + (f"; {best.result['peak_theoretical_basis']}" if best.result.get("peak_measured") else ""))
+        per_item = best.metric("model_flops_per_item")
+        lines.append(f"  model FLOPs: {per_item / 1e9:.4g} GFLOP per item, {best.result.get('flops_method', '')}")
     return lines
 
 
@@ -309,7 +331,8 @@ def _confirmation_lines(judged: Judgement, search: Sequence[TrialRecord], confir
     return lines
 
 
-def _search_lines(records: Sequence[TrialRecord], planned: Optional[int], searched_out: bool) -> list[str]:
+def _search_lines(records: Sequence[TrialRecord], planned: Optional[int], searched_out: bool,
+                  goal_reached: str = "") -> list[str]:
     """How far the search got, and what it did not spend time on: a summary must tell
     "no better config exists" from "the search ran out of time"."""
     ran = [r for r in records if r.status != REUSED]
@@ -319,7 +342,10 @@ def _search_lines(records: Sequence[TrialRecord], planned: Optional[int], search
         if len(ran) >= planned and not cut:
             lines.append(f"search: all {planned} planned trials ran")
         else:
-            if searched_out:
+            if goal_reached:
+                lines.append(f"search: {len(ran) - cut} of {planned} planned trials ran; stopped at its goal: "
+                             f"{goal_reached}")
+            elif searched_out:
                 lines.append(f"search: {len(ran)} of {planned} planned trials ran; the searcher ran out of new "
                              "configs (its proposals repeated measured ones): the space is searched out")
             else:

@@ -159,6 +159,9 @@ class Sweep:
     # sampling (searchers.py); None: a quarter of num_samples, at most LOCAL_SEARCH_MAX,
     # with TPE and one objective; 0: none.
     local_search: Optional[int] = None
+    # End the sweep once a trial has run whole, uncontended, at or above this share of the
+    # hardware's peak (its mfu: trainables/utilisation.py); None: never (sweeps/driver/goal.py).
+    stop_at_utilisation: Optional[float] = None
 
 
     def __post_init__(self) -> None:

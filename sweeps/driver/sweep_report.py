@@ -136,10 +136,14 @@ def build_report(history: SweepHistory, out_dir: str, study_url: Optional[str] =
         curves = {r.number: history.curve(r, curve_metric) for r in top[:TOP_CURVES]}
         drawn.append(plots.curves_plot(curves, at("curves.png"), stamp, label=labels.get(curve_metric, curve_metric),
                                        top=TOP_CURVES))
+        if "mfu" in history.metrics.names:  # a training sweep: how far each trial is from the hardware's limit
+            drawn.append(plots.utilisation_plot(history.records, best_record(history.records, metric, mode),
+                                                at("utilisation.png"), stamp))
     blocks = summary_blocks(history.title, history.records, metric, mode, history.knobs, history.cost_note,
                             history.ui_command, history.elapsed_s, metrics=history.metrics,
                             objectives=history.objectives, planned_trials=history.planned_trials,
-                            searched_out=history.searched_out, confirmations=history.confirmations,
+                            searched_out=history.searched_out, goal_reached=history.goal_reached,
+                            confirmations=history.confirmations,
                             confirm_note=history.confirm_note)
     blocks += ["", f"machine: {stamp.machine}; device: {stamp.device}; started {stamp.date}; "
                    f"MLflow parent run {history.parent_run_id} ({history.name})"]
