@@ -10,7 +10,7 @@ the meta device is counted for real on the CPU. A workload may instead declare i
 (``Workload.flops_per_item``), e.g. the 6 x parameters x tokens rule of a language model.
 
 Counts are cached per process and on disk ($XDG_CACHE_HOME/accelsweep/flops.json), keyed
-by the workload, its knobs and the batch's shapes.
+by the workload and its knobs (which set the model and an item's shape).
 """
 
 from __future__ import annotations
@@ -69,12 +69,10 @@ def _on(device: str, value: Any) -> Any:
     return map_tensors(lambda t: t.to("meta") if device == "meta" else t, value)
 
 
-def _key(config: "TrialConfig", inputs: Any) -> str:
-    from accelsweep.trainables.loop.batches import map_tensors
-
-    shapes = []
-    map_tensors(lambda t: shapes.append((tuple(t.shape), str(t.dtype))) or t, inputs)
-    identity = json.dumps([config.workload, str(config.workload_knobs), shapes], default=str)
+def _key(config: "TrialConfig") -> str:
+    """The workload and its knobs: what sets the model and an item's shape (image size,
+    sequence length, ...); FLOPs per item do not depend on the batch size."""
+    identity = json.dumps([config.workload, str(config.workload_knobs)], default=str)
     return hashlib.sha256(identity.encode()).hexdigest()[:20]
 
 
@@ -85,19 +83,20 @@ def count_model_flops(workload: "Workload", config: "TrialConfig", cache: Option
         return FlopCount(float(declared), f"declared by the workload ({type(workload).__name__}.flops_per_item)")
     import torch
 
-    inputs, targets = _sample_batch(workload, config, COUNTED_ITEMS)
-    items = len(targets) if hasattr(targets, "__len__") else COUNTED_ITEMS
-    key = _key(config, inputs)
-    if key in _COUNTED:
-        return _COUNTED[key]
     from accelsweep.trainables.peaks import _cache_path, _locked_cache
 
+    key = _key(config)
+    if key in _COUNTED:
+        return _COUNTED[key]
     path = cache or _cache_path().replace("peaks.json", "flops.json")
     with _locked_cache(path) as entries:
         if key in entries:
             found = FlopCount(entries[key]["per_item"], entries[key]["method"], cached=True)
         else:
             found = None
+            # Only now the data: a dataset may be costly to build (a class template per image class).
+            inputs, targets = _sample_batch(workload, config, COUNTED_ITEMS)
+            items = len(targets) if hasattr(targets, "__len__") else COUNTED_ITEMS
             for device, method in (("meta", METHOD_META), ("cpu", METHOD_CPU)):
                 with contextlib.suppress(Exception):
                     with torch.device(device):
