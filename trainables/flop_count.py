@@ -83,13 +83,13 @@ def count_model_flops(workload: "Workload", config: "TrialConfig", cache: Option
         return FlopCount(float(declared), f"declared by the workload ({type(workload).__name__}.flops_per_item)")
     import torch
 
-    from accelsweep.trainables.peaks import _cache_path, _locked_cache
+    from accelsweep.trainables.peaks import locked_json_cache, cache_file
 
     key = _key(config)
     if key in _COUNTED:
         return _COUNTED[key]
-    path = cache or _cache_path().replace("peaks.json", "flops.json")
-    with _locked_cache(path) as entries:
+    path = cache or cache_file("flops.json")
+    with locked_json_cache(path) as entries:
         if key in entries:
             found = FlopCount(entries[key]["per_item"], entries[key]["method"], cached=True)
         else:

@@ -272,11 +272,11 @@ def measure_cpu_bandwidth(threads: int, nbytes: int = STREAM_BYTES, repeats: int
             "contended": bool(contention and contention.contended)}
 
 
-def _cache_path(environ: Optional[Mapping[str, str]] = None) -> str:
-    environ = os.environ if environ is None else environ
-    xdg = environ.get("XDG_CACHE_HOME", "")
-    base = xdg if os.path.isabs(xdg) else os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "accelsweep", "peaks.json")
+def cache_file(name: str, environ: Optional[Mapping[str, str]] = None) -> str:
+    """A file of this user's accelsweep cache: beside the compile cache's folder."""
+    from accelsweep.trainables.loop.compile_cache import default_root
+
+    return os.path.join(os.path.dirname(default_root(environ)), name)
 
 
 def _machine_key(cpuinfo: str, what: str) -> str:
@@ -291,7 +291,7 @@ def _machine_key(cpuinfo: str, what: str) -> str:
 
 
 @contextlib.contextmanager
-def _locked_cache(path: str):
+def locked_json_cache(path: str):
     """The cache's contents, written back on exit; one process at a time on this machine,
     so that concurrent trials measure one after the other, not against each other."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -319,9 +319,9 @@ def cached_measurement(what: str, measure, cpuinfo: str, cache: Optional[str] = 
     and kept. One taken while other processes held cores (``contended``) is measured again
     by the next few callers, and the best kept: a peak is what the machine reaches, so a
     contended run only understates it. Returns it and whether it came from the cache."""
-    path = cache or _cache_path()
+    path = cache or cache_file("peaks.json")
     key = _machine_key(cpuinfo, what)
-    with _locked_cache(path) as entries:
+    with locked_json_cache(path) as entries:
         kept = entries.get(key)
         if kept and (not kept.get("contended") or kept.get("attempts", 1) >= CONTENDED_RETRIES):
             return kept, True
