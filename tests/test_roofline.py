@@ -1,6 +1,6 @@
 """Kernels against their roofline (trainables/roofline.py): an op's bytes moved declared
 and checked like its FLOPs, the roofline's arithmetic, real kernels on this CPU landing
-where the roofline says."""
+where the roofline says, and the roofline figure and summary line of a kernel sweep."""
 
 from __future__ import annotations
 
@@ -10,6 +10,10 @@ import numpy as np
 import pytest
 
 from accelsweep.kernels.registry import KernelImpl, OpSpec, get_op
+from accelsweep.sweeps.driver.callbacks import FAILED, FINISHED, TrialRecord
+from accelsweep.sweeps.driver.plots import PlotStamp
+from accelsweep.sweeps.driver.report import summary
+from accelsweep.sweeps.driver.roofline_plot import roofline_plot
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.harness.microbench import KernelConfig, kernel_metrics, run_microbench
 from accelsweep.trainables.metrics import KERNEL_METRICS
@@ -17,6 +21,7 @@ from accelsweep.trainables.roofline import Roofline, roofline_phrase
 
 HERE = __name__
 NAN = float("nan")
+STAMP = PlotStamp("matmul_kernels on cpu", "Test CPU, 2 CPUs (x86_64)", "cpu (test)", "2026-11-26")
 
 
 # --- an op's counts, declared and checked where it is declared -------------------------
@@ -140,6 +145,10 @@ def test_the_phrase_says_which_roof_and_never_calls_a_datasheet_measured():
     bytes_only = roofline_phrase(ROOF.fields(flops=None, bytes_moved=1e9, seconds=0.025))
     assert bytes_only == "moving 40 GB/s, 40% of the peak bandwidth (100 GB/s datasheet, not measured here)"
     assert roofline_phrase(ROOF.fields(flops=None, bytes_moved=None, seconds=1.0)) == ""
+    integer = Roofline(NAN, "none: int8 runs integer ops", 100.0, "measured here: STREAM-style")
+    slow = roofline_phrase(integer.fields(flops=1e9, bytes_moved=1e9, seconds=2.0))  # 0.5 GB/s: 0.5% of the roof
+    assert slow == ("moving 0.5 GB/s, 0.5% of the peak bandwidth (100 GB/s measured here); no roofline bound: no "
+                    "compute roof (int8 runs integer ops)")
 
 
 # --- real kernels on this CPU land where the roofline says -------------------------------
@@ -234,3 +243,86 @@ def test_a_16_bit_kernels_compute_roof_on_a_cpu_is_the_faster_of_its_gemm_and_fl
                                                                           "rate, above this CPU's bfloat16 GEMM")
     rates["bfloat16"] = 0.4  # native bfloat16 (AMX): its own GEMM is the roof
     assert kernel_roofline(config, "cpu: test", flops=True, bytes_moved=False).peak_tflops == 0.4
+
+
+# --- the sweep's figure and summary line ------------------------------------------------
+
+CPU = dict(peak_tflops=0.1, peak_basis="measured here: float32 GEMM", peak_gbytes_per_s=12.0,
+           bandwidth_basis="measured here: STREAM-style", threads=1.0)
+
+
+def kernel_trial(number, impl, seconds, op="matmul", status=FINISHED, error="", interpreted=False, roof=CPU,
+                 **shape):
+    """A matmul trial's result as the harness reports it, at ``seconds`` per call."""
+    counts = get_op(op)
+    flops = counts.flops(**shape) if counts.flops else None
+    moved = counts.bytes_moved(**shape, itemsize=4) if counts.bytes_moved else None
+    roofline = Roofline(roof["peak_tflops"], roof["peak_basis"], roof["peak_gbytes_per_s"], roof["bandwidth_basis"])
+    result = {} if error else {"latency_p50_s": seconds, "latency_p10_s": seconds, "latency_p90_s": seconds,
+                               "interpreted": int(interpreted), "threads": roof["threads"], "impl": impl,
+                               "latency_cv": 0.01, "max_abs_error": 0.0,
+                               **roofline.fields(flops, moved, seconds)}
+    searched = {"impl": impl, **shape}
+    return TrialRecord(number, f"k{number}", searched, {"op": op, "dtype": "float32", **searched}, {}, number == 1,
+                       0.0, status=status, result=result, error=error)
+
+
+def matmul_trials():
+    big, thin = dict(m=512, k=512, n=512), dict(m=4096, k=1, n=4096)  # 85 and ~0.5 FLOP/byte
+    return [kernel_trial(1, "torch-matmul", 2 * 512 ** 3 / 0.06e12, **big),
+            kernel_trial(2, "jax-dot", 2 * 512 ** 3 / 0.08e12, **big),
+            kernel_trial(3, "torch-matmul", 2 * 4096 ** 2 / 0.002e12, **thin),
+            kernel_trial(4, "jax-dot", 1.0, status=FAILED, error="boom", **thin),
+            kernel_trial(5, "pallas", 2 * 4096 ** 2 / 1e8, interpreted=True, **thin)]
+
+
+def assert_png(path):
+    with open(path, "rb") as file:
+        assert file.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def says(written, words):
+    return any(words in text for text in written.texts)
+
+
+def test_the_roofline_figure_has_a_panel_per_shape_and_a_labelled_point_per_implementation(tmp_path):
+    written = roofline_plot(matmul_trials(), str(tmp_path / "roofline.png"), STAMP)
+    assert_png(written)
+    assert written.marked == {"points": (1, 2, 3, 5), "compute_bound": (1, 2), "memory_bound": (3, 5),
+                              "interpreted": (5,), "not_placed": (), "failed": (4,)}
+    for words in ("matmul: each implementation against its roofline, per shape", "m=512 k=512 n=512",
+                  "m=4096 k=1 n=4096", "torch-matmul (60%)", "jax-dot (80%)",
+                  "compute roof: 0.1 TFLOP/s (measured here)", "bandwidth slope: 12 GB/s (measured here)",
+                  "arithmetic intensity (FLOP/byte)", "measured here: float32 GEMM", "ridge 8.33 FLOP/byte"):
+        assert says(written, words), words
+
+
+def test_a_datasheet_roof_is_labelled_as_one(tmp_path):
+    sheet = dict(peak_tflops=67.0, peak_basis="datasheet (not measured here): 1 x H100 SXM5 GPU",
+                 peak_gbytes_per_s=3350.0, bandwidth_basis="datasheet (not measured here): 3350 GB/s", threads=NAN)
+    written = roofline_plot([kernel_trial(1, "torch-matmul", 1e-4, roof=sheet, m=512, k=512, n=512)],
+                            str(tmp_path / "r.png"), STAMP)
+    assert says(written, "compute roof: 67 TFLOP/s (datasheet, not measured here)")
+    assert not says(written, "(measured here)")
+
+
+def test_an_op_without_a_byte_count_gets_a_figure_saying_so(tmp_path):
+    no_bytes = kernel_trial(1, "torch-matmul", 1e-3, m=64, k=64, n=64)
+    no_bytes.result.update(gbytes_per_s=NAN, arithmetic_intensity=NAN)
+    written = roofline_plot([no_bytes], str(tmp_path / "r.png"), STAMP)
+    assert_png(written)
+    assert says(written, "no bytes moved: op matmul declares none")
+    giou = kernel_trial(1, "torch-naive", 1e-3, op="giou", batch=1, boxes=256)
+    assert says(roofline_plot([giou], str(tmp_path / "g.png"), STAMP), "no FLOP count: op giou declares none")
+
+
+def test_the_summary_says_each_shapes_best_against_its_roofline_bound():
+    records = matmul_trials()
+    text = summary("matmul on cpu", records, "latency_p50_s", "min", ["impl", "m", "k", "n"],
+                   "kernel sweeps are not priced", "", 1.0, metrics=KERNEL_METRICS)
+    lines = text.splitlines()
+    assert ("roofline, matmul m=512 k=512 n=512: best jax-dot (trial 2) at 80% of its roofline bound "
+            "(compute-bound, 85.3 FLOP/byte; peak 0.1 TFLOP/s measured here)") in lines
+    thin = next(line for line in lines if line.startswith("roofline, matmul m=4096 k=1 n=4096"))
+    assert "best torch-matmul (trial 3)" in thin and "memory-bound" in thin and "peak 12 GB/s measured here" in thin
+    assert "  roof: measured here: float32 GEMM" in lines and "  roof: measured here: STREAM-style" in lines

@@ -202,9 +202,10 @@ def _bandwidth(config, device_label: str) -> tuple[float, str]:
 
 
 def roofline_phrase(result: Mapping) -> str:
-    """Where a kernel result stands, in words: "at 62% of its roofline bound (compute-bound;
-    peak 0.13 TFLOP/s measured here)"; with bytes but no FLOP count, its share of the peak
-    bandwidth; "" where it has neither."""
+    """Where a kernel result stands, in words: "at 62% of its roofline bound (compute-bound,
+    85.3 FLOP/byte; peak 0.13 TFLOP/s measured here)"; with bytes moved but no bound (no
+    FLOP count, or no FLOP peak), its share of the peak bandwidth and why there is no
+    bound; "" where it has neither."""
     roofline = Roofline.of_result(result)
     fraction, intensity = result.get("roofline_fraction"), result.get("arithmetic_intensity")
     if _finite(fraction):
@@ -213,9 +214,17 @@ def roofline_phrase(result: Mapping) -> str:
             roof = f"peak {roofline.peak_tflops:.3g} TFLOP/s {_in_words(roofline.peak_basis)}"
         else:
             roof = f"peak {roofline.bandwidth_gb_s:.3g} GB/s {_in_words(roofline.bandwidth_basis)}"
-        return f"at {fraction:.0%} of its roofline bound ({bound}-bound, {intensity:.3g} FLOP/byte; {roof})"
+        return f"at {_percent(fraction)} of its roofline bound ({bound}-bound, {intensity:.3g} FLOP/byte; {roof})"
     share = result.get("bandwidth_fraction")
-    if _finite(share):
-        return (f"moving {result['gbytes_per_s']:.3g} GB/s, {share:.0%} of the peak bandwidth "
-                f"({roofline.bandwidth_gb_s:.3g} GB/s {_in_words(roofline.bandwidth_basis)})")
-    return ""
+    if not _finite(share):
+        return ""
+    said = (f"moving {result['gbytes_per_s']:.3g} GB/s, {_percent(share)} of the peak bandwidth "
+            f"({roofline.bandwidth_gb_s:.3g} GB/s {_in_words(roofline.bandwidth_basis)})")
+    if _finite(result.get("tflops")) and roofline.peak_basis.startswith("none: "):
+        said += f"; no roofline bound: no compute roof ({roofline.peak_basis[len('none: '):]})"
+    return said
+
+
+def _percent(fraction: float) -> str:
+    """62%, 5.3%, 0.061%: a small share keeps two figures rather than reading 0%."""
+    return f"{fraction:.0%}" if fraction >= 0.1 else f"{fraction * 100:.2g}%"
