@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 import math
+import numbers
 import pkgutil
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
@@ -51,6 +53,7 @@ def _op_packages() -> tuple[str, ...]:
 OPS = _op_packages()  # every kernels/<op>/ package is a built-in op
 ENTRY_POINT_GROUP = "accelsweep.ops"  # where other distributions register their ops
 FRAMEWORKS = ("numpy", "torch", "jax")  # how the harness places inputs, syncs and times
+BYTES_ITEMSIZE = "itemsize"  # bytes_moved's keyword for the trial dtype's bytes per element
 IMPORT_PATH = "an import path 'package.module:ATTR' naming an OpSpec"
 
 
@@ -137,6 +140,11 @@ class OpSpec:
     # Allowed values per option, for validation: a tuple of choices or a check function.
     option_values: Mapping[str, Any] = field(default_factory=dict)
     flops: Optional[Callable[..., float]] = None  # (**shape, **options) -> FLOPs per call
+    # (**shape, **options, itemsize) -> the fewest bytes one call must move: each input read
+    # once and each output written once, ``itemsize`` the trial dtype's bytes per element
+    # (an op whose output has another dtype, int8 in and int32 out, says so itself). With
+    # ``flops`` it places the op on its roofline (trainables/roofline.py).
+    bytes_moved: Optional[Callable[..., float]] = None
     # Outputs are compared after this (e.g. a keep mask and an index list -> the same set).
     canonical: Callable[[Any], Any] = lambda output: output
     tolerance: Mapping[str, float] = field(default_factory=lambda: {"float32": 1e-4})
@@ -153,7 +161,7 @@ class OpSpec:
         for name in ("make_inputs", "reference", "items", "canonical"):
             if not callable(getattr(self, name)):
                 raise ConfigError(f"{name} {where}", "a function", getattr(self, name))
-        for name in ("flops", "check"):
+        for name in ("flops", "bytes_moved", "check"):
             if getattr(self, name) is not None and not callable(getattr(self, name)):
                 raise ConfigError(f"{name} {where}", "a function, or None", getattr(self, name))
         for name, value in dict(self.shape).items():
@@ -165,6 +173,7 @@ class OpSpec:
                               unknown[0])
         self._check_implementations(where)
         self._check_tolerance(where)
+        self._check_counts(where)
         groups = {"shape": set(self.shape), "options": set(self.options), "tuning": set(self.tuning_knobs())}
         for first, second in (("shape", "options"), ("shape", "tuning"), ("options", "tuning")):
             shared = sorted(groups[first] & groups[second])
@@ -200,6 +209,35 @@ class OpSpec:
                 # The harness compares each output against the tolerance of its dtype.
                 _names(f"dtypes of implementation {implementation.name} {where}", implementation.dtypes,
                        tuple(self.tolerance))
+
+    def _check_counts(self, where: str) -> None:
+        """The FLOP and byte counts, called at the default shape and options: a count that
+        takes other arguments, or gives no positive number, fails where the op is declared
+        and not in every trial."""
+        if self.bytes_moved is not None and BYTES_ITEMSIZE in {*self.shape, *self.options}:
+            raise ConfigError(f"shape and option names {where}",
+                              f"names other than {BYTES_ITEMSIZE!r} (bytes_moved takes the dtype's bytes per element "
+                              "by that name)", BYTES_ITEMSIZE)
+        for name, extra in (("flops", {}), ("bytes_moved", {BYTES_ITEMSIZE: 4})):
+            count = getattr(self, name)
+            if count is None:
+                continue
+            arguments = {**self.shape, **self.options, **extra}
+            try:
+                signature = inspect.signature(count)
+            except (TypeError, ValueError):  # a builtin without one: its call below says
+                signature = None
+            if signature is not None:
+                try:
+                    signature.bind(**arguments)
+                except TypeError as error:
+                    raise ConfigError(f"{name} {where}", f"a function taking keywords {', '.join(arguments)}",
+                                      f"{name}{signature}", f"It does not ({error}).") from None
+            value = count(**arguments)
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value < math.inf:
+                at = ", ".join(f"{k}={v}" for k, v in arguments.items())
+                raise ConfigError(f"{name} {where}", f"a function giving a number > 0 per call (called with {at})",
+                                  value)
 
     @property
     def shape_params(self) -> tuple[str, ...]:

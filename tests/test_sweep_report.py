@@ -61,3 +61,21 @@ def test_the_knob_that_makes_the_best_trials_ranks_first_in_every_direction(tmp_
     assert evaluator == "PedAnovaImportanceEvaluator" and note == "from 48 complete trials of study synthetic"
     assert max(importances, key=importances.get) == "a", importances
     assert importances["a"] > 2 * importances["b"], importances
+
+
+def test_a_kernel_sweeps_report_has_its_roofline_figure_and_line(tmp_path):
+    import os
+
+    from accelsweep.sweeps.driver.sweep_report import PLOTS_DIR, build_report
+    from accelsweep.trainables.metrics import KERNEL_METRICS
+    from tests.test_roofline import matmul_trials
+
+    kernel = history(matmul_trials(), objectives=(("latency_p50_s", "min"),))
+    kernel.knobs, kernel.metrics = ["impl", "m", "k", "n"], KERNEL_METRICS
+    written = build_report(kernel, str(tmp_path))
+    roofline = next(path for path in written if os.path.basename(path) == "roofline.png")
+    assert roofline == os.path.join(str(tmp_path), PLOTS_DIR, "roofline.png") and os.path.getsize(roofline)
+    assert roofline.marked["compute_bound"] == (1, 2) and roofline.marked["memory_bound"] == (3, 5)
+    report = (tmp_path / "report.md").read_text()
+    assert "![roofline](plots/roofline.png)" in report
+    assert "roofline, matmul m=512 k=512 n=512: best jax-dot (trial 2) at 80% of its roofline bound" in report

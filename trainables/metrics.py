@@ -206,6 +206,17 @@ KERNEL_METRICS = MetricSet(
         Metric("items_per_s", "items/s", "max", label="items/s", fmt="{:.4g}"),
         Metric("max_abs_error", "", "min", label="max abs error", fmt="{:.2e}", progress="max error {:.2g}"),
         Metric("tflops", "TFLOP/s", "max", label="TFLOP/s", fmt="{:.4g}"),  # NaN for an op without a FLOP count
+        # Against the roofline (trainables/roofline.py): NaN where the op declares no FLOP
+        # count or bytes moved, or a peak is unknown (int8: no FLOP peak). The peaks' bases
+        # are tags (peak_basis, bandwidth_basis): measured here, or the datasheet's.
+        Metric("gbytes_per_s", "GB/s", "max", label="GB/s", fmt="{:.4g}"),
+        Metric("arithmetic_intensity", "FLOP/byte"),
+        Metric("roofline_fraction", "", "max", label="of its roofline bound", fmt="{:.1%}"),
+        Metric("roofline_tflops", "TFLOP/s"),
+        Metric("compute_fraction", "", "max"),
+        Metric("bandwidth_fraction", "", "max"),
+        Metric("peak_tflops", "TFLOP/s"),
+        Metric("peak_gbytes_per_s", "GB/s"),
         Metric("compile_s", "s", "min"),
         # The machine's own speed between windows: says whether a noisy figure is the kernel's.
         Metric("host_cv", ""),

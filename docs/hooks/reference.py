@@ -89,6 +89,19 @@ DESCRIPTIONS = {
     "max_abs_error": "largest absolute difference from the op's numpy float64 reference (checked before timing)",
     "tflops": "TFLOP/s where the op has a FLOP count (NaN otherwise); attention counts only visible "
               "(query, key) pairs",
+    "gbytes_per_s": "GB/s at the p50 latency, counting the least a call must move (`OpSpec.bytes_moved`: inputs "
+                    "read once, outputs written once); NaN where the op declares no bytes moved",
+    "arithmetic_intensity": "FLOPs per byte moved: where the kernel sits on the roofline's x axis",
+    "roofline_fraction": "`tflops` over the roofline bound at its intensity (`roofline_tflops`): how close to "
+                         "what the hardware allows ([the roofline](../kernels.md#the-roofline))",
+    "roofline_tflops": "the roofline bound: min(peak compute, intensity x peak bandwidth)",
+    "compute_fraction": "`tflops` over the peak compute (`peak_tflops`)",
+    "bandwidth_fraction": "`gbytes_per_s` over the peak bandwidth (`peak_gbytes_per_s`)",
+    "peak_tflops": "the peak compute the trial is held against, for its dtype or precision: on a CPU a GEMM "
+                   "measured here on the cores it holds (cached per machine), elsewhere the datasheet's (tag "
+                   "`peak_basis` says which); NaN for a kernel in an integer dtype (no FLOP peak)",
+    "peak_gbytes_per_s": "the peak memory bandwidth: on a CPU the best of STREAM-style read, copy and add measured "
+                         "here, elsewhere the datasheet's (tag `bandwidth_basis`)",
     "host_cv": "the machine's own steadiness: window-to-window cv of a fixed pure-Python loop timed between "
                "windows",
     "host_probe_s": "the median time of that fixed loop: a host slower than the sweep's typical was loaded",

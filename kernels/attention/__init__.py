@@ -11,7 +11,9 @@ FLOPs count the visible (query, key) pairs: 4 * batch * heads * head_dim per pai
 matmuls of 2 FLOPs per multiply-add), so an unmasked call is 4 * b * h * s^2 * d and a
 causal one about half of it (exactly s(s+1)/2 pairs, the convention of FlashAttention's
 benchmarks up to the diagonal). Kernels that compute the hidden scores anyway (naive,
-sdpa-math) are credited only with the visible ones.
+sdpa-math) are credited only with the visible ones. Bytes moved: q, k and v read once and
+the output written once, 4 * b * h * s * d elements (a fused kernel's least; the naive one
+also writes and reads the s x s scores, which the count leaves out, as it is not needed).
 
 Tolerances (max abs error against float64 on the same rounded inputs; outputs are
 weighted means of v, unit normal, so |out| stays below about 4):
@@ -68,6 +70,7 @@ SPEC = OpSpec(
     check=_square_grid_for_neighborhood,
     flops=lambda batch, heads, seq, head_dim, causal, soft_cap, window, neighborhood:
         4.0 * batch * heads * head_dim * attended_pairs(seq, causal, window, neighborhood),
+    bytes_moved=lambda batch, heads, seq, head_dim, itemsize, **options: 4 * batch * heads * seq * head_dim * itemsize,
     tolerance={"float32": 1e-4, "bfloat16": 2.0 ** -5},
     implementations=(
         _torch("naive", "naive", ("cpu", "cuda") + TORCH_XLA_PLATFORMS),

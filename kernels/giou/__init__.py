@@ -42,6 +42,9 @@ SPEC = OpSpec(
     reference=giou,
     shape={"batch": 1, "boxes": 256},
     items=lambda batch, boxes: batch * boxes,
+    # Two (batch, boxes, 4) inputs read, one (batch, boxes) output written. No FLOP count:
+    # divisions, max and min are not multiply-adds, so it has GB/s but no roofline point.
+    bytes_moved=lambda batch, boxes, itemsize: 9 * batch * boxes * itemsize,
     implementations=(
         # The seed's PyTorch baseline; on neuron it is what NKI and GpSimd are compared against.
         KernelImpl("torch-naive", "accelsweep.kernels.giou.torch_impl:giou_naive", "torch", ("cpu", "cuda") + TORCH_XLA_PLATFORMS, "torch"),

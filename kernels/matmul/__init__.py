@@ -5,7 +5,8 @@ dtypes: ``int8`` (int32 accumulation and output), ``bfloat16`` and ``float32`` (
 accumulation and output). Every tolerance is 0: the inputs are small integers, exact in
 every dtype and in every partial sum (kernels/matmul/reference.py says when and why).
 items are output elements (m * n); flops are 2 * m * k * n (for int8, integer ops: the
-``tflops`` metric is then TOP/s).
+``tflops`` metric is then TOP/s). Bytes moved: A and B read once in the trial's dtype, C
+written once in its 4-byte accumulator dtype (int32 or float32), whatever the inputs'.
 
 What was verified where: jax-dot, torch-matmul and the Pallas kernel in interpret mode
 against the reference on a CPU (tests/test_matmul_kernels.py). The Pallas kernel has
@@ -19,6 +20,7 @@ from accelsweep.kernels.matmul.reference import make_inputs, matmul
 from accelsweep.kernels.registry import KernelImpl, OpSpec
 
 JAX = "jax (pip install jax)"
+OUTPUT_ITEMSIZE = 4  # int32 for int8 inputs, float32 for bfloat16 and float32 ones
 
 SPEC = OpSpec(
     name="matmul",
@@ -27,6 +29,7 @@ SPEC = OpSpec(
     shape={"m": 1024, "k": 1024, "n": 1024},
     items=lambda m, k, n: m * n,
     flops=lambda m, k, n: 2 * m * k * n,
+    bytes_moved=lambda m, k, n, itemsize: (m * k + k * n) * itemsize + m * n * OUTPUT_ITEMSIZE,
     implementations=(
         KernelImpl("jax-dot", "accelsweep.kernels.matmul.jax_impl:matmul_jax", "jax", ("cpu", "cuda", "tpu"), JAX,
                    check=int32_cannot_overflow),

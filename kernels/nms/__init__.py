@@ -21,6 +21,9 @@ SPEC = OpSpec(
         KernelImpl("torchvision", "accelsweep.kernels.nms.torchvision_impl:nms_torchvision", "torch", ("cpu", "cuda"),
                    "torchvision"),
     ),
+    # No FLOP or byte count: what it writes depends on the boxes (how many are kept) and on
+    # the implementation (a keep mask or an index list), and its loop is sequential, so
+    # neither roof bounds it.
     canonical=kept,
     tolerance={"float32": 0.0},  # the same boxes must be kept
 )

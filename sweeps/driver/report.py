@@ -21,6 +21,7 @@ from accelsweep.sweeps.driver.callbacks import CUT_BY_BUDGET, REJECTED, REUSED, 
 from accelsweep.sweeps.driver.changes import describe_change
 from accelsweep.sweeps.driver.confirm import Judgement, config_key, judge, measurements
 from accelsweep.sweeps.driver.verdict import verdict
+from accelsweep.trainables.roofline import roofline_phrase
 from accelsweep.trainables.metrics import TRAINING_METRICS, MetricSet
 from accelsweep.trainables.harness.microbench import NOISY_CV
 from accelsweep.trainables.utilisation import utilisation_line
@@ -273,6 +274,7 @@ def summary_blocks(title: str, records: Sequence[TrialRecord], metric: str, mode
     if len(shapes) > 1:
         lines += ([""] if lines[-1] else []) + _per_shape_lines(shapes, baseline, metric, mode, knobs, declared,
                                                                 records)
+    lines += _roofline_lines(shapes, metric, mode)
     if len(objectives) > 1:
         lines += ([""] if lines[-1] else []) + _pareto_lines(records, objectives, knobs, declared)
     compiled = [r.metric("compile_s") for r in ran if math.isfinite(r.metric("compile_s"))]
@@ -416,6 +418,22 @@ def _per_shape_lines(shapes: Mapping[tuple, list[TrialRecord]], baseline: Option
     better = "lower" if mode == "min" else "higher"
     return [f"per shape ({len(shapes)} shapes, ranked apart; {label}, {better} is better; change against "
             f"{base_name} at the same shape):", "", Table(tuple(map(tuple, rows))), "", *judged, ""]
+
+
+def _roofline_lines(shapes: Mapping[tuple, list[TrialRecord]], metric: str, mode: str) -> list[str]:
+    """A kernel sweep's best implementation at each shape against its roofline bound
+    (trainables/roofline.py), then the roofs' bases once each; nothing for an op that
+    declares no FLOP count or bytes moved."""
+    lines, bases = [], {}
+    for shape, group in shapes.items():
+        best = best_record(group, metric, mode)
+        said = roofline_phrase(best.result) if best is not None else ""
+        if said:
+            shown = " ".join(f"{name}={value}" for name, value in shape)
+            lines.append(f"roofline, {best.config.get('op')} {shown}: best {best.config.get('impl')} "
+                         f"(trial {best.number}) {said}")
+            bases.update({best.result.get(name, ""): None for name in ("peak_basis", "bandwidth_basis")})
+    return lines + [f"  roof: {basis}" for basis in bases if basis and not basis.startswith("none")]
 
 
 def _pareto_lines(records: Sequence[TrialRecord], objectives: Sequence[tuple[str, str]], knobs: Sequence[str],

@@ -8,7 +8,8 @@ Training sweeps: the first objective against $ per 1M samples (the Pareto front 
 two marked), the first objective per trial in proposal order with the best so far, knob
 importance (Optuna's evaluator on the sweep's study), the knobs in parallel coordinates,
 and the per-window curves of the top trials. Kernel sweeps: latency per implementation
-and shape, and TFLOP/s where the op counts FLOPs.
+and shape, TFLOP/s where the op counts FLOPs, and each implementation against its
+roofline per shape where it also counts bytes moved (roofline_plot.py).
 """
 
 from __future__ import annotations
@@ -111,6 +112,7 @@ def build_report(history: SweepHistory, out_dir: str, study_url: Optional[str] =
     """Write the report and its plots under ``out_dir``; returns their paths (plots under
     ``out_dir/plots``)."""
     from accelsweep.sweeps.driver import plots
+    from accelsweep.sweeps.driver.roofline_plot import roofline_plot
 
     metric, mode = history.objectives[0]
     os.makedirs(os.path.join(out_dir, PLOTS_DIR), exist_ok=True)
@@ -122,7 +124,8 @@ def build_report(history: SweepHistory, out_dir: str, study_url: Optional[str] =
     labels = {m.name: m.label or m.name for m in history.metrics.metrics}
     if is_kernel_sweep(history):
         drawn = [plots.kernel_latency_plot(history.records, at("latency.png"), stamp),
-                 plots.kernel_tflops_plot(history.records, at("tflops.png"), stamp)]
+                 plots.kernel_tflops_plot(history.records, at("tflops.png"), stamp),
+                 roofline_plot(history.records, at("roofline.png"), stamp)]
     else:
         importances, evaluator, note = knob_importances(history, study_url)
         drawn = [plots.tradeoff_plot(history.records, metric, mode, COST_METRIC, "min", at("tradeoff.png"), stamp,

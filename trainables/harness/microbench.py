@@ -46,6 +46,7 @@ from accelsweep.trainables.contention import ContentionMeter
 from accelsweep.trainables.loop.measure import Window, coefficient_of_variation, host_probe_s, percentile, time_window
 from accelsweep.trainables.metrics import KERNEL_METRICS, MetricSet
 from accelsweep.trainables.platforms import PLATFORM_NAMES, Platform, PlatformUnavailable, get_platform
+from accelsweep.trainables.roofline import is_integer_dtype, kernel_roofline
 
 # Window-to-window cv above which a figure is flagged noisy: rank differences smaller than
 # a few times this are not to be trusted on that machine.
@@ -364,12 +365,19 @@ def run_microbench(config: KernelConfig, report: Optional[Callable[[dict], None]
     max_abs_error = _checked_error(spec.canonical(framework.to_numpy(first_output)), expected,
                                    spec.tolerance[config.dtype], config)
 
+    items = spec.items(**config.shape)
+    flops = spec.flops(**config.shape, **config.options) if spec.flops else None
+    itemsize = np.dtype(_numpy_dtype(config.dtype)).itemsize
+    bytes_moved = spec.bytes_moved(**config.shape, **config.options, itemsize=itemsize) if spec.bytes_moved else None
+    # Before the warm-up and the windows: on a CPU a peak is measured on the cores the
+    # kernel is about to use (once per machine, then cached), so never during a window.
+    phase("the roofline: the hardware's peaks (on a CPU measured once per machine, then cached)")
+    roofline = kernel_roofline(config, framework.label, flops=flops is not None, bytes_moved=bytes_moved is not None)
+
     phase(f"warming up ({config.warmup_calls} calls)")
     loop_start = time.perf_counter()
     for _ in range(config.warmup_calls):
         framework.wait(call())
-    items = spec.items(**config.shape)
-    flops = spec.flops(**config.shape, **config.options) if spec.flops else None
     interpreted = config.platform in implementation.interpreted_on
     compiles_before = framework.compiles()
     calls = 0
@@ -408,7 +416,9 @@ def run_microbench(config: KernelConfig, report: Optional[Callable[[dict], None]
             "host_probe_s": percentile(host_probes, 50),
             "max_abs_error": max_abs_error,
             "items_per_s": items / p50 if p50 > 0 else float("nan"),
-            "tflops": flops / p50 / 1e12 if flops and p50 > 0 else float("nan"),
+            # TFLOP/s and GB/s at the p50, against the roofs (trainables/roofline.py); NaN where
+            # the op declares no count. Its bases (strings) become the run's tags.
+            **roofline.fields(flops, bytes_moved, p50),
             "compile_s": compile_s,
             # Beside a device-time figure (held or async batches on a GPU): the host's own
             # time to enqueue a call, and whether it is the bound (the device would wait for
@@ -439,11 +449,18 @@ def run_microbench(config: KernelConfig, report: Optional[Callable[[dict], None]
 
 
 def kernel_metrics(base: KernelConfig) -> MetricSet:
-    """What ``run_microbench`` reports for ``base``'s op: KERNEL_METRICS, without the
-    TFLOP/s row for an op that has no FLOP count (its tflops is NaN)."""
+    """What ``run_microbench`` reports for ``base``'s op: KERNEL_METRICS, without the rows
+    of figures the op cannot have (NaN): TFLOP/s without a FLOP count, GB/s without bytes
+    moved, the roofline fraction without either, or in an integer dtype (no FLOP peak)."""
     from accelsweep.kernels.registry import get_op
 
-    return KERNEL_METRICS if get_op(base.op).flops else KERNEL_METRICS.replace("tflops", label=None)
+    spec = get_op(base.op)
+    unknown = {"tflops": not spec.flops, "gbytes_per_s": not spec.bytes_moved,
+               "roofline_fraction": not (spec.flops and spec.bytes_moved) or is_integer_dtype(base.dtype)}
+    metrics = KERNEL_METRICS
+    for name in (name for name, missing in unknown.items() if missing):
+        metrics = metrics.replace(name, label=None)
+    return metrics
 
 
 def kernel_trainable(searched: Mapping[str, Any], base: Mapping[str, Any], cost=None) -> None:
