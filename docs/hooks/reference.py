@@ -81,6 +81,15 @@ DESCRIPTIONS = {
                                "progress line",
     "window_throughput_<unit>_per_s": "each window's throughput in the workload's unit (a curve)",
     "usd_per_1m_<unit>": "price of a million of the workload's units",
+    "model_tflops": "the model's useful TFLOP/s: `model_flops_per_item` x throughput ([how far from the "
+                    "hardware's limit](../utilisation.md))",
+    "mfu": "model FLOPs utilisation: `model_tflops` over the peak of what the trial holds for its precision "
+           "(`peak_tflops`: on a CPU measured here, elsewhere the datasheet's); on the progress line",
+    "mfu_theoretical": "on a CPU, `model_tflops` over the theoretical peak (cores x clock x FLOPs per cycle)",
+    "model_flops_per_item": "forward + backward FLOPs of one dataset item, counted once per workload and knobs "
+                            "(tag `flops_method` says how)",
+    "peak_tflops_theoretical": "on a CPU, cores x clock x FLOPs per cycle for the dtype (tag "
+                               "`peak_theoretical_basis` names each factor); elsewhere the datasheet's",
     "latency_p50_s": "median per-call latency over the measured windows",
     "latency_p10_s": "10th percentile per-call latency",
     "latency_p90_s": "90th percentile per-call latency",
