@@ -19,6 +19,7 @@ needed for the ids and the variable, which is what lets this run anywhere.
 from __future__ import annotations
 
 import os
+import time
 from typing import TYPE_CHECKING
 
 from accelsweep.trainables.platforms.base import Detection
@@ -66,7 +67,10 @@ class NeuronStandinPlatform(CpuPlatform):
         return {"standin": STANDIN_NOTE,
                 "neuron_cores_held": ",".join(held),
                 "neuron_cores_by_worker": ";".join(",".join(cores) for cores in by_worker),
-                "neuron_rt_visible_cores": os.environ.get(NEURON_VISIBLE_CORES, "unset")}
+                "neuron_rt_visible_cores": os.environ.get(NEURON_VISIBLE_CORES, "unset"),
+                # When they were seen held (Unix time): the measured windows follow, so a trial
+                # holds them from here for at least its measured_s (when placements overlapped).
+                "neuron_cores_seen_at": f"{time.time():.3f}"}
 
     def describe_device(self, device: "torch.device") -> str:
         # Starts as the CPU platform's does: the loop ran there (its peak is the CPU's).
