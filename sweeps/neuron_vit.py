@@ -3,6 +3,8 @@
     python sweeps/neuron_vit.py                          # local default: CPU, under 10 min
     python sweeps/neuron_vit.py --smoke --num-samples 4  # tiny model, seconds per trial
     python sweeps/neuron_vit.py --dry-run --platform neuron --instance-type trn1.2xlarge
+    python sweeps/neuron_vit.py --platform neuron-standin-cpu --instance-type trn1.32xlarge --address ...
+                                # Neuron's placement, the CPU's loop: no Neuron figure (docs/cluster.md)
     ray up cluster.yaml && python sweeps/neuron_vit.py --address auto   # on trn1/inf2
 
 The seed's hand-run table (inf2.xlarge, 2 NeuronCores, ViT-B/16 at 224), as knobs:
@@ -40,6 +42,7 @@ from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.cost import PRICE_TABLE
 from accelsweep.trainables.platforms import get_platform
 from accelsweep.trainables.platforms.neuron import neuron_target_for_instance
+from accelsweep.trainables.platforms.neuron_standin import STANDIN_NAME
 from accelsweep.trainables.trainable import train_trainable
 
 DEFAULT_SAMPLES = 24
@@ -97,9 +100,10 @@ def make_space(platform: str, smoke: bool, cpus: int, instance_type=None, nan_ca
                 trial.suggest_categorical("torch_compile", ["none", "inductor"])
         if platform in ("xla", "neuron"):
             trial.suggest_categorical("batches_per_execution", [1, 4, 10])
-        if platform == "neuron":
+        if platform in ("neuron", STANDIN_NAME):
             if not nan_capture:  # a capture replays one worker's step: it needs workers=1
                 trial.suggest_categorical("workers", worker_choices(instance_type))
+        if platform == "neuron":
             trial.suggest_categorical("neuron_model_type", ["generic", "transformer"])
             trial.suggest_categorical("neuron_optlevel", [1, 2, 3])
             if precision != "fp32":  # torch decides the casts; the compiler must not (NeuronPlatform)
@@ -118,7 +122,7 @@ def base_config(platform: str, smoke: bool, cpus: int, instance_type, seed: int,
     ``pin_instance_type``: on a cluster, the node type trials must run on (the one named
     by --instance-type, which prices the sweep); locally there is one node, nothing to pin.
     ``nan_capture``: every trial saves the step of its first non-finite gradient."""
-    if smoke:
+    if smoke or platform == STANDIN_NAME:  # the stand-in shows placement: its speed means nothing
         model, measurement = "vit-micro", dict(warmup_steps=2, window_min_steps=3, window_min_s=0.25, windows=2)
     elif platform == "cpu":
         model, measurement = "vit-tiny", dict(warmup_steps=3, window_min_steps=5, window_min_s=2.0, windows=3)
@@ -161,7 +165,7 @@ def main():
     args = parser.parse_args()
 
     platform, platform_note = platform_from_args(args)
-    if args.address and platform == "neuron" and not args.instance_type:
+    if args.address and platform in ("neuron", STANDIN_NAME) and not args.instance_type:
         # On a cluster the driver's own instance (the head) is not where trials run: the
         # compiler target, the price and the node type the autoscaler starts all come from this.
         raise ConfigError("--instance-type", "the Neuron node type to sweep on the cluster (one of "

@@ -89,7 +89,7 @@ def test_flat_dict_round_trip_keeps_the_knob_names_of_each_platform(flat):
      "batches_per_execution does not apply to cpu: it is a knob of xla, neuron, tpu."),
     ({"platform": "xla", "threads": 2},
      "threads must be None on platform 'xla' (its knobs: batches_per_execution); got 2. "
-     "threads does not apply to xla: it is a knob of cpu."),
+     "threads does not apply to xla: it is a knob of cpu, neuron-standin-cpu."),
 ])
 def test_a_knob_of_another_platform_is_refused_naming_the_platforms_knobs(flat, message):
     with pytest.raises(ConfigError) as caught:

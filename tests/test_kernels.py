@@ -152,7 +152,8 @@ def test_the_harness_asks_the_platform_instead_of_testing_its_name():
     assert result["timer"] == PLATFORMS["cpu"].call_timer == "host clock"
     assert result["device"].startswith("cpu: ") and math.isnan(PLATFORMS["cpu"].compile_count())
     assert {name: p.jax_backend for name, p in PLATFORMS.items()} == {"cpu": "cpu", "cuda": "gpu", "xla": None,
-                                                                      "neuron": None, "tpu": "tpu"}
+                                                                      "neuron": None, "tpu": "tpu",
+                                                                      "neuron-standin-cpu": None}
     assert TORCH_XLA_PLATFORMS == ("xla", "neuron", "tpu")
     assert PLATFORMS["cuda"].call_timer == "cuda events around a held batch"
     assert {name: KernelConfig.make(op="giou", impl="torch-naive", platform=name).trial_env()

@@ -40,7 +40,7 @@ def fresh_process_trainable(searched: Mapping[str, Any], base: Mapping[str, Any]
     config = TrialConfig.from_dict({**base, **searched})
     if config.workers > 1:
         return train_trainable(searched, base=base, cost=cost)
-    usd_per_hour = cost.hourly_rate(get_platform(config.platform).resources(config)) if cost else math.nan
+    usd_per_hour = get_platform(config.platform).usd_per_hour(cost, config)
     with contextlib.closing(run_in_fresh_process(config, usd_per_hour)) as results:  # closed: the child is ended
         for result in results:
             tune.report(result)  # raises SystemExit when Tune stops the trial

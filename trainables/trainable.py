@@ -31,7 +31,7 @@ def train_trainable(searched: Mapping[str, Any], base: Mapping[str, Any],
 
     config = TrialConfig.from_dict({**base, **searched})
     platform = get_platform(config.platform)
-    usd_per_hour = cost.hourly_rate(platform.resources(config)) if cost else float("nan")
+    usd_per_hour = platform.usd_per_hour(cost, config)
     if config.workers == 1:
         run_training(config, report=tune.report, usd_per_hour=usd_per_hour)
     else:

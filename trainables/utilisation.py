@@ -56,7 +56,8 @@ def _peak(config, platform, device, world) -> Peak:
     """What the trial holds, at its peak: on a CPU (torch's, or torch-xla's CPU client) the
     cores of all its workers, measured here; elsewhere one datasheet device per worker."""
     described = platform.describe_device(device)
-    if config.platform == "cpu" or described.startswith("xla: CPU"):
+    # By the device that ran, not the platform's name: the Neuron stand-in trains on the CPU.
+    if described.startswith(("cpu: ", "xla: CPU")):
         return cpu_peak(precision_dtype(config.precision), threads=config.cpus_per_worker * world.size)
     return peak_for(config.platform, config.precision, devices=world.size, device_name=described)
 

@@ -205,6 +205,16 @@ class Plan:
         return "\n".join(lines)
 
 
+def unpriced_if_stand_in(sweep: Sweep) -> Sweep:
+    """The sweep without its price basis where its platform is never priced (a stand-in:
+    its figures are not those of the hardware it holds), its cost note saying why."""
+    why = get_platform(sweep.base.platform).unpriced_because
+    if not why:
+        return sweep
+    dropped = f" The price basis given is not applied ({sweep.cost_note})." if sweep.cost is not None else ""
+    return dataclasses.replace(sweep, cost=None, cost_note=f"not priced: {why}.{dropped}")
+
+
 def check_trainable(trainable: Any) -> None:
     """The trainable can be called as the trials call it: (searched, base=..., cost=...)."""
     name = getattr(trainable, "__name__", repr(trainable))
@@ -307,6 +317,7 @@ def plan_sweep(sweep: Sweep) -> Plan:
         raise ConfigError("objectives", "one per metric", repeated)
     check_trainable(sweep.trainable)
     base_dict = check_config_protocol(sweep.base)
+    sweep = unpriced_if_stand_in(sweep)
     metrics = declared_metrics(sweep)
     for objective in sweep.objectives:
         metrics.check_objective(objective.metric, objective.mode)

@@ -136,6 +136,7 @@ def _measure(config: TrialConfig, report, usd_per_hour: float, platform, workloa
     compiles.warmed_up()
     min_steps, min_seconds = trial.window_bounds(warmup_step_s)
     unit = workload.unit
+    trial_tags = platform.trial_tags(device)  # once: a platform may gather them over the workers
     stats = WindowStats(samples_per_step=config.batch_size,
                         host_clock_times_steps=platform.host_clock_times_steps)
     # The machine's own speed, probed between windows (outside them): a figure taken
@@ -200,6 +201,7 @@ def _measure(config: TrialConfig, report, usd_per_hour: float, platform, workloa
             "measured_steps": stats.steps,
             "windows_done": index,
             "device": platform.describe_device(device),
+            **trial_tags,
             "step_time_source": stats.step_time_source,
             "workers": world.size,
             "workers_reporting": workers_reporting,

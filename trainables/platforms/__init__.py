@@ -15,11 +15,14 @@ from accelsweep.trainables.platforms.base import Detection, Platform, PlatformUn
 from accelsweep.trainables.platforms.cpu import CpuPlatform
 from accelsweep.trainables.platforms.cuda import CudaPlatform
 from accelsweep.trainables.platforms.neuron import NeuronPlatform
+from accelsweep.trainables.platforms.neuron_standin import NeuronStandinPlatform
 from accelsweep.trainables.platforms.tpu import TpuPlatform
 from accelsweep.trainables.platforms.xla import XlaPlatform
 
+# The Neuron stand-in (neuron_standin.py) is never picked by ``auto``: it holds NeuronCores
+# but trains on the CPU, so it is for showing placement, asked for by name.
 PLATFORMS: dict[str, Platform] = {p.name: p for p in (CpuPlatform(), CudaPlatform(), XlaPlatform(), NeuronPlatform(),
-                                                   TpuPlatform())}
+                                                   TpuPlatform(), NeuronStandinPlatform())}
 PLATFORM_NAMES = tuple(PLATFORMS)
 # Where torch tensors live on a torch-xla device (kernel registrations run torch ops there).
 TORCH_XLA_PLATFORMS = tuple(name for name, platform in PLATFORMS.items() if platform.torch_on_xla)

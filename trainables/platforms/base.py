@@ -87,6 +87,10 @@ class Platform(abc.ABC):
     autocast_device_type: ClassVar[str]
     # The Ray resource a trial's cost share is counted in ("CPU", "GPU", "neuron_cores").
     cost_unit: ClassVar[str] = "CPU"
+    # Why this platform's trials are never priced (None: they are, given a price basis): a
+    # stand-in's throughput is not that of the hardware it holds, so a price per sample
+    # would be a figure for hardware that did not run.
+    unpriced_because: ClassVar[Optional[str]] = None
     # True where the host clock after a step is the step's real end (synchronous
     # execution). Elsewhere per-step host times only time the enqueue, so step-time
     # percentiles come from window means instead.
@@ -156,6 +160,13 @@ class Platform(abc.ABC):
         if config.workers == 1:
             return self.worker_resources(config)
         return {"CPU": 0, "memory": 1}  # Ray refuses an empty request; one byte is none
+
+    def usd_per_hour(self, cost: Any, config: "TrialConfig") -> float:
+        """What the resources a trial of ``config`` holds cost per hour on the price basis
+        ``cost`` (a CostBasis); NaN with none, or where this platform is never priced."""
+        if cost is None or self.unpriced_because:
+            return float("nan")
+        return cost.hourly_rate(self.resources(config))
 
     def train_backend(self, config: "TrialConfig"):
         """The Ray Train backend config for a multi-worker trial (gloo by default)."""
@@ -267,6 +278,12 @@ class Platform(abc.ABC):
 
     def describe_device(self, device: "torch.device") -> str:
         return str(device)
+
+    def trial_tags(self, device: "torch.device") -> dict[str, str]:
+        """Text this platform adds to each result of a trial (strings become the trial's
+        MLflow tags): what placement gave it, what kind of figure it is. Called by every
+        worker of a trial at the same point (a platform may gather over them)."""
+        return {}
 
     def time_calls(self, call: Callable[[], Any], device: "torch.device", min_calls: int,
                    min_seconds: float) -> Window:

@@ -90,6 +90,26 @@ def neuron_capabilities(target: str, probed_here: bool = False) -> Capabilities:
                         facts, emulated)
 
 
+def neuron_device_resources(config: "TrialConfig") -> dict[str, float]:
+    """What one worker of a Neuron trial asks Ray for: its CPUs and one NeuronCore. Ray's
+    NeuronAcceleratorManager gives the worker core ids from the node's ``neuron_cores``
+    and sets NEURON_RT_VISIBLE_CORES to them, so concurrent workers never share a core.
+    The stand-in platform (neuron_standin.py) asks with this same function."""
+    return {"CPU": config.cpus_per_worker, "neuron_cores": 1}
+
+
+def check_neuron_instance_type(config: "TrialConfig") -> Optional[str]:
+    """The Neuron target of the config's pinned instance type (None when none is pinned);
+    a type that is not a Neuron one is refused."""
+    if not config.instance_type:
+        return None
+    target = neuron_target_for_instance(config.instance_type)
+    if target is None:
+        raise ConfigError("instance_type", f"a Neuron instance type ({', '.join(_TARGET_BY_FAMILY)} families)",
+                          config.instance_type)
+    return target
+
+
 def neuron_cc_flags(config: "TrialConfig") -> str:
     knobs: NeuronKnobs = config.knobs
     flags = []
@@ -159,18 +179,14 @@ class NeuronPlatform(XlaPlatform):
             raise ConfigError("neuron_auto_cast", "'matmult' or 'all' when neuron_auto_cast_type is set",
                               knobs.neuron_auto_cast,
                               f"--auto-cast-type={knobs.neuron_auto_cast_type} has no effect without auto-cast.")
-        if config.instance_type:
-            target = neuron_target_for_instance(config.instance_type)
-            if target is None:
-                raise ConfigError("instance_type", f"a Neuron instance type ({', '.join(_TARGET_BY_FAMILY)} families)",
-                                  config.instance_type)
+        target = check_neuron_instance_type(config)
+        if target is not None:
             if knobs.neuron_target and knobs.neuron_target != target:
                 raise ConfigError("neuron_target", f"{target!r} (or unset) on {config.instance_type}",
                                   knobs.neuron_target, "The compiled graphs would not run on the trials' nodes.")
 
     def device_resources(self, config: "TrialConfig") -> dict[str, float]:
-        # Ray sets NEURON_RT_VISIBLE_CORES for each worker from this request.
-        return {"CPU": config.cpus_per_worker, "neuron_cores": 1}
+        return neuron_device_resources(config)
 
     def train_backend(self, config: "TrialConfig"):
         from accelsweep.trainables.platforms.neuron_backend import NeuronXLAConfig
