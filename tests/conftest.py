@@ -18,6 +18,8 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
 
+# The session's local Ray instance (ray_session); a module that needs another stops it and starts it again.
+SESSION_RAY = dict(num_cpus=2, include_dashboard=False, log_to_driver=False)
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ACCELSWEEP = os.path.join(os.path.dirname(sys.executable), "accelsweep")  # the installed command
 
@@ -49,7 +51,7 @@ def tracking_uri_not_leaked():
 def ray_session():
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(**SESSION_RAY)
     yield ray
     ray.shutdown()
 

@@ -27,13 +27,11 @@ from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.platforms import get_platform, resolve_platform
 from accelsweep.trainables.platforms.neuron_standin import STANDIN_NAME, STANDIN_NOTE
 from accelsweep.trainables.trainable import train_trainable
-from tests.conftest import REPO
+from tests.conftest import REPO, SESSION_RAY
 from tests.test_sweep_e2e import mlflow_runs
 
 INSTANCE = "trn1.32xlarge"
 FAKE_TRN1_32XLARGE = {"neuron_cores": 32, f"instance_type:{INSTANCE}": 1}
-# What conftest's ray_session starts: restored after this module if it was running.
-SESSION_RAY = dict(num_cpus=2, include_dashboard=False, log_to_driver=False)
 
 
 def batch_space(trial):
