@@ -117,7 +117,7 @@ SQLITE_ALLOWED = "sqlite:///<path> naming the MLflow store (a sqlite file, or a 
 
 CASES = [
     ("unknown platform", lambda: TrialConfig.make(platform="tpu9"),
-     "platform must be one of cpu, cuda, xla, neuron, tpu; got 'tpu9'"),
+     "platform must be one of cpu, cuda, xla, neuron, tpu, neuron-standin-cpu; got 'tpu9'"),
     ("precision no platform has", lambda: TrialConfig.make(platform="neuron", precision="fp16"),
      "precision must be one of fp32, bf16-autocast, bf16, fp16-autocast; got 'fp16'"),
     ("precision the implementation cannot do", lambda: kernel(op="matmul", impl="torch-matmul", dtype="bfloat16"),

@@ -138,7 +138,7 @@ IMPL = KernelImpl("a", f"{HERE}:row_sum_numpy", "numpy", ("cpu",), "numpy")
      "shape and options names of op 'row_sum' must be distinct; got ['rows']"),
     (lambda: dataclasses.replace(ROW_SUM, reference=None), "reference of op 'row_sum' must be a function; got None"),
     (lambda: dataclasses.replace(IMPL, platforms=("gpu",)),
-     "platforms of implementation a must be a tuple of names from cpu, cuda, xla, neuron, tpu; got ('gpu',)"),
+     "platforms of implementation a must be a tuple of names from cpu, cuda, xla, neuron, tpu, neuron-standin-cpu; got ('gpu',)"),
     (lambda: dataclasses.replace(IMPL, framework="cupy"),
      "framework of implementation a must be one of numpy, torch, jax; got 'cupy'"),
     (lambda: dataclasses.replace(IMPL, target="tests.test_kernel_ops_api.row_sum_numpy"),
