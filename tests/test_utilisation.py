@@ -137,12 +137,24 @@ def test_a_datasheet_peak_says_where_it_is_from_and_that_it_was_not_measured_her
 
 
 def test_the_cpu_peak_microbenchmark_repeats_within_5_percent_on_a_quiet_machine():
-    figures = [peaks.measure_cpu_peak("float32", threads=1, size=512, repeats=3, seconds=0.3) for _ in range(3)]
+    """Three measurements back to back, as a trial takes one (1024, best of 5 runs of 0.4 s).
+    A quiet machine: no other process took cores (/proc) and its own speed held (the fixed
+    CPU loop timed between them, as between a trial's windows, moved under 5%); a shared
+    VM whose speed drifts is not one, and the test says so rather than time it."""
+    from accelsweep.trainables.loop.measure import coefficient_of_variation, host_probe_s
+
+    probes, figures = [host_probe_s()], []
+    for _ in range(3):
+        figures.append(peaks.measure_cpu_peak("float32", threads=1))
+        probes.append(host_probe_s())
     if any(f["contended"] for f in figures):
         pytest.skip("not a quiet machine: other processes took cores during the measurement "
                     f"({max(f['other_cpus'] for f in figures):.1f} cores)")
+    if coefficient_of_variation(probes) > 0.05:
+        pytest.skip(f"not a quiet machine: its own speed moved (a fixed CPU loop's cv "
+                    f"{coefficient_of_variation(probes):.0%} between the measurements)")
     best = [f["tflops"] for f in figures]
-    assert max(best) / min(best) <= 1.05, best
+    assert max(best) / min(best) <= 1.05, (best, probes)
     theoretical, _ = peaks.cpu_theoretical_peak(peaks._read_cpuinfo(), 1, "float32")
     if math.isfinite(theoretical):  # a measured peak above the ISA's is a wrong clock or FLOP count
         assert max(best) <= theoretical * 1.3, (best, theoretical)
@@ -165,8 +177,10 @@ def test_a_cpu_peak_is_measured_once_per_machine_and_then_read_from_the_cache(tm
     assert first.theoretical_tflops == pytest.approx(2 * 2.44540 * 32 / 1e3, rel=1e-4)
 
 
-def test_a_contended_peak_is_measured_again_and_the_best_kept(tmp_path, monkeypatch):
+def test_a_contended_peak_is_measured_again_when_the_machine_is_quiet_and_the_best_kept(tmp_path, monkeypatch):
     figures = iter([0.05, 0.09, 0.07, 0.2])
+    quiet = iter([False, True, True, True])
+    monkeypatch.setattr(peaks, "quiet_now", lambda: next(quiet))
 
     def measure(dtype, threads):
         value = next(figures)
@@ -175,9 +189,10 @@ def test_a_contended_peak_is_measured_again_and_the_best_kept(tmp_path, monkeypa
 
     monkeypatch.setattr(peaks, "measure_cpu_peak", measure)
     cache = str(tmp_path / "peaks.json")
-    seen = [peaks.cpu_peak("float32", 2, cpuinfo=CPUINFO_VM, cache=cache) for _ in range(4)]
-    assert [p.tflops for p in seen] == [0.05, 0.09, 0.09, 0.09]  # measured 3 times, then kept as it is
-    assert "may understate the peak" in seen[0].basis
+    seen = [peaks.cpu_peak("float32", 2, cpuinfo=CPUINFO_VM, cache=cache) for _ in range(5)]
+    # Measured; a busy machine: the cached one; quiet: measured again, the best kept each time.
+    assert [p.tflops for p in seen] == [0.05, 0.05, 0.09, 0.09, 0.2]
+    assert "may understate the peak" in seen[0].basis and "(cached)" in seen[1].basis
 
 
 def test_a_trials_utilisation_is_its_model_flops_times_throughput_over_the_peak():

@@ -329,23 +329,37 @@ def locked_json_cache(path: str):
             os.replace(temporary, path)
 
 
-CONTENDED_RETRIES = 3  # measurements taken while other processes held cores, before one is kept as it is
+QUIET_PROBE_S = 0.3  # how long the machine is watched before a contended figure is measured again
+
+
+def quiet_now(seconds: float = QUIET_PROBE_S) -> bool:
+    """No other process takes this machine's cores over the next ``seconds``."""
+    from accelsweep.trainables.contention import ContentionMeter
+
+    meter = ContentionMeter()
+    meter.start()
+    time.sleep(seconds)
+    contention = meter.stop()
+    return not (contention and contention.contended)
 
 
 def cached_measurement(what: str, measure, cpuinfo: str, cache: Optional[str] = None) -> tuple[dict, bool]:
     """``measure()``'s result for ``what`` on this machine: from the cache, or measured now
-    and kept. One taken while other processes held cores (``contended``) is measured again
-    by the next few callers, and the best kept: a peak is what the machine reaches, so a
-    contended run only understates it. Returns it and whether it came from the cache."""
+    and kept. A peak is the best the machine reaches, so the cache keeps the best figure
+    seen. One taken while other processes held cores (``contended``) only understates it:
+    it is measured again by the first caller that finds the machine quiet (a busy one
+    costs its callers a QUIET_PROBE_S look, not a measurement). Returns the figure and
+    whether it came from the cache."""
     path = cache or cache_file("peaks.json")
     key = _machine_key(cpuinfo, what)
     with locked_json_cache(path) as entries:
         kept = entries.get(key)
-        if kept and (not kept.get("contended") or kept.get("attempts", 1) >= CONTENDED_RETRIES):
+        if kept and (not kept.get("contended") or not quiet_now()):
             return kept, True
         figure = measure()
         if kept and kept.get("best", 0) > figure.get("best", 0):
-            figure = kept
+            # The faster figure stands; once any run was quiet, it is no longer re-measured.
+            figure = {**kept, "contended": bool(kept.get("contended") and figure.get("contended"))}
         figure["attempts"] = (kept or {}).get("attempts", 0) + 1
         entries[key] = figure
         return figure, False

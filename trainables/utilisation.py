@@ -77,4 +77,7 @@ def utilisation_line(result: dict, cpu: Optional[bool] = None) -> str:
     theoretical = result.get("mfu_theoretical", math.nan)
     if measured and math.isfinite(theoretical):
         line += f", {theoretical:.1%} of its theoretical {result['peak_tflops_theoretical']:.3g} TFLOP/s"
+    if measured and mfu > 1:  # the peak is a measurement: one taken while the machine ran slower understates it
+        line += (" (above the measured peak: it was measured while this machine ran slower; delete "
+                 "~/.cache/accelsweep/peaks.json to measure it again)")
     return line
