@@ -340,7 +340,7 @@ def cli_cases():
         # argparse's own message; Python 3.12.8+ lists the choices without quotes.
         ("unknown platform", ["--platform", "ipu"], re.compile(
             r"error: argument --platform: invalid choice: 'ipu' \(choose from "
-            + ", ".join(f"'?{name}'?" for name in ("auto", "cpu", "cuda", "xla", "neuron", "tpu")) + r"\)$")),
+            + ", ".join(f"'?{name}'?" for name in ("auto", "cpu", "cuda", "xla", "neuron", "tpu", "neuron-standin-cpu")) + r"\)$")),
         ("num-samples 0", ["--num-samples", "0"], "error: argument --num-samples: must be an integer >= 1; got '0'"),
         ("time budget 0", ["--time-budget-s", "0"],
          "error: argument --time-budget-s: must be a number of seconds > 0; got '0'"),
