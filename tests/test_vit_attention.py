@@ -88,8 +88,14 @@ def test_the_forced_backend_is_the_one_that_ran(attention):
 def test_the_knob_reaches_the_model_the_training_loop_trains(attention):
     from accelsweep.trainables.loop.train_loop import run_training
 
+    from accelsweep.trainables.flop_count import count_model_flops
+    from accelsweep.trainables.workloads.base import load_workload
+
     config = TrialConfig.make(model="vit-micro", attention=attention, batch_size=4, warmup_steps=1,
                               window_min_steps=1, window_min_s=0.0, windows=1)
+    # The loop counts the model's FLOPs once, on the meta device, where SDPA takes its math
+    # path: counted before the profiler starts, the profile holds the trained model's ops only.
+    count_model_flops(load_workload(config.workload), config)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
         run_training(config)
     ops = {event.name for event in profile.events()}
