@@ -264,3 +264,15 @@ def test_a_sweep_stops_at_its_utilisation_goal_and_says_so(ray_session, tracking
     parent = MlflowClient(tracking_uri).get_run(result.parent_run_id)
     assert "trial 1 reached" in parent.data.tags["goal_reached"]
     assert parent.data.tags["status"] == "finished"
+
+
+class NeverBuilds(TinyMlp):
+    def build_model(self, config):
+        raise RuntimeError("no weights here")
+
+
+def test_a_model_that_cannot_be_counted_says_why_on_each_device(tmp_path):
+    counted = count_model_flops(NeverBuilds(), config_for(NeverBuilds), cache=str(tmp_path / "flops.json"))
+    assert math.isnan(counted.per_item)
+    assert counted.method == ("not counted: on meta: RuntimeError: no weights here; "
+                              "on cpu: RuntimeError: no weights here")

@@ -15,7 +15,6 @@ by the workload and its knobs (which set the model and an item's shape).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import math
@@ -97,16 +96,20 @@ def count_model_flops(workload: "Workload", config: "TrialConfig", cache: Option
             # Only now the data: a dataset may be costly to build (a class template per image class).
             inputs, targets = _sample_batch(workload, config, COUNTED_ITEMS)
             items = len(targets) if hasattr(targets, "__len__") else COUNTED_ITEMS
+            failures = []
             for device, method in (("meta", METHOD_META), ("cpu", METHOD_CPU)):
-                with contextlib.suppress(Exception):
+                try:
                     with torch.device(device):
                         model = workload.build_model(config)
                     model.train()
                     total = flops_of_step(model, _on(device, inputs), _on(device, targets), workload.loss)
-                    found = FlopCount(total / items, method.format(n=items))
-                    break
+                except Exception as error:  # noqa: BLE001 - the next way, then the reasons said
+                    failures.append(f"on {device}: {type(error).__name__}: {error}")
+                    continue
+                found = FlopCount(total / items, method.format(n=items))
+                break
             if found is None:
-                return FlopCount(math.nan, "not counted: the model failed on the meta device and on the CPU")
+                return FlopCount(math.nan, "not counted: " + "; ".join(failures))
             entries[key] = {"per_item": found.per_item, "method": found.method}
     _COUNTED[key] = found
     return found

@@ -27,7 +27,7 @@ import math
 import os
 import platform as host
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
 __all__ = ["DATASHEET", "DatasheetPeak", "Peak", "cpu_theoretical_peak", "datasheet_peak", "measure_cpu_bandwidth",
@@ -428,7 +428,3 @@ def peak_for(platform: str, precision: str, devices: int = 1, threads: int = 1,
                 f"from the {sheet.source}{note}", measured=False, theoretical_tflops=per_device * devices,
                 theoretical_basis="the datasheet's", bandwidth_gb_s=sheet.bandwidth_gb_s * devices,
                 bandwidth_basis=f"datasheet: {sheet.bandwidth_gb_s:g} GB/s per {sheet.device}")
-
-
-def as_json(peak: Peak) -> str:
-    return json.dumps(asdict(peak), default=str)

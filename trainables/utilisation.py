@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
 
 from accelsweep.trainables.flop_count import FlopCount, count_model_flops
 from accelsweep.trainables.peaks import Peak, cpu_peak, peak_for, precision_dtype
@@ -62,7 +61,7 @@ def _peak(config, platform, device, world) -> Peak:
     return peak_for(config.platform, config.precision, devices=world.size, device_name=described)
 
 
-def utilisation_line(result: dict, cpu: Optional[bool] = None) -> str:
+def utilisation_line(result: dict) -> str:
     """One sentence for a trial's utilisation: "41.2% of this CPU's attainable float32 peak
     (0.13 TFLOP/s measured here), 33.0% of its theoretical 0.157 TFLOP/s"."""
     mfu = result.get("mfu", math.nan)
