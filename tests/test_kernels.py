@@ -105,8 +105,13 @@ def test_five_measurements_of_a_steady_kernel_agree(monkeypatch, capsys):
 
     _with_extra_giou(monkeypatch, KernelImpl("steady", f"{__name__}:steady_giou", "numpy", ("cpu",), "nothing"))
     settings = ["batch=2", "boxes=16", "warmup_calls=2", "window_min_calls=20", "window_min_s=0.05", "windows=3"]
-    assert main(["--op", "giou", "--impl", "steady", *settings]) == 0
+    verdict = main(["--op", "giou", "--impl", "steady", *settings])
     out = capsys.readouterr().out
+    if verdict != 0 and "machine's own speed moved" in out:
+        # The harness's own verdict blames the host (its fixed loop moved past the limit
+        # between windows): a shared VM's drift, not the harness's noise.
+        pytest.skip("the machine changed speed during the measurements:\n" + out)
+    assert verdict == 0, out
     p50s = [float(line.split("p50 ")[1].split(" ms")[0]) for line in out.splitlines() if line.startswith("measurement")]
     assert len(p50s) == 5 and all(2.0 <= p < 4.0 for p in p50s), out
     assert "-> steady at a 5% limit" in out
