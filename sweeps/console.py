@@ -6,6 +6,7 @@
     accelsweep run neuron_vit --help            # a study's flags
     accelsweep report SWEEP                     # rebuild a sweep's report from MLflow
     accelsweep compare SWEEP SWEEP ...          # sweeps' best configs side by side
+    accelsweep cluster up|down|status           # try the cluster path on this machine
 
 ``accelsweep run NAME ARGS`` is ``python sweeps/NAME.py ARGS`` from any directory: the
 study runs as its own ``__main__`` with ARGS as its command line, so its flags, output
@@ -26,6 +27,8 @@ TOOLS = {
     "report": ("rebuild a sweep's report (tables, plots) from its MLflow record", "accelsweep.sweeps.report"),
     "compare": ("two or more sweeps' best configs side by side, the cheaper per sample named",
                 "accelsweep.sweeps.compare"),
+    "cluster": ("up|down|status: a local cluster of cluster.yaml's node types, launched on demand by Ray's "
+                "autoscaler", "accelsweep.sweeps.driver.local_cluster"),
 }
 
 USAGE = f"""usage: accelsweep <command> [args]

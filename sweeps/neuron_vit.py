@@ -149,7 +149,8 @@ def base_config(platform: str, smoke: bool, cpus: int, instance_type, seed: int,
 def main():
     parser = common_parser(__doc__.split("\n\n")[0], DEFAULT_SAMPLES, default_confirm_rounds=CONFIRM_ROUNDS)
     parser.add_argument("--cpus-per-worker", type=at_least_one, default=None,
-                        help="CPUs each trial holds (default: cpu platform: all of this machine's; else 1)")
+                        help="CPUs each trial holds (default: cpu platform: all of the node's, i.e. "
+                             "--instance-type's on a cluster, else this machine's; else 1)")
     parser.add_argument("--compile-cache", default=None,
                         help="where every trial's compiler caches what it builds, shared by trials and sweeps: "
                              "inductor's caches on cpu/cuda, torch-xla's on xla, Neuron's on neuron (a directory "
@@ -171,7 +172,10 @@ def main():
         raise ConfigError("--instance-type", "the Neuron node type to sweep on the cluster (one of "
                           + ", ".join(t for t in PRICE_TABLE if neuron_target_for_instance(t)) + ")", None)
     check_precompile(platform, args.precompile, args.compile_cache)
-    cpus = args.cpus_per_worker or os.cpu_count() or 1
+    # A trial owns its node's CPUs: on a cluster the node the instance type names (the
+    # driver's own machine is the head, not where trials run), else this machine.
+    on_node_type = args.address and args.instance_type in PRICE_TABLE
+    cpus = args.cpus_per_worker or (PRICE_TABLE[args.instance_type].vcpus if on_node_type else os.cpu_count()) or 1
     basis, cost_note = cost_basis(args)
     instance_type = args.instance_type or (basis and basis.instance_type)
     sweep = Sweep(

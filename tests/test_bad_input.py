@@ -178,8 +178,9 @@ CASES = [
      "'neuron'. Tune would wait forever for them: pass --address to run on a cluster that has them, or --dry-run "
      "to plan the sweep here."),
     ("instance type with no price", lambda: cost("m5.large"),  # from Python: the argument, not the flag
-     "instance_type must be one of trn1.2xlarge, trn1.32xlarge, trn1n.32xlarge, inf2.xlarge, g5.2xlarge, "
-     "c7i.2xlarge (or give price_per_hour); got 'm5.large'. The price table has no entry for it."),
+     "instance_type must be one of trn1.2xlarge, trn1.32xlarge, trn1n.32xlarge, inf2.xlarge, g5.xlarge, "
+     "g5.2xlarge, c7i.xlarge, c7i.2xlarge, m7i.2xlarge (or give price_per_hour); got 'm5.large'. "
+     "The price table has no entry for it."),
     ("negative price", lambda: cost(price_per_hour=-1.0), "price_per_hour must be a finite number > 0; got -1.0"),
     ("price NaN", lambda: cost(price_per_hour=float("nan")), "price_per_hour must be a finite number > 0; got nan"),
     ("seed above 2**32 - 1 (what the samplers take)", lambda: plan(seed=2**32), SEED_RANGE + "got 4294967296"),
@@ -347,8 +348,9 @@ def cli_cases():
         ("cpus-per-worker 0", ["--cpus-per-worker", "0"],
          "error: argument --cpus-per-worker: must be an integer >= 1; got '0'"),
         ("instance type with no price", ["--instance-type", "m5.large"],
-         "error: instance_type must be one of trn1.2xlarge, trn1.32xlarge, trn1n.32xlarge, inf2.xlarge, g5.2xlarge, "
-         "c7i.2xlarge (or give --price-per-hour); got 'm5.large'. The price table has no entry for it."),
+         "error: instance_type must be one of trn1.2xlarge, trn1.32xlarge, trn1n.32xlarge, inf2.xlarge, "
+         "g5.xlarge, g5.2xlarge, c7i.xlarge, c7i.2xlarge, m7i.2xlarge (or give --price-per-hour); got 'm5.large'. "
+         "The price table has no entry for it."),
         ("malformed tracking URI", ["--tracking-uri", "http//host:5000"],
          f"error: tracking_uri must be {URI_ALLOWED}; {uri_tail}"),
         ("study storage not a database URL", ["--study-storage", "optuna.db"],

@@ -20,6 +20,7 @@ from accelsweep.trainables.errors import ConfigError, positive_float
 __all__ = ["NO_BASIS_CLI_HINT", "NO_BASIS_HINT", "PRICE_TABLE", "CostBasis", "price_advice", "resolve_cost_basis"]
 
 PRICE_TABLE_DATE = "2026-11-01"
+PRICE_TABLE_BASIS = f"price table {PRICE_TABLE_DATE}"  # a CostBasis's source when the table priced it
 PRICE_TABLE_SOURCE = ("AWS EC2 On-Demand Linux prices, us-east-1 (aws.amazon.com/ec2/pricing/on-demand/), "
                       "as quoted in the seed posts and checked on the date given; spot and other regions differ")
 
@@ -29,6 +30,9 @@ class InstancePrice:
     usd_per_hour: float
     vcpus: int
     accelerators: Mapping[str, int] = field(default_factory=dict)  # Ray resource -> count
+    # The GPU's model as EC2 names it (DescribeInstanceTypes' GpuInfo): Ray's AWS node provider
+    # turns it into the node's "accelerator_type:<model>" resource (local_cluster.py mirrors that).
+    gpu_model: Optional[str] = None
 
     def units(self) -> dict[str, float]:
         return {"CPU": float(self.vcpus), **{k: float(v) for k, v in self.accelerators.items()}}
@@ -39,8 +43,11 @@ PRICE_TABLE: dict[str, InstancePrice] = {
     "trn1.32xlarge": InstancePrice(21.50, 128, {"neuron_cores": 32}),
     "trn1n.32xlarge": InstancePrice(24.78, 128, {"neuron_cores": 32}),
     "inf2.xlarge": InstancePrice(0.758, 4, {"neuron_cores": 2}),
-    "g5.2xlarge": InstancePrice(1.212, 8, {"GPU": 1}),
+    "g5.xlarge": InstancePrice(1.006, 4, {"GPU": 1}, gpu_model="A10G"),
+    "g5.2xlarge": InstancePrice(1.212, 8, {"GPU": 1}, gpu_model="A10G"),
+    "c7i.xlarge": InstancePrice(0.1785, 4),
     "c7i.2xlarge": InstancePrice(0.357, 8),
+    "m7i.2xlarge": InstancePrice(0.4032, 8),  # cluster.yaml's head
 }
 
 # EC2 instance metadata (IMDSv2). Queried only on a machine whose firmware says it is
@@ -103,6 +110,18 @@ class CostBasis:
     def hourly_rate(self, resources: Mapping[str, float]) -> float:
         return self.usd_per_hour * self.share(resources)
 
+    def on(self, instance_type: Optional[str]) -> Optional["CostBasis"]:
+        """The basis for a trial that ran on a node of ``instance_type`` (None: not known,
+        this one). The price table prices every type it lists; a price given by hand prices
+        its own machine only, so a trial elsewhere gets None (unpriced), never another
+        machine's rate."""
+        if instance_type is None or instance_type == self.instance_type:
+            return self
+        if self.source == PRICE_TABLE_BASIS and instance_type in PRICE_TABLE:
+            price = PRICE_TABLE[instance_type]
+            return CostBasis(price.usd_per_hour, price.units(), self.source, instance_type)
+        return None
+
     def describe(self, resources: Mapping[str, float]) -> str:
         unit = self.priced_unit(resources)
         held = resources.get(unit, 0)
@@ -158,7 +177,7 @@ def resolve_cost_basis(instance_type: Optional[str] = None, price_per_hour: Opti
                           instance_type, "The price table has no entry for it.")
     price = PRICE_TABLE[instance_type]
     how = "read from EC2 instance metadata" if detected else "given"
-    basis = CostBasis(price.usd_per_hour, price.units(), f"price table {PRICE_TABLE_DATE}", instance_type)
+    basis = CostBasis(price.usd_per_hour, price.units(), PRICE_TABLE_BASIS, instance_type)
     return basis, f"price basis: {instance_type} ({how}) at ${price.usd_per_hour:g}/h, price table {PRICE_TABLE_DATE}"
 
 

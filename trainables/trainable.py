@@ -17,6 +17,7 @@ from typing import Any, Mapping, Optional
 from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.cost import CostBasis
 from accelsweep.trainables.metrics import MetricSet, training_metrics
+from accelsweep.trainables.placement import reporting_node, this_node
 from accelsweep.trainables.platforms import get_platform
 from accelsweep.trainables.workloads.base import load_workload
 
@@ -30,12 +31,26 @@ def train_trainable(searched: Mapping[str, Any], base: Mapping[str, Any],
     from accelsweep.trainables.loop.train_loop import run_training
 
     config = TrialConfig.from_dict({**base, **searched})
-    platform = get_platform(config.platform)
-    usd_per_hour = platform.usd_per_hour(cost, config)
     if config.workers == 1:
-        run_training(config, report=tune.report, usd_per_hour=usd_per_hour)
+        report, usd_per_hour = priced_where_it_runs(tune.report, config, cost)
+        run_training(config, report=report, usd_per_hour=usd_per_hour)
     else:
-        run_workers(config, usd_per_hour)
+        run_workers(config, cost)
+
+
+def priced_where_it_runs(report, config: TrialConfig, cost: Optional[CostBasis]):
+    """``report`` adding the node this process runs on to each result, and what the
+    trial's resources cost per hour there: at the price of the node's own type (a sweep
+    whose trials land on several types prices each by its own), with the basis said."""
+    node = this_node()
+    platform = get_platform(config.platform)
+    basis = cost.on(node.get("node_type") or None) if cost is not None else None
+    if basis is not None and not platform.unpriced_because:
+        node = {**node, "cost_basis": basis.describe(platform.resources(config))}
+    elif cost is not None and basis is None:
+        node = {**node, "cost_basis": f"unpriced: {cost.source} prices {cost.instance_type or 'this machine'}, "
+                                      f"and this trial ran on {node.get('node_type')}"}
+    return reporting_node(report, node), platform.usd_per_hour(basis, config)
 
 
 def metrics_of(base: TrialConfig) -> MetricSet:
@@ -52,7 +67,7 @@ train_trainable.metrics = metrics_of
 train_trainable.reads_trial_limits = True
 
 
-def run_workers(config: TrialConfig, usd_per_hour: float) -> None:
+def run_workers(config: TrialConfig, cost: Optional[CostBasis]) -> None:
     import ray.train
     from ray.train.torch import TorchTrainer
     from ray.tune.integration.ray_train import TuneReportCallback
@@ -62,7 +77,7 @@ def run_workers(config: TrialConfig, usd_per_hour: float) -> None:
     storage = context.get_storage()  # the sweep's storage: Train's run lands beside the trial
     trainer = TorchTrainer(
         _worker_loop,
-        train_loop_config={"config": config.to_dict(), "usd_per_hour": usd_per_hour},
+        train_loop_config={"config": config.to_dict(), "cost": cost},
         scaling_config=ray.train.ScalingConfig(num_workers=config.workers,
                                                resources_per_worker=platform.worker_resources(config)),
         torch_config=platform.train_backend(config),
@@ -81,5 +96,6 @@ def _worker_loop(loop_config: Mapping[str, Any]) -> None:
 
     # Every worker reports each window (Ray Train expects all ranks to); rank 0's
     # result, which already sums all workers, is the one Tune receives.
-    run_training(TrialConfig.from_dict(loop_config["config"]), report=ray.train.report,
-                 usd_per_hour=loop_config["usd_per_hour"])
+    config = TrialConfig.from_dict(loop_config["config"])
+    report, usd_per_hour = priced_where_it_runs(ray.train.report, config, loop_config["cost"])
+    run_training(config, report=report, usd_per_hour=usd_per_hour)

@@ -367,6 +367,13 @@ class SweepCallback(Callback):
         tags.update(self.run_tags(record))
         record.run_id = self.tracker.start_trial(self.run_name(record), record.config, tags)
 
+    def hourly_rate(self, record: TrialRecord) -> float:
+        """What the trial's resources cost per hour: as the trial priced them on the node it
+        ran on (its ``usd_per_hour``), else at the sweep's basis; NaN with neither."""
+        if "usd_per_hour" in record.result:
+            return record.metric("usd_per_hour")
+        return self.cost.hourly_rate(record.resources) if self.cost and record.resources else float("nan")
+
     def label(self, record: TrialRecord) -> str:
         """How a line about a running trial names it."""
         return f"[trial {record.number}/{self.total_trials}]"
@@ -470,8 +477,7 @@ class SweepCallback(Callback):
         final.update(self._window_figures(record))
         if "loop_s" in record.result:
             final["overhead_s"] = record.wall_s - record.result["loop_s"]
-        rate = self.cost.hourly_rate(record.resources) if self.cost and record.resources else float("nan")
-        final["trial_cost_usd"] = trial_cost_usd(rate, record.wall_s)
+        final["trial_cost_usd"] = trial_cost_usd(self.hourly_rate(record), record.wall_s)
         record.result.update(final)
         tags = {**result_tags(record.result), "status": status}
         if record.error:

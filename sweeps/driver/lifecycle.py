@@ -48,6 +48,7 @@ from accelsweep.sweeps.driver.plan import (
     startup_trials,
     trial_limits_of,
 )
+from accelsweep.sweeps.driver.cluster_watch import ClusterWatch
 from accelsweep.sweeps.driver.preflight import check_ray_address
 from accelsweep.sweeps.driver.record.secrets import (
     mlflow_credentials_hidden,
@@ -204,6 +205,7 @@ class _Run:
     callback: SweepCallback
     experiment_dir: str
     parent_run_id: str
+    cluster_watch: Optional[ClusterWatch] = None  # on a cluster: what it did (nodes launched, waits)
 
 
 def run_sweep(sweep: Sweep) -> SweepResult:
@@ -493,6 +495,7 @@ def _start(plan: Plan, trainable, storage: str, tracker, concurrency: int, time_
                              objective_metrics=[metric for metric, _ in plan.objectives],
                              sweep_token=f"{sweep.name}-{stamp}-{uuid.uuid4().hex[:8]}", study=study)
     callback.stop_at_utilisation = sweep.stop_at_utilisation
+    cluster_watch = ClusterWatch() if sweep.address not in (None, "local") else None
     experiment_dir = claim_experiment_dir(storage, study.name)  # another sweep's of the same second not shared
     tracker.buffer.keep_in(experiment_dir)  # where MLflow writes are kept if its store stops answering
     tuner = tune.Tuner(
@@ -504,14 +507,14 @@ def _start(plan: Plan, trainable, storage: str, tracker, concurrency: int, time_
                                     max_concurrent_trials=concurrency,
                                     reuse_actors=get_platform(sweep.base.platform).reuses_processes),
         run_config=tune.RunConfig(name=os.path.basename(experiment_dir), storage_path=storage,
-                                  callbacks=[callback], verbose=0,
+                                  callbacks=[callback, *([cluster_watch] if cluster_watch else [])], verbose=0,
                                   stop=watch_goal(callback) if sweep.stop_at_utilisation else None,
                                   failure_config=tune.FailureConfig(max_failures=sweep.retries)),
     )
     # After Tune's tuner.pkl: a sweep with a marker can always be resumed (resumed_runs.py).
     keep_tuner_file(experiment_dir)
     write_sweep_marker(experiment_dir, parent_run_id, "running", defines=defining_flags(plan))
-    return _Run(tuner, callback, experiment_dir, parent_run_id)
+    return _Run(tuner, callback, experiment_dir, parent_run_id, cluster_watch)
 
 
 def _study(plan: Plan, storage: str, name: str) -> SweepStudy:
@@ -571,6 +574,9 @@ def _finish(plan: Plan, run: _Run, tracker, status: str, elapsed_s: float,
                    elapsed_s, metrics=plan.metrics, objectives=plan.objectives, planned_trials=sweep.num_samples,
                    searched_out=searched_out(run.callback.sweep_token), confirmations=confirmed_records,
                    confirm_note=confirm_note, goal_reached=run.callback.goal_reached or "")
+    cluster_line = run.cluster_watch.line() if run.cluster_watch is not None else ""
+    if cluster_line:
+        text += "\n" + cluster_line
     figures = {**parent_metrics, "trials": len(records), "elapsed_s": elapsed_s,  # the report's time is the console's
                "failed_trials": sum(r.status == FAILED for r in records),
                "rejected_trials": sum(r.status == REJECTED for r in records),
@@ -598,6 +604,7 @@ def _finish(plan: Plan, run: _Run, tracker, status: str, elapsed_s: float,
                          "verdict": judged.text if judged is not None else "none: no baseline or best measured",
                          "verdict_subject": judged.subject if judged is not None else "none",
                          **({CONFIRM_NOTE_TAG: confirm_note} if confirm_note else {}),
+                         **({"cluster": cluster_line} if cluster_line else {}),
                          **({GOAL_REACHED_TAG: run.callback.goal_reached} if run.callback.goal_reached else {}),
                          SEARCHED_OUT_TAG: str(searched_out(run.callback.sweep_token)).lower()})
     if sweep.report and tracker.buffer.answering:  # the report reads the store

@@ -52,6 +52,7 @@ def check_ray_address(address: Optional[str], timeout_s: float = CONNECT_TIMEOUT
     if address is None or address == "local":
         return
     given = address
+    ray_adapter.keep_loopback(address)
     if address == "auto":
         try:
             # $RAY_ADDRESS, else the cluster the last `ray start` on this machine recorded.
