@@ -80,8 +80,12 @@ def worker_choices(instance_type) -> list[int]:
     return [n for n in (1, 2, 4, 8, 16, 32) if n <= cores]
 
 
-def make_space(platform: str, smoke: bool, cpus: int, instance_type=None, nan_capture: bool = False):
+def make_space(platform: str, smoke: bool, cpus: int, instance_type=None, nan_capture: bool = False,
+               instance_types=None):
+    """``instance_types``: CPU node types searched too; a trial owns the node it draws (its
+    CPUs, as threads), so threads are not searched then."""
     def space(trial):
+        owned = None
         trial.suggest_categorical("batch_size", batch_sizes(platform, smoke))
         trial.suggest_categorical("num_workers", [0, 1, 2])
         precision = trial.suggest_categorical("precision", CUDA_PRECISIONS if platform == "cuda"
@@ -93,7 +97,10 @@ def make_space(platform: str, smoke: bool, cpus: int, instance_type=None, nan_ca
             if precision == "fp32":
                 return {"attention": "sdpa"}
             trial.suggest_categorical("attention", CUDA_ATTENTIONS)
-        if platform == "cpu":
+        if platform == "cpu" and instance_types:
+            node_cpus = PRICE_TABLE[trial.suggest_categorical("instance_type", list(instance_types))].vcpus
+            owned = {"cpus_per_worker": node_cpus, "threads": node_cpus}
+        elif platform == "cpu":
             trial.suggest_categorical("threads", sorted({1, max(1, cpus // 2), cpus}))
             trial.suggest_categorical("channels_last", [False, True])
             if not smoke:  # inductor compiles for 40 s or more on 2 cores: not for smoke runs
@@ -111,9 +118,29 @@ def make_space(platform: str, smoke: bool, cpus: int, instance_type=None, nan_ca
             if trial.suggest_categorical("neuron_auto_cast", ["none", "matmult", "all"]) == "none":
                 return {"neuron_auto_cast_type": None}
             trial.suggest_categorical("neuron_auto_cast_type", ["bf16", "fp8_e4m3"])
-        return None
+        return owned
 
     return space
+
+
+def searched_instance_types(text: str, args, platform: str) -> tuple[str, ...]:
+    """--instance-types, checked before anything starts: CPU types of the price table, on
+    a cluster, for the cpu platform, with no other price basis given."""
+    types = tuple(t.strip() for t in text.split(",") if t.strip())
+    cpu_types = [t for t, price in PRICE_TABLE.items() if not price.accelerators and not t.startswith("m7i")]
+    for kind in types:
+        if kind not in cpu_types:
+            raise ConfigError("--instance-types", f"CPU instance types of the price table ({', '.join(cpu_types)}), "
+                                                  "comma-separated", kind)
+    if len(types) < 2 or len(set(types)) != len(types):
+        raise ConfigError("--instance-types", "two or more different instance types, comma-separated", text)
+    if not args.address:
+        raise ConfigError("--instance-types", "given with --address (a cluster that has those node types)", text,
+                          "Locally there is one machine: its type is not a choice.")
+    if platform != "cpu" or args.instance_type or args.price_per_hour is not None:
+        raise ConfigError("--instance-types", "with --platform cpu and neither --instance-type nor --price-per-hour "
+                          "(each trial is priced by its own type from the price table)", text)
+    return types
 
 
 def base_config(platform: str, smoke: bool, cpus: int, instance_type, seed: int,
@@ -162,10 +189,17 @@ def main():
     parser.add_argument("--precompile", type=int, default=0, metavar="N",
                         help="neuron: before the first trial, compile the first N configs the search will propose "
                              "with neuron_parallel_compile into --compile-cache (at most TPE's start-up count)")
+    parser.add_argument("--instance-types", default=None, metavar="TYPE,TYPE",
+                        help="on a cluster (--address), search the node type too (cpu platform, types of the price "
+                             "table, e.g. c7i.xlarge,c7i.2xlarge): each trial runs on, owns and is priced by the type "
+                             "it draws; the sweep ranks throughput and $ per 1M samples together (their Pareto front)")
     add_measurement_flags(parser)
     args = parser.parse_args()
 
     platform, platform_note = platform_from_args(args)
+    instance_types = searched_instance_types(args.instance_types, args, platform) if args.instance_types else None
+    if instance_types:  # the first type pins the baseline and names the price table's basis
+        args.instance_type = instance_types[0]
     if args.address and platform in ("neuron", STANDIN_NAME) and not args.instance_type:
         # On a cluster the driver's own instance (the head) is not where trials run: the
         # compiler target, the price and the node type the autoscaler starts all come from this.
@@ -177,6 +211,9 @@ def main():
     on_node_type = args.address and args.instance_type in PRICE_TABLE
     cpus = args.cpus_per_worker or (PRICE_TABLE[args.instance_type].vcpus if on_node_type else os.cpu_count()) or 1
     basis, cost_note = cost_basis(args)
+    if instance_types:
+        cost_note = (f"price basis: each trial at its node type's price ({', '.join(instance_types)}), "
+                     f"price table {basis.source.removeprefix('price table ')}")
     instance_type = args.instance_type or (basis and basis.instance_type)
     sweep = Sweep(
         name="neuron_vit",
@@ -185,8 +222,10 @@ def main():
                                                 args.compile_cache,
                                                 pin_instance_type=args.instance_type if args.address else None,
                                                 nan_capture=args.nan_capture), args),
-        space=make_space(platform, args.smoke, cpus, instance_type, nan_capture=args.nan_capture),
-        objectives=[Objective("throughput_samples_per_s", "max")],
+        space=make_space(platform, args.smoke, cpus, instance_type, nan_capture=args.nan_capture,
+                         instance_types=instance_types),
+        objectives=[Objective("throughput_samples_per_s", "max"),
+                    *([Objective("usd_per_1m_samples", "min")] if instance_types else [])],
         metrics=TRAINING_METRICS,
         cost=basis, cost_note=cost_note, platform_note=platform_note,
         before_trials=functools.partial(precompile, count=args.precompile, basis=basis) if args.precompile else None,

@@ -76,3 +76,21 @@ class ClusterWatch(Callback):
             text += (f"; trials waited for a place {max(self.waits_s):.1f} s at most, "
                      f"{statistics.median(self.waits_s):.1f} s median ({len(self.waits_s)} trials)")
         return text + f"; {len(alive)} node{'s' * (len(alive) != 1)} up at the end (head included)"
+
+
+def by_node_type(records, metric: str, mode: str) -> str:
+    """How each node type the trials ran on did: its trials and its best by ``metric``,
+    with that trial's price per 1M samples; "" when they all ran on one type (or none)."""
+    from accelsweep.sweeps.driver.report import best_record
+
+    kinds = sorted({r.result.get("node_type") for r in records if r.result.get("node_type")})
+    if len(kinds) < 2:
+        return ""
+    parts = []
+    for kind in kinds:
+        on_it = [r for r in records if r.result.get("node_type") == kind]
+        best = best_record(on_it, metric, mode)
+        figures = (f"best {best.metric(metric):.4g} {metric} at ${best.metric('usd_per_1m_samples'):.4g} per 1M "
+                   f"samples (trial {best.number})" if best else "none measured")
+        parts.append(f"  {kind}: {len(on_it)} trial{'s' * (len(on_it) != 1)}, {figures}")
+    return "\n".join(["by node type:", *parts])

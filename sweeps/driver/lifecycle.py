@@ -48,7 +48,7 @@ from accelsweep.sweeps.driver.plan import (
     startup_trials,
     trial_limits_of,
 )
-from accelsweep.sweeps.driver.cluster_watch import ClusterWatch
+from accelsweep.sweeps.driver.cluster_watch import ClusterWatch, by_node_type
 from accelsweep.sweeps.driver.preflight import check_ray_address
 from accelsweep.sweeps.driver.record.secrets import (
     mlflow_credentials_hidden,
@@ -575,8 +575,9 @@ def _finish(plan: Plan, run: _Run, tracker, status: str, elapsed_s: float,
                    searched_out=searched_out(run.callback.sweep_token), confirmations=confirmed_records,
                    confirm_note=confirm_note, goal_reached=run.callback.goal_reached or "")
     cluster_line = run.cluster_watch.line() if run.cluster_watch is not None else ""
-    if cluster_line:
-        text += "\n" + cluster_line
+    for line in (cluster_line, by_node_type(records, first_metric, first_mode)):
+        if line:
+            text += "\n" + line
     figures = {**parent_metrics, "trials": len(records), "elapsed_s": elapsed_s,  # the report's time is the console's
                "failed_trials": sum(r.status == FAILED for r in records),
                "rejected_trials": sum(r.status == REJECTED for r in records),
