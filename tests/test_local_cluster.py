@@ -1,0 +1,170 @@
+"""The cluster path on one machine: Ray's own autoscaler, with its fake provider, launching
+cluster.yaml's node types as sweeps ask for them (sweeps/driver/local_cluster.py).
+
+One cluster for the module, on a free loopback port, idle nodes stopped after a few
+seconds. What is checked is the cluster's behaviour (which node type starts, where
+trials land, how they are priced, nodes going back to zero, nothing left after `down`),
+never a speed: every fake node shares this machine's two cores.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+
+import pytest
+import yaml
+
+from accelsweep.sweeps.driver import local_cluster
+from accelsweep.trainables.cost import PRICE_TABLE
+from accelsweep.trainables.processes import process_table
+from tests.conftest import ACCELSWEEP
+
+IDLE_TIMEOUT_S = 5.0
+SWEEP_TIMEOUT_S = 240
+
+
+def test_the_node_types_are_cluster_yamls_with_the_resources_aws_nodes_report():
+    with open(local_cluster.repository_cluster_yaml()) as cluster_file:
+        cluster = yaml.safe_load(cluster_file)
+    config = local_cluster.autoscaling_config(cluster, 6390, idle_timeout_s=30)
+    types = config["available_node_types"]
+    workers = {name for name in cluster["available_node_types"] if name != cluster["head_node_type"]}
+    assert set(types) == workers | {local_cluster.HEAD_TYPE}
+    assert all(types[name]["min_workers"] == 0 and types[name]["max_workers"] ==
+               cluster["available_node_types"][name]["max_workers"] for name in workers)
+    # Ray's Neuron map counts the cores, as on AWS; the price table agrees with it.
+    assert types["trn1-32xlarge"]["resources"] == {"CPU": 128, "neuron_cores": 32, "instance_type:trn1.32xlarge": 1,
+                                                   "accelerator_type:aws-neuron-core": 1}
+    assert types["c7i-2xlarge"]["resources"] == {"CPU": 8, "instance_type:c7i.2xlarge": 1}
+    for name in workers:
+        resources = types[name]["resources"]
+        instance_type = cluster["available_node_types"][name]["node_config"]["InstanceType"]
+        assert resources.get("neuron_cores", 0) == PRICE_TABLE[instance_type].accelerators.get("neuron_cores", 0)
+    assert config["provider"]["gcs_address"] == "127.0.0.1:6390" and config["idle_timeout_minutes"] == 0.5
+
+
+def test_a_gpu_type_gets_rays_gpu_count_and_accelerator_type():
+    assert local_cluster.node_resources("g5.xlarge", {"instance_type:g5.xlarge": 1}) == {
+        "CPU": 4, "GPU": 1, "accelerator_type:A10G": 1, "instance_type:g5.xlarge": 1}
+
+
+def test_a_type_the_instance_table_lacks_is_refused_by_name():
+    with pytest.raises(Exception, match="InstanceType must be one of .*got 'm5.large'"):
+        local_cluster.node_resources("m5.large", {})
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    port = _free_port()
+    before = local_cluster._recorded_address()
+    started = local_cluster.up(port=port, idle_timeout_s=IDLE_TIMEOUT_S, record_address=False)
+    try:
+        yield started
+    finally:
+        local_cluster.down(port)
+    # Nothing of it is left, and `--address auto` still means what it meant before.
+    assert not [pid for pid in process_table(include_zombies=False)
+                if started.session_dir in " ".join(_args(pid))], "processes of the cluster left running"
+    assert not _listening(port)
+    assert local_cluster._recorded_address() == before
+
+
+def _args(pid: int) -> list[str]:
+    from accelsweep.trainables.processes import command_line
+
+    return command_line(pid) or []
+
+
+def _sweep(cluster, tmp_path, *flags) -> subprocess.CompletedProcess:
+    # --address auto through $RAY_ADDRESS, the way a head's own `ray start` is found.
+    env = {**os.environ, "RAY_ADDRESS": cluster.address, "RAY_AUTH_MODE": "disabled"}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    done = subprocess.run([ACCELSWEEP, "run", "neuron_vit", "--smoke", "--address", "auto", "--platform", "cpu",
+                           "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db", "--storage-path", str(tmp_path / "ray"),
+                           *flags], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=SWEEP_TIMEOUT_S)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done
+
+
+def _runs(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()], max_results=100)
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    trials = [r for r in runs if "mlflow.parentRunId" in r.data.tags and r.data.tags.get("status") != "reused"]
+    return parents, trials
+
+
+def _nodes(cluster) -> dict[str, int]:
+    line = local_cluster.status_line(cluster)
+    return dict((kind, int(n)) for kind, n in (part.rsplit(" x", 1) for part in line.split(", ")))
+
+
+@pytest.mark.slow
+def test_the_used_by_line_launches_the_type_asked_for_and_prices_each_trial_by_it(cluster, tmp_path):
+    """`neuron_vit --address auto --platform cpu --instance-type c7i.2xlarge` against a
+    cluster of no worker nodes: the autoscaler starts a c7i.2xlarge, every trial runs
+    there (its node and type in its run), at that type's price, and the nodes go back to
+    zero when idle."""
+    assert _nodes(cluster) == {"head": 1}
+    done = _sweep(cluster, tmp_path, "--instance-type", "c7i.2xlarge", "--cpus-per-worker", "1",
+                  "--num-samples", "2")
+    parents, trials = _runs(tmp_path)
+    assert trials and all(t.data.tags["node_type"] == "c7i.2xlarge" for t in trials)
+    from ray.autoscaler._private.fake_multi_node.node_provider import FAKE_HEAD_NODE_ID as head_id
+
+    assert all(t.data.tags["node_id"] and t.data.tags["node_id"] != head_id for t in trials)
+    for trial in trials:  # 1 of the node's 8 vCPUs at c7i.2xlarge's price
+        assert trial.data.metrics["usd_per_hour"] == pytest.approx(PRICE_TABLE["c7i.2xlarge"].usd_per_hour / 8)
+        assert trial.data.tags["cost_basis"].startswith("c7i.2xlarge at $0.357/h")
+    assert "cluster: 1 node launched (c7i.2xlarge x1); trials waited for a place" in done.stdout
+    assert parents[0].data.tags["cluster"].startswith("cluster: 1 node launched (c7i.2xlarge x1)")
+    # Idle for IDLE_TIMEOUT_S, then stopped: the autoscaler updates every 5 s.
+    assert local_cluster.wait_for(lambda: _nodes(cluster) == {"head": 1}, timeout_s=60, poll_s=2), _nodes(cluster)
+
+
+@pytest.mark.slow
+def test_instance_type_searched_launches_each_type_and_compares_them(cluster, tmp_path):
+    """--instance-types c7i.xlarge,c7i.2xlarge: both types launched as trials draw them,
+    each trial owning and priced by its own type's node, and the summary comparing them."""
+    done = _sweep(cluster, tmp_path, "--instance-types", "c7i.xlarge,c7i.2xlarge", "--num-samples", "4",
+                  "--max-concurrent", "2", "--seed", "0")
+    _, trials = _runs(tmp_path)
+    seen = {t.data.tags["node_type"] for t in trials}
+    assert seen == {"c7i.xlarge", "c7i.2xlarge"}
+    for trial in trials:
+        kind = trial.data.tags["node_type"]
+        assert trial.data.params["instance_type"] == kind  # it ran where it asked to
+        assert trial.data.params["threads"] == str(PRICE_TABLE[kind].vcpus)  # and owned the node
+        assert trial.data.metrics["usd_per_hour"] == pytest.approx(PRICE_TABLE[kind].usd_per_hour)
+    assert "by node type:\n  c7i.2xlarge: " in done.stdout and "\n  c7i.xlarge: " in done.stdout
+
+
+def test_searched_instance_types_are_checked_before_anything_starts(tmp_path):
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    cases = [(["--instance-types", "c7i.xlarge,c7i.2xlarge"], "given with --address"),
+             (["--address", "127.0.0.1:1", "--instance-types", "c7i.xlarge,trn1.2xlarge"],
+              "--instance-types must be CPU instance types of the price table"),
+             (["--address", "127.0.0.1:1", "--instance-types", "c7i.xlarge"], "two or more different")]
+    for flags, said in cases:
+        started = time.monotonic()
+        done = subprocess.run([ACCELSWEEP, "run", "neuron_vit", "--platform", "cpu", *flags], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode != 0 and said in done.stderr, done.stderr
+        assert time.monotonic() - started < 60
