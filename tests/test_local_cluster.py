@@ -112,7 +112,10 @@ def _runs(tmp_path):
 
 
 def _nodes(cluster) -> dict[str, int]:
+    """The cluster's live nodes by type; {} while it cannot say."""
     line = local_cluster.status_line(cluster)
+    if line.startswith("could not ask it"):
+        return {}
     return dict((kind, int(n)) for kind, n in (part.rsplit(" x", 1) for part in line.split(", ")))
 
 
@@ -122,7 +125,7 @@ def test_the_used_by_line_launches_the_type_asked_for_and_prices_each_trial_by_i
     cluster of no worker nodes: the autoscaler starts a c7i.2xlarge, every trial runs
     there (its node and type in its run), at that type's price, and the nodes go back to
     zero when idle."""
-    assert _nodes(cluster) == {"head": 1}
+    assert local_cluster.wait_for(lambda: _nodes(cluster) == {"head": 1}, timeout_s=30, poll_s=1), _nodes(cluster)
     done = _sweep(cluster, tmp_path, "--instance-type", "c7i.2xlarge", "--cpus-per-worker", "1",
                   "--num-samples", "2")
     parents, trials = _runs(tmp_path)
@@ -168,3 +171,55 @@ def test_searched_instance_types_are_checked_before_anything_starts(tmp_path):
                               capture_output=True, text=True, timeout=120)
         assert done.returncode != 0 and said in done.stderr, done.stderr
         assert time.monotonic() - started < 60
+
+
+def _node_processes(node_id: str) -> list[int]:
+    """The raylet of the fake node ``node_id`` and every process below it."""
+    from accelsweep.trainables.processes import descendants
+
+    table = process_table(include_zombies=False)
+    raylets = [pid for pid in table if f"--node_id={node_id}" in _args(pid)]
+    return sorted(descendants(table, raylets))
+
+
+@pytest.mark.slow
+def test_a_worker_node_killed_mid_trial_is_replaced_and_the_trial_retried(cluster, tmp_path):
+    """The node a trial runs on dies (its raylet and everything below it killed): the
+    autoscaler replaces the node, the trial runs again there, and the sweep ends with
+    one run per trial, none left RUNNING."""
+    import signal
+    import threading
+
+    from ray.autoscaler._private.fake_multi_node.node_provider import FAKE_HEAD_NODE_ID
+
+    killed: list[str] = []
+
+    def kill_the_first_worker_node():
+        def worker_node():
+            running = [pid for pid in process_table(include_zombies=False)
+                       if any(a.startswith("--node_id=") and FAKE_HEAD_NODE_ID not in a for a in _args(pid))]
+            return running[0] if running else None
+
+        if not local_cluster.wait_for(lambda: worker_node() is not None, timeout_s=120, poll_s=0.5):
+            return
+        time.sleep(8)  # the trial is under way on it: its process started, its model built
+        node_id = next(a.split("=", 1)[1] for a in _args(worker_node()) if a.startswith("--node_id="))
+        for pid in _node_processes(node_id):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        killed.append(node_id)
+
+    killer = threading.Thread(target=kill_the_first_worker_node, daemon=True)
+    killer.start()
+    done = _sweep(cluster, tmp_path, "--instance-type", "c7i.2xlarge", "--cpus-per-worker", "1", "--num-samples", "1",
+                  "--windows", "4", "--window-s", "5", "--retries", "2")
+    killer.join(timeout=10)
+    assert killed, "no worker node came up to kill"
+    parents, trials = _runs(tmp_path)
+    assert len(trials) == 1 and trials[0].info.status == "FINISHED", done.stdout[-3000:]
+    assert trials[0].data.tags.get("retries") == "1"
+    assert trials[0].data.tags["node_id"] != killed[0]  # it finished on the replacement
+    assert "cluster: 2 nodes launched (c7i.2xlarge x2)" in done.stdout
+    assert parents[0].info.status == "FINISHED"

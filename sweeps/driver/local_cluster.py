@@ -7,7 +7,8 @@ node types on demand, each node a set of processes here.
     accelsweep cluster down                  # every process of it stopped
 
 The autoscaler is Ray's, unchanged; only its node provider is the fake multi-node one
-Ray ships for testing (``RAY_FAKE_CLUSTER=1``, provider type ``fake_multinode``): where
+Ray ships for testing (``RAY_FAKE_CLUSTER=1``; local_node_provider.py marks its nodes set
+up, so that a node that dies is replaced as on AWS): where
 the AWS provider would boot an EC2 instance, it starts a raylet here with the resources
 that instance would report. The node types are cluster.yaml's ``available_node_types``
 (read here, so the two cannot drift), each with the resources Ray's AWS provider gives
@@ -45,6 +46,7 @@ from accelsweep.trainables.placement import node_type_of
 LOOPBACK = "127.0.0.1"
 DEFAULT_PORT = 6379
 DEFAULT_IDLE_TIMEOUT_S = 60.0  # cluster.yaml says 10 minutes: too long to watch on a laptop
+PROVIDER = "accelsweep.sweeps.driver.local_node_provider.LocalNodeProvider"  # Ray's fake one, nodes set up
 HEAD_TYPE = "ray.head.default"  # the fake provider tags its head with this type name
 START_TIMEOUT_S = 60.0
 # The environment of every process of the cluster (the autoscaler passes it to the nodes).
@@ -110,7 +112,7 @@ def autoscaling_config(cluster: Mapping[str, Any], port: int, idle_timeout_s: fl
         "rsync_filter")}
     return {"cluster_name": f"{cluster['cluster_name']}-local", "max_workers": cluster["max_workers"],
             "upscaling_speed": cluster.get("upscaling_speed", 1.0), "idle_timeout_minutes": idle_timeout_s / 60,
-            "provider": {"type": "fake_multinode", "use_node_id_as_ip": True, "disable_node_updaters": True,
+            "provider": {"type": "external", "module": PROVIDER, "use_node_id_as_ip": True, "disable_node_updaters": True,
                          "disable_launch_config_check": True, "gcs_address": f"{LOOPBACK}:{port}"},
             "auth": {"ssh_user": "ubuntu"}, "available_node_types": types, "head_node_type": HEAD_TYPE,
             "file_mounts": {}, "file_mounts_sync_continuously": False, **nothing}
