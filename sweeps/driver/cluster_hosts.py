@@ -457,8 +457,13 @@ def listening_sockets(namespace: str) -> list[str]:
 
 
 def head_reachable(timeout: float = 2.0) -> bool:
-    """Whether the head's GCS port answers from the root namespace, over the bridge."""
-    with contextlib.suppress(OSError), socket.create_connection((HEAD_ADDRESS, GCS_PORT), timeout=timeout):
+    """Whether the head's GCS port answers from the root namespace, over the bridge. The
+    socket is bound to the bridge's address first: without the bridge that fails, and no
+    packet takes the machine's default route to whatever answers there for 10.77.0.1."""
+    with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.settimeout(timeout)
+        probe.bind((BRIDGE_ADDRESS, 0))
+        probe.connect((HEAD_ADDRESS, GCS_PORT))
         return True
     return False
 
