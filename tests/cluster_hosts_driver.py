@@ -4,7 +4,7 @@ its own host, and the head is the driver's host, as on a real cluster. Each prin
 JSON line last.
 
     ip netns exec asw-head python -m tests.cluster_hosts_driver nodes <head address> <host> ...
-    ip netns exec asw-head python -m tests.cluster_hosts_driver dp <head address> <tracking uri> <storage>
+    ip netns exec asw-head python -m tests.cluster_hosts_driver dp <head address> <tracking uri> <storage> [PACK]
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ def nodes(head_address: str, worker_hosts: list[str]) -> dict:
     return {"alive": alive, "landed": landed, "driver": where_am_i()}
 
 
-def data_parallel(head_address: str, tracking_uri: str, storage: str) -> dict:
-    """One trial of the CPU training loop with two workers, one per worker host (STRICT_SPREAD),
-    DDP over gloo between the hosts; the smallest model and measurement of tests/test_workers.py."""
+def data_parallel(head_address: str, tracking_uri: str, storage: str, placement: str = "STRICT_SPREAD") -> dict:
+    """One trial of the CPU training loop with two workers, DDP over gloo; STRICT_SPREAD puts
+    one on each worker host. The smallest model and measurement of tests/test_workers.py."""
     from accelsweep.sweeps.driver.api import Sweep, run_sweep
     from accelsweep.trainables.config import TrialConfig
     from accelsweep.trainables.trainable import train_trainable
@@ -48,7 +48,7 @@ def data_parallel(head_address: str, tracking_uri: str, storage: str) -> dict:
     result = run_sweep(Sweep(
         name="hosts_dp", trainable=train_trainable,
         base=TrialConfig.make(model="vit-micro", workers=2, cpus_per_worker=1, batch_size=BATCH_SIZE, warmup_steps=2,
-                              window_min_steps=3, window_min_s=0.3, windows=2, placement_strategy="STRICT_SPREAD"),
+                              window_min_steps=3, window_min_s=0.3, windows=2, placement_strategy=placement),
         space=lambda trial: {"batch_size": trial.suggest_categorical("batch_size", [BATCH_SIZE])},
         num_samples=1, scheduler="none", tracking_uri=tracking_uri, storage_path=storage, address=head_address,
         print_line=lines.append,
