@@ -99,6 +99,15 @@ def test_a_two_worker_trial_runs_one_rank_per_host_over_gloo(cluster, tmp_path):
     assert trial.data.metrics["workers_reporting"] == 2
 
 
+def test_a_second_up_is_refused_and_leaves_the_first_alone(cluster):
+    with pytest.raises(cluster_hosts.HostsUnavailable, match="exist already .* run `python -m "
+                                                             "accelsweep.sweeps.driver.cluster_hosts down` first"):
+        cluster_hosts.up()
+    assert cluster_hosts.existing_namespaces() == sorted(host.name for host in cluster.hosts)
+    assert all(cluster.processes().values())
+    assert os.path.exists(cluster.token_path)
+
+
 def test_nothing_is_left_after_down(cluster, user_token_before):
     pids = {pid: stat_of(pid) for pid in cluster_hosts.cluster_processes()}
     assert pids, "the cluster had no processes to stop"
