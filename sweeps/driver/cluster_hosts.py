@@ -307,6 +307,8 @@ def node_env(cluster: HostsCluster, host: Host) -> dict[str, str]:
 
 
 def _start_ray(cluster: HostsCluster, host: Host) -> None:
+    # No `ray stop` first, unlike cluster.yaml: on this machine it would stop every Ray
+    # instance, other users' included. `up` refuses to start beside anything of its own instead.
     common = [f"--node-ip-address={host.address}", f"--object-manager-port={OBJECT_MANAGER_PORT}",
               f"--num-cpus={host.cpus}", f"--resources={json.dumps({host.resource: 1})}",
               f"--object-store-memory={OBJECT_STORE_BYTES}", "--disable-usage-stats",
