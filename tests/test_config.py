@@ -28,6 +28,8 @@ from accelsweep.trainables.platforms.neuron import NeuronKnobs
     ({"threads": 4, "cpus_per_worker": 2}, "threads", ["<= cpus_per_worker (2)", "got 4"]),
     ({"window_min_s": -1.0}, "window_min_s", [">= 0"]),
     ({"windows": 0}, "windows", ["got 0"]),
+    ({"workers": 2, "placement_strategy": "spread"}, "placement_strategy",
+     ["PACK, SPREAD, STRICT_PACK, STRICT_SPREAD", "got 'spread'"]),
 ])
 def test_bad_values_name_field_allowed_values_and_given_value(changes, field, fragments):
     with pytest.raises(ConfigError) as caught:

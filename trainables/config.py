@@ -38,6 +38,8 @@ __all__ = ["DictConfig", "TrialConfig"]
 # inductor with mode="reduce-overhead" (its kernels replayed as CUDA graphs) (Platform.compile).
 COMPILE_MODES = ("none", "inductor", "max-autotune", "reduce-overhead", "openxla")
 DEFAULT_WORKLOAD = "image-classification"
+# Ray's placement-group strategies, which Ray Train applies to a trial's workers.
+PLACEMENT_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 INSTANCE_TYPE_PATTERN = re.compile(r"[a-z][a-z0-9-]*\.[a-z0-9-]+")
 
 
@@ -71,6 +73,10 @@ class TrialConfig:
     torch_compile: str = "none"
     workers: int = 1  # data-parallel workers (processes); > 1 runs a Ray Train TorchTrainer
     cpus_per_worker: int = 1  # CPUs each worker holds (Ray resource and cost share)
+    # Where Ray puts a trial's workers (workers > 1; one worker is placed alike by all):
+    # PACK (Ray Train's default) fills a node before the next, STRICT_SPREAD puts each
+    # worker on a node of its own (data-parallel across hosts), SPREAD does where it can.
+    placement_strategy: str = "PACK"
     # The cluster node type trials must run on (Ray resource "instance_type:<type>", which
     # cluster.yaml gives each worker type): with several node types in one cluster, the
     # autoscaler starts the one the sweep is priced and compiled for. None: any node.
@@ -119,6 +125,8 @@ class TrialConfig:
         one_of("torch_compile", self.torch_compile, COMPILE_MODES)
         positive_int("workers", self.workers)
         positive_int("cpus_per_worker", self.cpus_per_worker)
+        one_of("placement_strategy", self.placement_strategy, PLACEMENT_STRATEGIES,
+               "Ray's placement-group strategies: STRICT_SPREAD puts each worker on a different node.")
         if self.instance_type is not None and not (isinstance(self.instance_type, str)
                                                    and INSTANCE_TYPE_PATTERN.fullmatch(self.instance_type)):
             raise ConfigError("instance_type", "an EC2 instance type such as trn1.2xlarge, or None", self.instance_type)

@@ -8,7 +8,7 @@ other workers on step counts and adds up what they measured.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 
 @dataclass(frozen=True)
@@ -36,3 +36,30 @@ class World:
                               device=device)
         dist.all_reduce(tensor, op=reduce_op)
         return [float(v) for v in tensor.cpu()]
+
+    def gather(self, value: Any) -> list:
+        """Every worker's ``value``, by rank (every worker calls it at the same point)."""
+        if self.size == 1:
+            return [value]
+        import torch.distributed as dist
+
+        gathered: list = [None] * self.size
+        dist.all_gather_object(gathered, value)
+        return gathered
+
+    def placement_tags(self) -> dict[str, str]:
+        """Where the workers ran, by rank: the address of each one's node (Ray's node
+        address), so a trial across hosts says which hosts. Every worker calls it; none
+        for a trial of one worker (its node is Tune's ``node_ip``)."""
+        if self.size == 1:
+            return {}
+        return {"worker_nodes": ",".join(self.gather(node_address()))}
+
+
+def node_address() -> str:
+    """This process's node as Ray knows it (its address), else the machine's name."""
+    import socket
+
+    import ray
+
+    return ray.util.get_node_ip_address() if ray.is_initialized() else socket.gethostname()

@@ -136,7 +136,8 @@ def _measure(config: TrialConfig, report, usd_per_hour: float, platform, workloa
     compiles.warmed_up()
     min_steps, min_seconds = trial.window_bounds(warmup_step_s)
     unit = workload.unit
-    trial_tags = platform.trial_tags(device)  # once: a platform may gather them over the workers
+    # Once: a platform may gather them over the workers.
+    trial_tags = {**platform.trial_tags(device), **world.placement_tags()}
     stats = WindowStats(samples_per_step=config.batch_size,
                         host_clock_times_steps=platform.host_clock_times_steps)
     # The machine's own speed, probed between windows (outside them): a figure taken

@@ -62,7 +62,9 @@ class NeuronStandinPlatform(CpuPlatform):
     def trial_tags(self, device: "torch.device") -> dict[str, str]:
         """Which NeuronCores this trial's workers were given (Ray's accelerator ids, gathered
         from every worker), and what the variable says that the Neuron runtime would read."""
-        by_worker = _gather(held_neuron_cores())
+        from accelsweep.trainables.loop.distributed import World
+
+        by_worker = World.current().gather(held_neuron_cores())  # by rank
         held = sorted({core for cores in by_worker for core in cores}, key=int)
         return {"standin": STANDIN_NOTE,
                 "neuron_cores_held": ",".join(held),
@@ -87,14 +89,3 @@ def held_neuron_cores() -> list[str]:
     if not ray.is_initialized():
         return []
     return sorted(ray.get_runtime_context().get_accelerator_ids().get("neuron_cores", []), key=int)
-
-
-def _gather(cores: list[str]) -> list[list[str]]:
-    """Every worker's cores, by rank (each worker calls this at the same point)."""
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return [cores]
-    gathered: list = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, cores)
-    return gathered
