@@ -7,6 +7,7 @@
     accelsweep report SWEEP                     # rebuild a sweep's report from MLflow
     accelsweep compare SWEEP SWEEP ...          # sweeps' best configs side by side
     accelsweep cluster up|down|status           # try the cluster path on this machine
+    accelsweep hosts up|down|status             # several hosts on this machine (namespaces)
 
 ``accelsweep run NAME ARGS`` is ``python sweeps/NAME.py ARGS`` from any directory: the
 study runs as its own ``__main__`` with ARGS as its command line, so its flags, output
@@ -29,6 +30,8 @@ TOOLS = {
                 "accelsweep.sweeps.compare"),
     "cluster": ("up|down|status: a local cluster of cluster.yaml's node types, launched on demand by Ray's "
                 "autoscaler", "accelsweep.sweeps.driver.local_cluster"),
+    "hosts": ("up|down|status: a Ray cluster across network namespaces on this machine (root)",
+              "accelsweep.sweeps.driver.cluster_hosts"),
 }
 
 USAGE = f"""usage: accelsweep <command> [args]

@@ -1,9 +1,9 @@
 """Several hosts on one machine: a Ray cluster whose head and worker nodes each live in a
 network namespace of their own, with their own address, joined by a bridge.
 
-    sudo .venv/bin/python -m accelsweep.sweeps.driver.cluster_hosts up       # head + 2 workers
-    sudo .venv/bin/python -m accelsweep.sweeps.driver.cluster_hosts status
-    sudo .venv/bin/python -m accelsweep.sweeps.driver.cluster_hosts down     # also after a crashed up
+    accelsweep hosts up     # head + 2 workers
+    accelsweep hosts status
+    accelsweep hosts down   # also after a crashed up
 
     with hosts_cluster() as cluster:      # always torn down, however the block ends
         cluster.run("asw-head", [sys.executable, "my_driver.py", cluster.head_address],
@@ -553,7 +553,7 @@ def _clean_env() -> dict[str, str]:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(
-        prog=f"python -m {__spec__.name if __spec__ else 'accelsweep.sweeps.driver.cluster_hosts'}",
+        prog="accelsweep hosts",
         description="A Ray cluster across network namespaces on this machine: a head and worker 'hosts', "
                     f"each with its own address in {SUBNET}, token auth on. Needs root.")
     commands = parser.add_subparsers(dest="command", required=True)
