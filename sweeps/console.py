@@ -20,7 +20,8 @@ import sys
 from typing import Optional, Sequence
 
 from accelsweep.sweeps.driver.cli import fail
-from accelsweep.sweeps.driver.studies import STUDIES, run_study
+from accelsweep.sweeps.driver.detach import detach
+from accelsweep.sweeps.driver.studies import STUDIES, run_study, study_target
 from accelsweep.trainables.errors import ConfigError
 
 # name -> (what it does, the module it runs); run is handled apart (it takes a study)
@@ -38,12 +39,21 @@ USAGE = f"""usage: accelsweep <command> [args]
 
 commands:
   run STUDY|SCRIPT.py [flags]   run a study by name, or your own sweep script
-                                (flags: accelsweep run STUDY --help)
+                                (flags: accelsweep run STUDY --help; --detach first: a driver
+                                that outlives the terminal, its output in a log file)
   studies                       list the built-in studies and where each runs
 {chr(10).join(f"  {name:<28}  {what}" for name, (what, _) in TOOLS.items())}
                                 (args: accelsweep {'|'.join(TOOLS)} --help)
 
 Docs: the README and docs/ (mkdocs serve) in the repository.
+"""
+
+
+RUN_USAGE = """usage: accelsweep run [--detach] STUDY|SCRIPT.py [flags]
+
+  --detach   run the sweep's driver as a process of its own, its output in a log file: closing the
+             terminal (an SSH session to a cluster's head) does not end it; --resume continues it if killed
+
 """
 
 
@@ -65,10 +75,17 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     if command == "studies":
         print(list_studies())
     elif command == "run":
+        detached = bool(rest) and rest[0] == "--detach"
+        if detached:
+            rest = rest[1:]
         if not rest or rest[0] in ("-h", "--help"):
-            print("usage: accelsweep run STUDY|SCRIPT.py [flags]\n\n" + list_studies())
+            print(RUN_USAGE + list_studies())
             return
         try:
+            if detached:
+                study_target(rest[0])  # an unknown study is refused here, not in a log file
+                detach(rest)
+                return
             run_study(rest[0], rest[1:])
         except ConfigError as error:  # the study's name; its own flags are its own script's to refuse
             fail(error)

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import os
 import subprocess
-import tempfile
 import sys
+import tempfile
+import time
 
 import pytest
 
@@ -43,6 +44,20 @@ def test_an_unknown_study_or_command_is_refused_naming_the_choices(tmp_path):
     assert "study must be one of neuron_vit, cpu_resnet" in done.stderr and "'neuron_vitt'" in done.stderr
     done = accelsweep("sweep", cwd=tmp_path)
     assert done.returncode == 2 and "command must be one of run, studies, report, compare" in done.stderr
+    done = accelsweep("run", "--detach", "neuron_vitt", cwd=tmp_path)  # refused here, not in a detached log
+    assert done.returncode == 2 and "'neuron_vitt'" in done.stderr and not os.listdir(tmp_path)
+
+
+def test_a_detached_run_says_where_its_output_is_and_writes_it_there(tmp_path):
+    done = accelsweep("run", "--detach", "neuron_vit", "--smoke", "--dry-run", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    log = next(line.split("output in ")[1] for line in done.stdout.splitlines() if "output in " in line)
+    assert os.path.dirname(log) == str(tmp_path) and "--resume" in done.stdout
+    pid = int(done.stdout.split("pid ")[1].split(";")[0])
+    deadline = time.monotonic() + 120
+    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert "sweep 'neuron_vit' on platform 'cpu'" in open(log).read()  # the dry run's plan, from the detached driver
 
 
 @pytest.mark.slow

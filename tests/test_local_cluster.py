@@ -223,3 +223,42 @@ def test_a_worker_node_killed_mid_trial_is_replaced_and_the_trial_retried(cluste
     assert trials[0].data.tags["node_id"] != killed[0]  # it finished on the replacement
     assert "cluster: 2 nodes launched (c7i.2xlarge x2)" in done.stdout
     assert parents[0].info.status == "FINISHED"
+
+
+@pytest.mark.slow
+def test_a_detached_driver_outlives_its_terminal_and_resume_finishes_it_after_a_kill(cluster, tmp_path):
+    """The driver on the head, started with --detach from a shell that is then hung up on
+    (an SSH session closing): it goes on. Killed outright mid-sweep, the same command with
+    --resume finishes the sweep: one run per trial, none left RUNNING."""
+    import re
+    import shlex
+    import signal
+
+    env = {**os.environ, "RAY_ADDRESS": cluster.address, "RAY_AUTH_MODE": "disabled"}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    study = ["neuron_vit", "--smoke", "--address", "auto", "--platform", "cpu", "--instance-type", "c7i.2xlarge",
+             "--cpus-per-worker", "1", "--num-samples", "3", "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db",
+             "--storage-path", str(tmp_path / "ray")]
+    terminal = subprocess.Popen(["bash", "-c", f"{ACCELSWEEP} run --detach {shlex.join(study)}; sleep 60"],
+                                cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    said = "".join(terminal.stdout.readline() for _ in range(2))
+    driver = int(re.search(r"pid (\d+); output in (\S+)", said).group(1))
+    log = re.search(r"output in (\S+)", said).group(1)
+    os.killpg(terminal.pid, signal.SIGHUP)  # the terminal goes
+    terminal.wait(timeout=10)
+    try:
+        assert local_cluster.wait_for(lambda: "[trial 1/3" in open(log).read(), timeout_s=150, poll_s=1), open(log).read()
+        assert os.path.exists(f"/proc/{driver}"), "the detached driver ended with its terminal"
+        os.kill(driver, signal.SIGKILL)  # the head process killed outright, mid-sweep
+    finally:
+        if os.path.exists(f"/proc/{driver}"):
+            os.kill(driver, signal.SIGKILL)
+    done = subprocess.run([ACCELSWEEP, "run", *study, "--resume"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=SWEEP_TIMEOUT_S)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    parents, trials = _runs(tmp_path)
+    assert [p.info.status for p in parents] == ["FINISHED"]
+    numbers = [t.data.tags["trial_number"] for t in trials]
+    assert sorted(numbers) == sorted(set(numbers)) and len(numbers) <= 3
+    assert all(t.info.status != "RUNNING" for t in trials)
+    assert all(t.data.tags.get("node_type") == "c7i.2xlarge" for t in trials if t.data.tags["status"] == "finished")

@@ -298,8 +298,9 @@ def utilisation_lines(best: TrialRecord, baseline: Optional[TrialRecord]) -> lis
         line += f"; the baseline at {baseline.metric('mfu'):.1%}"
     lines = [line]
     if math.isfinite(best.metric("mfu")):
+        theoretical = best.result.get("peak_theoretical_basis")  # absent from a run rebuilt on --resume
         lines.append(f"  peak: {best.result.get('peak_basis', '')}"
-                     + (f"; {best.result['peak_theoretical_basis']}" if best.result.get("peak_measured") else ""))
+                     + (f"; {theoretical}" if best.result.get("peak_measured") and theoretical else ""))
         per_item = best.metric("model_flops_per_item")
         lines.append(f"  model FLOPs: {per_item / 1e9:.4g} GFLOP per item, {best.result.get('flops_method', '')}")
     return lines
