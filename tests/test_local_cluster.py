@@ -71,7 +71,7 @@ def _listening(port: int) -> bool:
 def cluster():
     port = _free_port()
     before = local_cluster._recorded_address()
-    started = local_cluster.up(port=port, idle_timeout_s=IDLE_TIMEOUT_S, record_address=False)
+    started = local_cluster.up(port=port, idle_timeout_s=IDLE_TIMEOUT_S, record_address=False, node_timeout_s=10)
     try:
         yield started
     finally:

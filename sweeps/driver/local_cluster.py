@@ -144,11 +144,14 @@ class LocalCluster:
 
 
 def up(cluster_yaml: Optional[str] = None, port: int = DEFAULT_PORT,
-       idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S, record_address: bool = True) -> LocalCluster:
+       idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S, record_address: bool = True,
+       node_timeout_s: Optional[float] = None) -> LocalCluster:
     """Start the head (Ray's GCS, a raylet with the head type's CPUs, the autoscaler with
     the fake provider) on 127.0.0.1:``port``; no worker node until a task asks for one.
     ``record_address``: make it the cluster ``--address auto`` (and a bare ``ray.init()``)
-    joins, as ``ray start`` does; ``down`` puts back the one recorded before."""
+    joins, as ``ray start`` does; ``down`` puts back the one recorded before.
+    ``node_timeout_s``: how long a node may miss heartbeats before the autoscaler replaces
+    it (Ray's AUTOSCALER_HEARTBEAT_TIMEOUT_S; default Ray's 30 s)."""
     import yaml
 
     path = cluster_yaml or repository_cluster_yaml()
@@ -166,8 +169,10 @@ def up(cluster_yaml: Optional[str] = None, port: int = DEFAULT_PORT,
     command = [ray_command(), "start", "--head", f"--node-ip-address={LOOPBACK}", f"--port={port}",
                f"--autoscaling-config={config_path(port)}", f"--num-cpus={head_cpus(cluster)}", "--num-gpus=0",
                "--dashboard-host=127.0.0.1", "--disable-usage-stats"]
-    started = subprocess.run(command, env={**os.environ, **CLUSTER_ENV}, capture_output=True, text=True,
-                             timeout=START_TIMEOUT_S)
+    env = {**os.environ, **CLUSTER_ENV}
+    if node_timeout_s is not None:
+        env["AUTOSCALER_HEARTBEAT_TIMEOUT_S"] = str(max(1, round(node_timeout_s)))  # Ray reads an integer
+    started = subprocess.run(command, env=env, capture_output=True, text=True, timeout=START_TIMEOUT_S)
     running = find(port)
     if started.returncode != 0 or running is None:
         if running is not None:
