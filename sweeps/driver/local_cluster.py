@@ -279,10 +279,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--cluster-yaml", default=None, help="the node types to mirror (default: cluster.yaml)")
     parser.add_argument("--idle-timeout-s", type=float, default=DEFAULT_IDLE_TIMEOUT_S,
                         help="a worker node idle this long is stopped (default 60; cluster.yaml's is 10 minutes)")
+    parser.add_argument("--node-timeout-s", type=float, default=None,
+                        help="a node that misses heartbeats this long is replaced (default: Ray's 30)")
     args = parser.parse_args(argv)
     try:
         if args.action == "up":
-            cluster = up(args.cluster_yaml, args.port, args.idle_timeout_s)
+            cluster = up(args.cluster_yaml, args.port, args.idle_timeout_s, node_timeout_s=args.node_timeout_s)
             print(f"local cluster up at {cluster.address} (session {cluster.session_dir}); no worker nodes yet.\n"
                   f"node types (cluster.yaml): {describe_types(args.port)}\n"
                   f"run a sweep on it:  accelsweep run neuron_vit --address auto --platform cpu "
