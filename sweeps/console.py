@@ -8,6 +8,7 @@
     accelsweep compare SWEEP SWEEP ...          # sweeps' best configs side by side
     accelsweep cluster up|down|status           # try the cluster path on this machine
     accelsweep hosts up|down|status             # several hosts on this machine (namespaces)
+    accelsweep team-store up|down|status        # a team's record on PostgreSQL
 
 ``accelsweep run NAME ARGS`` is ``python sweeps/NAME.py ARGS`` from any directory: the
 study runs as its own ``__main__`` with ARGS as its command line, so its flags, output
@@ -33,6 +34,8 @@ TOOLS = {
                 "autoscaler", "accelsweep.sweeps.driver.local_cluster"),
     "hosts": ("up|down|status: a Ray cluster across network namespaces on this machine (root)",
               "accelsweep.sweeps.driver.cluster_hosts"),
+    "team-store": ("up|down|status: a team's record: PostgreSQL, an MLflow server on it, the studies' database",
+                   "accelsweep.sweeps.driver.team_store"),
 }
 
 USAGE = f"""usage: accelsweep <command> [args]

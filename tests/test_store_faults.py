@@ -257,7 +257,8 @@ def _bad_store(kind, tmp_path, stack):
         return f"postgresql://user:hunter2pw@127.0.0.1:{port}/mlflow", f"Nothing answers at 127.0.0.1:{port}"
     if kind == "a database server that does not answer (postgresql)":
         port = stack.enter_context(silent_listener())
-        expected = ("The database did not accept a connection" if importlib.util.find_spec("psycopg2")
+        # SQLAlchemy 2.1 takes psycopg (3) for postgresql://
+        expected = ("The database did not accept a connection" if importlib.util.find_spec("psycopg")
                     else "Its driver is not installed here")
         return f"postgresql://user:hunter2pw@127.0.0.1:{port}/mlflow", expected
     if kind == "a dangling symlink":

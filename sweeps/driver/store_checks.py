@@ -59,7 +59,7 @@ DEFAULT_PORTS = {"postgresql": 5432, "mysql": 3306, "mssql": 1433}
 # Drivers' own connect-timeout arguments (seconds), so a server that accepts TCP but never
 # answers is given up on by the driver too.
 DRIVER_TIMEOUT_ARGS = {"postgresql": "connect_timeout", "mysql": "connect_timeout", "mssql": "timeout"}
-INSTALL_HINTS = {"postgresql": "pip install psycopg2-binary", "mysql": "pip install pymysql",
+INSTALL_HINTS = {"postgresql": "pip install \"psycopg[binary]\" (SQLAlchemy 2.1's postgresql:// driver)", "mysql": "pip install pymysql",
                  "mssql": "pip install pyodbc (and an ODBC driver for SQL Server)"}
 SQLITE_HEADER = b"SQLite format 3\x00"
 

@@ -1,0 +1,347 @@
+"""A team's shared record, started with one command: PostgreSQL, and an MLflow tracking
+server on it that serves the artifacts too, plus a database for the Optuna studies.
+
+    accelsweep team-store up                 # prints the flags and the one variable sweeps need
+    export PGPASSFILE=~/.local/share/accelsweep/team-store/credentials
+    accelsweep run neuron_vit --tracking-uri http://127.0.0.1:5000 \\
+        --study-storage postgresql://accelsweep@127.0.0.1:5433/optuna
+    accelsweep team-store status
+    accelsweep team-store down
+
+What runs, all of it in one folder (``--dir``) and bound to ``--host`` (127.0.0.1 by
+default; a cluster head's address for the cluster's hosts):
+
+- **PostgreSQL** from the machine's own server binaries (Debian's ``postgresql``):
+  ``initdb`` of a data directory there, password auth (scram-sha-256) for every
+  connection, TCP on ``--host:--pg-port`` only, its Unix socket inside the folder. Run as
+  the ``postgres`` user when started by root (PostgreSQL refuses root).
+- **Two databases** owned by one role, ``accelsweep``: ``mlflow`` (the tracking store) and
+  ``optuna`` (every sweep's study).
+- **An MLflow server** on ``--host:--mlflow-port``, on the ``mlflow`` database, with
+  ``--serve-artifacts``: trials' and sweeps' artifacts go to the server, so no host needs
+  the artifact folder.
+
+Passwords: generated here, never on a command line. The role's is in ``credentials``, a
+libpq password file (0600); libpq reads it through ``PGPASSFILE``, so a URI without a
+password works for MLflow's server, for sweeps' ``--study-storage`` and for ``psql``.
+
+Connections are bounded by what opens them, not by the number of trials: the MLflow
+server's pool (``SERVER_WORKERS`` x (``POOL_SIZE`` + ``MAX_OVERFLOW``)) and each sweep
+driver's Optuna storage; PostgreSQL's own ``max_connections`` is the hard limit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import asdict, dataclass
+from typing import Optional, Sequence
+
+from accelsweep.trainables.errors import ConfigError
+
+DEFAULT_DIR = os.path.join(os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share"),
+                           "accelsweep", "team-store")
+ROLE = "accelsweep"
+DATABASES = ("mlflow", "optuna")
+SERVER_WORKERS = 2
+POOL_SIZE, MAX_OVERFLOW = 4, 2  # per server worker: at most 12 connections from the server
+MAX_CONNECTIONS = 100
+START_TIMEOUT_S = 180.0  # the MLflow server takes 10-30 s on 2 busy cores, sometimes more
+
+
+@dataclass(frozen=True)
+class TeamStore:
+    folder: str
+    host: str
+    pg_port: int
+    mlflow_port: int
+    mlflow_pid: int = 0
+
+    @property
+    def tracking_uri(self) -> str:
+        return f"http://{self.host}:{self.mlflow_port}"
+
+    def database_uri(self, database: str) -> str:
+        """A SQLAlchemy URL without the password: libpq takes it from PGPASSFILE."""
+        return f"postgresql://{ROLE}@{self.host}:{self.pg_port}/{database}"
+
+    @property
+    def study_storage(self) -> str:
+        return self.database_uri("optuna")
+
+    @property
+    def credentials(self) -> str:
+        return os.path.join(self.folder, "credentials")
+
+
+def _state_path(folder: str) -> str:
+    return os.path.join(folder, "state.json")
+
+
+def _bin(name: str) -> str:
+    """A PostgreSQL server binary: on PATH, else Debian's versioned folder."""
+    found = shutil.which(name)
+    if found:
+        return found
+    versions = sorted(os.listdir("/usr/lib/postgresql"), key=int) if os.path.isdir("/usr/lib/postgresql") else []
+    for version in reversed(versions):
+        candidate = f"/usr/lib/postgresql/{version}/bin/{name}"
+        if os.path.exists(candidate):
+            return candidate
+    raise ConfigError("postgresql", "PostgreSQL's server programs (initdb, pg_ctl), e.g. apt install postgresql",
+                      None, f"{name} is not on PATH nor under /usr/lib/postgresql/*/bin.")
+
+
+def _as_server_user(command: list[str]) -> list[str]:
+    """PostgreSQL refuses to run as root: as root, run it as the ``postgres`` user."""
+    return ["runuser", "-u", "postgres", "--", *command] if os.geteuid() == 0 else command
+
+
+def _check_reachable_by_server_user(folder: str) -> None:
+    """As root the server runs as ``postgres``, which must pass through every folder above
+    its data: refuse a folder it cannot reach, before anything starts."""
+    if os.geteuid() != 0:
+        return
+    above = os.path.dirname(folder)
+    while above and above != "/":
+        if not os.stat(above).st_mode & 0o001:
+            raise ConfigError("--dir", "a folder the postgres user can reach (every folder above it searchable by "
+                                       "others, as /tmp or /srv are)", folder,
+                              f"{above} is not (mode {oct(os.stat(above).st_mode & 0o777)}).")
+        above = os.path.dirname(above)
+
+
+def _give_to_server_user(*paths: str) -> None:
+    if os.geteuid() == 0:
+        import pwd
+
+        user = pwd.getpwnam("postgres")
+        for path in paths:
+            os.chown(path, user.pw_uid, user.pw_gid)
+
+
+def up(folder: str = DEFAULT_DIR, host: str = "127.0.0.1", pg_port: int = 5433, mlflow_port: int = 5000,
+       say=print) -> TeamStore:
+    """Start PostgreSQL (initialised on first use) and the MLflow server; what sweeps need."""
+    if read(folder) is not None:
+        raise ConfigError("--dir", "a folder no running team store uses", folder,
+                          "One is up there already (accelsweep team-store status; down stops it).")
+    _check_reachable_by_server_user(os.path.abspath(folder))
+    # Others may pass through it (the server user, when root starts it) but not list it;
+    # what is secret in it is its own files' (credentials 0600, the data 0700).
+    os.makedirs(folder, mode=0o711, exist_ok=True)
+    os.chmod(folder, 0o711)
+    store = TeamStore(os.path.abspath(folder), host, pg_port, mlflow_port)
+    data, run = os.path.join(store.folder, "pgdata"), os.path.join(store.folder, "run")
+    if not os.path.isdir(data):
+        try:
+            _initialise(store, data, run, say)
+        except BaseException:
+            shutil.rmtree(data, ignore_errors=True)  # half an initdb: the next up starts afresh
+            raise
+    started = time.monotonic()
+    subprocess.run(_as_server_user([_bin("pg_ctl"), "-D", data, "-l", os.path.join(run, "postgres.log"), "-w",
+                                    "-t", "60", "-o", f"-p {pg_port} -h {host} -k {run}", "start"]),
+                   check=True, capture_output=True, text=True, timeout=90)
+    say(f"postgresql: serving {host}:{pg_port} ({time.monotonic() - started:.1f} s), data in {data}")
+    store = _start_mlflow(store, say)
+    with open(_state_path(store.folder), "w") as state_file:
+        json.dump(asdict(store), state_file)
+    return store
+
+
+def _initialise(store: TeamStore, data: str, run: str, say) -> None:
+    """initdb, the role and its databases, the credentials file."""
+    os.makedirs(run, mode=0o700, exist_ok=True)
+    superuser_password, role_password = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
+    password_file = os.path.join(run, "initdb-password")
+    with open(os.open(password_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as out:
+        out.write(superuser_password + "\n")
+    os.makedirs(data, mode=0o700)
+    _give_to_server_user(data, run, password_file)
+    try:
+        subprocess.run(_as_server_user([_bin("initdb"), "-D", data, "-U", "postgres", "--auth=scram-sha-256",
+                                        f"--pwfile={password_file}", "--encoding=UTF8", "--no-instructions"]),
+                       check=True, capture_output=True, text=True, timeout=120)
+    finally:
+        os.remove(password_file)
+    with open(os.path.join(data, "postgresql.conf"), "a") as conf:
+        conf.write(f"\n# accelsweep team store\nmax_connections = {MAX_CONNECTIONS}\n")
+    with open(os.open(store.credentials, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as out:
+        # libpq's password file: host:port:database:user:password
+        out.write(f"{store.host}:{store.pg_port}:*:{ROLE}:{role_password}\n")
+    subprocess.run(_as_server_user([_bin("pg_ctl"), "-D", data, "-l", os.path.join(run, "postgres.log"), "-w",
+                                    "-o", f"-p {store.pg_port} -h {store.host} -k {run}", "start"]),
+                   check=True, capture_output=True, text=True, timeout=90)
+    try:
+        import psycopg
+        from psycopg import sql
+
+        with psycopg.connect(host=store.host, port=store.pg_port, user="postgres", password=superuser_password,
+                             dbname="postgres", autocommit=True) as connection:
+            # A role's password is a literal in CREATE ROLE, not a bind parameter: quoted by psycopg.
+            connection.execute(sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(
+                sql.Identifier(ROLE), sql.Literal(role_password)))
+            for database in DATABASES:
+                connection.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(
+                    sql.Identifier(database), sql.Identifier(ROLE)))
+    finally:
+        subprocess.run(_as_server_user([_bin("pg_ctl"), "-D", data, "-w", "stop"]), capture_output=True, timeout=90)
+    say(f"postgresql: initialised {data}: role {ROLE}, databases {', '.join(DATABASES)}; "
+        f"password in {store.credentials} (0600)")
+
+
+def _start_mlflow(store: TeamStore, say) -> TeamStore:
+    artifacts = os.path.join(store.folder, "artifacts")
+    os.makedirs(artifacts, exist_ok=True)
+    env = {**os.environ, "PGPASSFILE": store.credentials, "MLFLOW_DISABLE_TELEMETRY": "true",
+           "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+           "MLFLOW_SQLALCHEMYSTORE_POOL_SIZE": str(POOL_SIZE), "MLFLOW_SQLALCHEMYSTORE_MAX_OVERFLOW": str(MAX_OVERFLOW)}
+    started = time.monotonic()
+    with open(os.path.join(store.folder, "mlflow.log"), "ab") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", store.database_uri("mlflow"),
+             "--serve-artifacts", "--artifacts-destination", artifacts, "--host", store.host,
+             "--port", str(store.mlflow_port), "--workers", str(SERVER_WORKERS)],
+            cwd=store.folder, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True)
+    store = TeamStore(store.folder, store.host, store.pg_port, store.mlflow_port, process.pid)
+    while not _answers(store.tracking_uri):
+        if process.poll() is not None or time.monotonic() - started > START_TIMEOUT_S:
+            _stop_group(process.pid)
+            stop_postgres(store.folder)
+            raise RuntimeError(f"the MLflow server did not serve {store.tracking_uri} "
+                               f"(see {os.path.join(store.folder, 'mlflow.log')})")
+        time.sleep(0.5)
+    say(f"mlflow: serving {store.tracking_uri} ({time.monotonic() - started:.1f} s), artifacts in {artifacts}")
+    return store
+
+
+def _answers(uri: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{uri}/health", timeout=5) as reply:
+            return reply.status == 200
+    except OSError:
+        return False
+
+
+def read(folder: str = DEFAULT_DIR) -> Optional[TeamStore]:
+    """The team store running from ``folder``; None when none is."""
+    try:
+        with open(_state_path(folder)) as state_file:
+            store = TeamStore(**json.load(state_file))
+    except (OSError, ValueError, TypeError):
+        return None
+    return store if _running(store.mlflow_pid) or _postgres_running(folder) else None
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def _postgres_running(folder: str) -> bool:
+    return os.path.exists(os.path.join(folder, "pgdata", "postmaster.pid"))
+
+
+def _stop_group(pid: int, grace_s: float = 10.0) -> None:
+    """The MLflow server and its workers (its own session)."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.2)
+
+
+def stop_postgres(folder: str) -> None:
+    data = os.path.join(folder, "pgdata")
+    if _postgres_running(folder):
+        subprocess.run(_as_server_user([_bin("pg_ctl"), "-D", data, "-m", "fast", "-w", "stop"]),
+                       capture_output=True, timeout=90)
+
+
+def down(folder: str = DEFAULT_DIR) -> bool:
+    """Stop the MLflow server and PostgreSQL; the data stays in the folder for the next up."""
+    store = read(folder)
+    if store is None:
+        return False
+    if store.mlflow_pid:
+        _stop_group(store.mlflow_pid)
+    stop_postgres(folder)
+    os.remove(_state_path(folder))
+    return True
+
+
+def connections(store: TeamStore) -> int:
+    """Client connections PostgreSQL holds now (pg_stat_activity, this server's clients)."""
+    import psycopg
+
+    with psycopg.connect(host=store.host, port=store.pg_port, user=ROLE, dbname="mlflow",
+                         passfile=store.credentials) as connection:
+        # Less this one: the clients the store has besides the question.
+        row = connection.execute("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'"
+                                 " AND pid <> pg_backend_pid()").fetchone()
+        return int(row[0])
+
+
+def how_to_use(store: TeamStore) -> str:
+    return (f"sweeps use it with:\n  export PGPASSFILE={store.credentials}\n"
+            f"  accelsweep run neuron_vit --tracking-uri {store.tracking_uri} --study-storage {store.study_storage}\n"
+            f"review: open {store.tracking_uri}; the studies: optuna-dashboard {store.study_storage}\n"
+            f"stop it: accelsweep team-store down" + ("" if store.folder == DEFAULT_DIR else f" --dir {store.folder}"))
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="accelsweep team-store",
+        description="A team's shared record: PostgreSQL and an MLflow server on it (artifacts served), "
+                    "and a database for the Optuna studies, all in one folder.")
+    parser.add_argument("action", choices=("up", "down", "status"))
+    parser.add_argument("--dir", default=DEFAULT_DIR, help=f"where its data, logs and credentials live "
+                                                           f"(default {DEFAULT_DIR})")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="the address both servers bind (default 127.0.0.1; a cluster head's for its hosts)")
+    parser.add_argument("--pg-port", type=int, default=5433, help="PostgreSQL's port (default 5433)")
+    parser.add_argument("--mlflow-port", type=int, default=5000, help="the MLflow server's port (default 5000)")
+    args = parser.parse_args(argv)
+    try:
+        if args.action == "up":
+            print(how_to_use(up(args.dir, args.host, args.pg_port, args.mlflow_port)))
+        elif args.action == "down":
+            print("stopped the team store (its data stays in " + args.dir + ")" if down(args.dir)
+                  else f"no team store running from {args.dir}")
+        else:
+            store = read(args.dir)
+            if store is None:
+                print(f"no team store running from {args.dir}")
+                return 1
+            print(f"team store in {store.folder}: mlflow {store.tracking_uri} "
+                  f"({'serving' if _answers(store.tracking_uri) else 'NOT answering'}); postgresql "
+                  f"{store.host}:{store.pg_port}, {connections(store)} client connection(s) now\n" + how_to_use(store))
+    except (ConfigError, subprocess.CalledProcessError) as error:
+        detail = getattr(error, "stderr", "") or ""
+        print(f"error: {error}" + (f"\n{detail.strip()}" if detail else ""), file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
