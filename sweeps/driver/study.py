@@ -156,6 +156,9 @@ class SweepStudy:
         return True
 
 
+DRIVER_CONNECTIONS = 2  # a sweep driver's connections to a shared study database, at most
+
+
 def open_study(url: str, name: str, modes: Sequence[str], load_if_exists: bool = True):
     """The study ``name`` in ``url``, created on first use (directions from ``modes``). A
     sqlite database is created whole first, safe against other processes creating it at
@@ -167,4 +170,24 @@ def open_study(url: str, name: str, modes: Sequence[str], load_if_exists: bool =
     create_optuna_storage(url)
     directions = ["maximize" if mode == "max" else "minimize" for mode in modes]
     with quiet_optuna():
-        return optuna.create_study(storage=url, study_name=name, directions=directions, load_if_exists=load_if_exists)
+        return optuna.create_study(storage=shared_storage(url), study_name=name, directions=directions,
+                                   load_if_exists=load_if_exists)
+
+
+_storages: dict[str, Any] = {}
+
+
+def shared_storage(url: str):
+    """The Optuna storage for ``url``, one per process. On a database server that many
+    sweeps share, a driver then holds at most DRIVER_CONNECTIONS of its connections
+    (SQLAlchemy's default pool would allow 15 per storage, and the study, the report and
+    a resumed study would each open one), whatever the number of its trials; a busy pool
+    makes a write wait. A sqlite file is the URL itself (Optuna's own handling)."""
+    import optuna
+
+    if url.startswith("sqlite"):
+        return url
+    if url not in _storages:
+        _storages[url] = optuna.storages.RDBStorage(
+            url, engine_kwargs={"pool_size": DRIVER_CONNECTIONS, "max_overflow": 0})
+    return _storages[url]

@@ -65,6 +65,7 @@ def knob_importances(history: SweepHistory, study_url: Optional[str] = None) -> 
     import optuna
 
     from accelsweep.sweeps.driver.space import quiet_optuna
+    from accelsweep.sweeps.driver.study import shared_storage
 
     url = study_url or history.tags.get("optuna_storage")
     name = history.tags.get("optuna_study")
@@ -73,7 +74,7 @@ def knob_importances(history: SweepHistory, study_url: Optional[str] = None) -> 
     evaluator_name = "PedAnovaImportanceEvaluator"
     try:
         with quiet_optuna():
-            study = optuna.load_study(study_name=name, storage=url)
+            study = optuna.load_study(study_name=name, storage=shared_storage(url))
             complete = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
             if complete < MIN_TRIALS_FOR_IMPORTANCE:
                 # Optuna would give every knob the same importance, and importing its

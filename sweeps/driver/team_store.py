@@ -26,8 +26,9 @@ libpq password file (0600); libpq reads it through ``PGPASSFILE``, so a URI with
 password works for MLflow's server, for sweeps' ``--study-storage`` and for ``psql``.
 
 Connections are bounded by what opens them, not by the number of trials: the MLflow
-server's pool (``SERVER_WORKERS`` x (``POOL_SIZE`` + ``MAX_OVERFLOW``)) and each sweep
-driver's Optuna storage; PostgreSQL's own ``max_connections`` is the hard limit.
+server's pools (``SERVER_CONNECTIONS``) and each sweep driver's Optuna storage
+(``study.DRIVER_CONNECTIONS``); trials never connect. PostgreSQL's own ``max_connections``
+is the hard limit.
 """
 
 from __future__ import annotations
@@ -52,7 +53,13 @@ DEFAULT_DIR = os.path.join(os.environ.get("XDG_DATA_HOME") or os.path.expanduser
 ROLE = "accelsweep"
 DATABASES = ("mlflow", "optuna")
 SERVER_WORKERS = 2
-POOL_SIZE, MAX_OVERFLOW = 4, 2  # per server worker: at most 12 connections from the server
+POOL_SIZE, MAX_OVERFLOW = 4, 2  # each SQLAlchemy engine of the server (MLflow's variables)
+# The engines an MLflow 3.17 server worker opens on its store: tracking, model registry,
+# workspace, jobs, trace roll-up (mlflow/store/*/sqlalchemy_store.py). So the server holds
+# at most SERVER_WORKERS x SERVER_ENGINES x (POOL_SIZE + MAX_OVERFLOW) = 60 connections,
+# however many sweeps and trials write to it; few are open at once in practice.
+SERVER_ENGINES = 5
+SERVER_CONNECTIONS = SERVER_WORKERS * SERVER_ENGINES * (POOL_SIZE + MAX_OVERFLOW)
 MAX_CONNECTIONS = 100
 START_TIMEOUT_S = 180.0  # the MLflow server takes 10-30 s on 2 busy cores, sometimes more
 
@@ -292,14 +299,20 @@ def down(folder: str = DEFAULT_DIR) -> bool:
 
 def connections(store: TeamStore) -> int:
     """Client connections PostgreSQL holds now (pg_stat_activity, this server's clients)."""
+    return sum(connections_by_database(store).values())
+
+
+def connections_by_database(store: TeamStore) -> dict[str, int]:
+    """Client connections PostgreSQL holds now, by database: ``mlflow`` (the MLflow
+    server's) and ``optuna`` (the sweep drivers')."""
     import psycopg
 
     with psycopg.connect(host=store.host, port=store.pg_port, user=ROLE, dbname="mlflow",
                          passfile=store.credentials) as connection:
         # Less this one: the clients the store has besides the question.
-        row = connection.execute("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'"
-                                 " AND pid <> pg_backend_pid()").fetchone()
-        return int(row[0])
+        rows = connection.execute("SELECT datname, count(*) FROM pg_stat_activity WHERE backend_type = "
+                                  "'client backend' AND pid <> pg_backend_pid() GROUP BY datname").fetchall()
+    return {database: int(count) for database, count in rows}
 
 
 def how_to_use(store: TeamStore) -> str:
