@@ -196,8 +196,12 @@ def test_a_worker_node_killed_mid_trial_is_replaced_and_the_trial_retried(cluste
 
     def kill_the_first_worker_node():
         def worker_node():
+            # A raylet of THIS cluster's fake worker nodes (its args name the cluster's session):
+            # never another Ray instance's, such as the test session's own, whose raylet's death
+            # would end this very process (a driver exits with its raylet).
             running = [pid for pid in process_table(include_zombies=False)
-                       if any(a.startswith("--node_id=") and FAKE_HEAD_NODE_ID not in a for a in _args(pid))]
+                       if cluster.session_dir in " ".join(_args(pid))
+                       and any(a.startswith("--node_id=") and FAKE_HEAD_NODE_ID not in a for a in _args(pid))]
             return running[0] if running else None
 
         if not local_cluster.wait_for(lambda: worker_node() is not None, timeout_s=120, poll_s=0.5):
