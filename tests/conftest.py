@@ -34,17 +34,27 @@ FAKE_SECRETS = {
 }
 
 
+# Variables a sweep's driver sets in its own process, which every later subprocess of the
+# test session would inherit: mlflow.set_tracking_uri sets MLFLOW_TRACKING_URI (another
+# test's sweep would write to that store); a driver given a loopback address sets Ray's
+# no-clusters switch (a later `ray start --address` refuses to join).
+PROCESS_WIDE_VARIABLES = ("MLFLOW_TRACKING_URI", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")
+
+
 @pytest.fixture(autouse=True)
 def tracking_uri_not_leaked():
-    """mlflow.set_tracking_uri also sets MLFLOW_TRACKING_URI in os.environ, which every
-    later subprocess inherits: a test that set it would send another test's sweep to its
-    store. Each test ends with the variable as it began."""
-    before = os.environ.get("MLFLOW_TRACKING_URI")
+    """Each test ends with PROCESS_WIDE_VARIABLES as it began, and Ray's switch too."""
+    from ray._private import ray_constants
+
+    before = {name: os.environ.get(name) for name in PROCESS_WIDE_VARIABLES}
+    clusters_before = ray_constants.ENABLE_RAY_CLUSTER
     yield
-    if before is None:
-        os.environ.pop("MLFLOW_TRACKING_URI", None)
-    else:
-        os.environ["MLFLOW_TRACKING_URI"] = before
+    ray_constants.ENABLE_RAY_CLUSTER = clusters_before
+    for name, value in before.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 @pytest.fixture(scope="session")

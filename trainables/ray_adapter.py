@@ -14,7 +14,7 @@ so that the worker-side code need not import the driver.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Optional
 
 
 def restored_callbacks(tuner) -> list:
@@ -33,19 +33,28 @@ def resolve_auto_address() -> str:
     return canonicalize_bootstrap_address_or_die("auto")
 
 
-def keep_loopback(address: str) -> None:
-    """Connect to a cluster bound to loopback (``accelsweep cluster up``) at loopback.
-    Ray rewrites 127.0.0.1 into this machine's interface address (resolve_ip_for_localhost),
-    where such a cluster does not answer, unless its switch for machines that run no
-    clusters is set: set it for a loopback ``address`` ("auto": the one it names), in this
-    process (Ray read it at import) and for the processes it starts."""
-    from ray._private import ray_constants
+def loopback_address(address: str) -> Optional[str]:
+    """The loopback address ``address`` names ("auto": $RAY_ADDRESS, else the cluster the
+    last ``ray start`` here recorded), or None when it names none."""
     from ray._private.utils import read_ray_address
 
     if address == "auto":
         address = os.environ.get("RAY_ADDRESS") or read_ray_address() or ""
     host = address.removeprefix("ray://").rsplit(":", 1)[0]
-    if host in ("127.0.0.1", "localhost"):
+    return address if host in ("127.0.0.1", "localhost") else None
+
+
+def keep_loopback(address: str) -> None:
+    """Connect to a cluster bound to loopback (``accelsweep cluster up``) at loopback.
+    Ray rewrites 127.0.0.1 into this machine's interface address (resolve_ip_for_localhost),
+    where such a cluster does not answer, unless its switch for machines that run no
+    clusters is set: set it for a loopback ``address``, in this process (Ray read it at
+    import) and for the processes it starts. Only for a driver about to connect: it holds
+    for the rest of the process (a ``ray start`` this process ran after it would refuse
+    to join a cluster)."""
+    from ray._private import ray_constants
+
+    if loopback_address(address):
         os.environ[ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR] = "0"
         ray_constants.ENABLE_RAY_CLUSTER = False
 

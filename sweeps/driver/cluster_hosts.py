@@ -546,8 +546,10 @@ def _namespace_pids(name: str) -> list[int]:
 
 def _clean_env() -> dict[str, str]:
     """This process's environment without what would point Ray elsewhere: another cluster's
-    address, a token of another cluster, an opt-out of token auth."""
-    dropped = ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
+    address, a token of another cluster, an opt-out of token auth, Ray's switch that
+    refuses multi-node clusters (set by a driver of a loopback cluster, local_cluster.py)."""
+    dropped = ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH",
+               "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")
     return {key: value for key, value in os.environ.items() if key not in dropped}
 
 

@@ -100,6 +100,7 @@ def connect_ray(address: Optional[str], verbose: bool = False) -> str:
         return "using the Ray instance already initialised"
     if address and address != "local":
         check_ray_address(address)  # ray.init retries an unreachable address for minutes
+        ray_adapter.keep_loopback(address)
         # The sweep's own SIGTERM handler (stop_signals.py); no secret of the command line
         # in the cluster's job table.
         with ray_adapter.sigterm_handler_kept(), ray_adapter.entrypoint_shown_as(redact_command_line):

@@ -52,7 +52,9 @@ def check_ray_address(address: Optional[str], timeout_s: float = CONNECT_TIMEOUT
     if address is None or address == "local":
         return
     given = address
-    ray_adapter.keep_loopback(address)
+    # A loopback cluster (accelsweep cluster up) is checked where it is: Ray's own
+    # resolution would turn 127.0.0.1 into this machine's interface address.
+    address = ray_adapter.loopback_address(address) or address
     if address == "auto":
         try:
             # $RAY_ADDRESS, else the cluster the last `ray start` on this machine recorded.
