@@ -107,7 +107,8 @@ def _runs(tmp_path):
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()], max_results=100)
     parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
-    trials = [r for r in runs if "mlflow.parentRunId" in r.data.tags and r.data.tags.get("status") != "reused"]
+    trials = [r for r in runs if "mlflow.parentRunId" in r.data.tags and r.data.tags.get("status") != "reused"
+              and r.data.tags.get("phase") != "confirmation"]  # the search's trials, not the winner's re-runs
     return parents, trials
 
 

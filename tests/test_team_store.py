@@ -187,8 +187,8 @@ def test_four_sweeps_at_once_keep_every_record_and_the_connections_bounded(store
         searched = [r for r in children if r.data.tags.get("status") != "reused"]
         study = optuna.load_study(study_name=parent.data.tags["optuna_study"], storage=store.study_storage)
         assert len(study.trials) == len(searched) and {t.state.name for t in study.trials} <= {"COMPLETE", "PRUNED"}
-    # The drivers' study connections: DRIVER_CONNECTIONS each at most, however many trials;
-    # the server's: its pools' bound.
-    assert 0 < peak["optuna"] <= 4 * DRIVER_CONNECTIONS, peak
+    # The drivers' study connections: DRIVER_CONNECTIONS each at most (plus the one of its
+    # check of the store before it starts), however many trials; the server's: its pools'.
+    assert 0 < peak["optuna"] <= 4 * (DRIVER_CONNECTIONS + 1), peak
     assert 0 < peak["mlflow"] <= team_store.SERVER_CONNECTIONS, peak
     print(f"peak connections, four sweeps at once: {peak}")

@@ -379,3 +379,15 @@ def _replace(path: str, content: bytes) -> None:
     with open(path + ".tmp", "wb") as new:
         new.write(content)
     os.replace(path + ".tmp", path)
+
+
+def on_this_node() -> dict[str, Any]:
+    """Actor options that keep an actor on the node of the process creating it. A sweep's
+    own actors (its rejection board, its trials' progress) belong beside its driver: with
+    no CPU to ask for they could land on any node, and on an autoscaling cluster a worker
+    node goes when its trials end (the actor with it, mid-sweep)."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return {"scheduling_strategy": NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(),
+                                                                  soft=False)}

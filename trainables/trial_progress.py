@@ -76,7 +76,9 @@ def start_progress(name: str):
     duration: Ray ends a named actor with its last handle)."""
     import ray
 
-    return ray.remote(num_cpus=0)(TrialProgress).options(name=name, max_concurrency=4).remote()
+    from accelsweep.trainables.ray_adapter import on_this_node
+
+    return ray.remote(num_cpus=0)(TrialProgress).options(name=name, max_concurrency=4, **on_this_node()).remote()
 
 
 class _Reporter:

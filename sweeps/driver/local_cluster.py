@@ -324,9 +324,10 @@ def status_line(cluster: LocalCluster) -> str:
             f"ray.init(address={cluster.address!r}, logging_level='ERROR'); print(json.dumps(nodes_by_type()))")
     done = subprocess.run([sys.executable, "-c", code], env={**os.environ, **CLUSTER_ENV},
                           capture_output=True, text=True, timeout=START_TIMEOUT_S)
-    if done.returncode != 0:
+    answer = [line for line in done.stdout.splitlines() if line.startswith("{")]  # Ray may print around it
+    if done.returncode != 0 or not answer:
         return f"could not ask it ({done.stderr.strip().splitlines()[-1:]})"
-    counts = json.loads(done.stdout.strip().splitlines()[-1])
+    counts = json.loads(answer[-1])
     return ", ".join(f"{kind} x{n}" for kind, n in sorted(counts.items()))
 
 

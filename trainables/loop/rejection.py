@@ -145,7 +145,9 @@ class SweepBoard:
         a named actor with its last handle: the caller keeps this one for the sweep."""
         import ray
 
-        return ray.remote(num_cpus=0)(cls).options(name=name, get_if_exists=True).remote(mode)
+        from accelsweep.trainables.ray_adapter import on_this_node
+
+        return ray.remote(num_cpus=0)(cls).options(name=name, get_if_exists=True, **on_this_node()).remote(mode)
 
 
 @dataclass(frozen=True)
