@@ -21,6 +21,7 @@ from accelsweep.sweeps.driver import local_cluster
 from accelsweep.trainables.cost import PRICE_TABLE
 from accelsweep.trainables.processes import process_table
 from tests.conftest import ACCELSWEEP
+from tests.mlflow_server import free_port
 
 IDLE_TIMEOUT_S = 5.0
 SWEEP_TIMEOUT_S = 240
@@ -56,12 +57,6 @@ def test_a_type_the_instance_table_lacks_is_refused_by_name():
         local_cluster.node_resources("m5.large", {})
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def _listening(port: int) -> bool:
     with socket.socket() as probe:
         return probe.connect_ex(("127.0.0.1", port)) == 0
@@ -69,7 +64,7 @@ def _listening(port: int) -> bool:
 
 @pytest.fixture(scope="module")
 def cluster():
-    port = _free_port()
+    port = free_port()
     before = local_cluster._recorded_address()
     started = local_cluster.up(port=port, idle_timeout_s=IDLE_TIMEOUT_S, record_address=False, node_timeout_s=10)
     try:

@@ -15,16 +15,11 @@ import pytest
 
 from accelsweep.sweeps.driver import team_store
 from tests.conftest import ACCELSWEEP
+from tests.mlflow_server import free_port
 
 pytestmark = pytest.mark.skipif(
     not (shutil.which("initdb") or os.path.isdir("/usr/lib/postgresql")),
     reason="PostgreSQL's server programs are not installed here (apt install postgresql)")
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _listening(port: int) -> bool:
@@ -38,7 +33,7 @@ def store():
     # own 0700 folder.
     folder = tempfile.mkdtemp(prefix="asw-team-store-", dir="/tmp")
     try:
-        started = team_store.up(folder, pg_port=_free_port(), mlflow_port=_free_port(), say=lambda line: None)
+        started = team_store.up(folder, pg_port=free_port(), mlflow_port=free_port(), say=lambda line: None)
         try:
             yield started
         finally:
