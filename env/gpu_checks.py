@@ -296,6 +296,8 @@ def knobs(args) -> None:
     for name, changes in KNOB_ROWS:
         if args.only and not any(word in name for word in args.only):
             continue
+        if args.rows and name.replace(" ", "_") not in args.rows:
+            continue
         if args.num_workers is not None and "num_workers" in changes:
             continue
         compiles = changes.get("torch_compile", "none") != "none"
@@ -404,6 +406,7 @@ def main(argv=None) -> int:
     parser.add_argument("--windows", type=int, default=3)
     parser.add_argument("--max-compile-s", type=float, default=60.0)
     parser.add_argument("--only", nargs="*", default=None, help="rows whose name has one of these words")
+    parser.add_argument("--rows", nargs="*", default=None, help="knobs: only the rows of exactly these names, spaces written as _ (a plan's words have none)")
     parser.add_argument("--num-workers", type=int, default=None,
                         help="knobs: every row with this many DataLoader workers (default: each row's own)")
     parser.add_argument("--no-checks", action="store_true", help="knobs: time the eager rows without checking them")

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from accelsweep.trainables.harness.device_timing import (AsyncBatchWindow, BatchPlan, CallWaitsForDevice, HeldWindow,
-                                                 async_batch_window, held_batch_window)
+from accelsweep.trainables.harness.device_timing import (AsyncBatchWindow, BatchPlan, CallWaitsForDevice,
+                                                         DeviceTraceUnavailable, HeldWindow, TracedWindow,
+                                                         async_batch_window, held_batch_window, traced_batch_window)
 from accelsweep.trainables.loop.measure import percentile
 
 US = 1e-6
@@ -204,6 +205,114 @@ def test_async_batches_time_a_call_as_the_larger_of_dispatch_and_device(launch_u
     assert old == pytest.approx((launch_us + kernel_us) * US)
 
 
+class RecordingGpu(FakeGpu):
+    """A FakeGpu that keeps every piece of work it ran: the device's own record."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.ran: list[Work] = []
+
+    def _enqueue(self, duration):
+        work = super()._enqueue(duration)
+        self.ran.append(work)
+        return work
+
+
+class FakeTrace:
+    """The DeviceTrace of a RecordingGpu: each batch's span on the host clock, and the
+    device's busy time of the work that started inside it. ``drop`` batches lose their work
+    (a record that does not line up)."""
+
+    def __init__(self, gpu: RecordingGpu, drop=()):
+        self.gpu, self.drop, self.spans, self.started = gpu, set(drop), {}, None
+
+    def start(self):
+        self.started = len(self.gpu.ran)
+
+    def batch(self, index):
+        trace = self
+
+        class Span:
+            def __enter__(self):
+                self.begin = trace.gpu.now
+
+            def __exit__(self, *exc):
+                trace.spans[index] = (self.begin, trace.gpu.now)
+
+        return Span()
+
+    def stop(self):
+        ran = self.gpu.ran[self.started:]
+        return {index: sum(w.end - w.start for w in ran if begin <= w.start < end)
+                for index, (begin, end) in self.spans.items() if index not in self.drop}
+
+
+@pytest.mark.parametrize("launch_us, kernel_us", [(60, 20), (10, 500)])
+def test_traced_batches_time_the_device_work_alone_whatever_the_dispatch(launch_us, kernel_us):
+    """JAX on a GPU with the device's record: a launch-bound call is timed by its kernels,
+    not its dispatch (jittered 50% here), and flagged launch-bound as with a held stream."""
+    gpu = RecordingGpu(launch_s=launch_us * US, kernel_s=kernel_us * US, launch_jitter=0.5, seed=3)
+    window = traced_batch_window(gpu.call, gpu.wait, 100, 0.0, FakeTrace(gpu), clock=gpu.clock)
+    assert isinstance(window, TracedWindow) and window.steps >= 100
+    assert all(t == pytest.approx(kernel_us * US) for t in window.step_seconds)
+    enqueue = percentile(window.enqueue_seconds, 50)
+    assert enqueue == pytest.approx(launch_us * US, rel=0.1)
+    assert window.is_launch_bound(enqueue, percentile(window.step_seconds, 50)) is (launch_us >= kernel_us)
+
+
+def test_a_trace_without_a_batch_s_work_is_refused_not_read_as_zero():
+    gpu = RecordingGpu(launch_s=30 * US, kernel_s=20 * US)
+    with pytest.raises(DeviceTraceUnavailable, match="no work inside 1 of"):
+        traced_batch_window(gpu.call, gpu.wait, 100, 0.0, FakeTrace(gpu, drop={0}), clock=gpu.clock)
+
+
+def test_the_jax_trace_reader_counts_cupti_work_inside_each_batch_once():
+    """busy_seconds_by_batch on an XSpace as jax.profiler writes it: the annotations on a
+    host plane, kernels on a device stream line (each with a correlation_id), a derived
+    'XLA Ops' line restating one of them (not counted twice), two overlapping kernels on two
+    streams counted as their union, and a kernel outside every batch (not counted)."""
+    profiler = pytest.importorskip("jax.profiler")
+    from accelsweep.trainables.platforms.jax_trace import busy_seconds_by_batch
+
+    def event(start_us, length_us, correlation=None):
+        stats = f" stats {{ metadata_id: 1 uint64_value: {correlation} }}" if correlation is not None else ""
+        return f"events {{ metadata_id: 1 offset_ps: {int(start_us * 1e6)} duration_ps: {int(length_us * 1e6)}{stats} }}"
+
+    text = f"""
+    planes {{ id: 1 name: "/host:CPU"
+      lines {{ id: 1 name: "python" timestamp_ns: 0
+        events {{ metadata_id: 1 offset_ps: 0 duration_ps: 100000000 }}
+        events {{ metadata_id: 2 offset_ps: 200000000 duration_ps: 100000000 }} }}
+      event_metadata {{ key: 1 value {{ id: 1 name: "accelsweep-batch-0" }} }}
+      event_metadata {{ key: 2 value {{ id: 2 name: "accelsweep-batch-1" }} }} }}
+    planes {{ id: 2 name: "/device:GPU:0"
+      lines {{ id: 1 name: "Stream #13(Compute)" timestamp_ns: 0
+        {event(10, 20, 1)} {event(40, 5, 2)} {event(150, 7, 3)} {event(210, 10, 4)} }}
+      lines {{ id: 2 name: "Stream #14(Compute)" timestamp_ns: 0 {event(215, 10, 5)} }}
+      lines {{ id: 3 name: "XLA Ops" timestamp_ns: 0 {event(10, 20)} }}
+      event_metadata {{ key: 1 value {{ id: 1 name: "fusion" }} }}
+      stat_metadata {{ key: 1 value {{ id: 1 name: "correlation_id" }} }} }}"""
+    busy = busy_seconds_by_batch(profiler.ProfileData.from_text_proto(text))
+    assert busy == {0: pytest.approx(25e-6), 1: pytest.approx(15e-6)}
+
+
+def test_the_jax_trace_reader_names_what_it_found_when_there_is_no_device_plane():
+    profiler = pytest.importorskip("jax.profiler")
+    from accelsweep.trainables.platforms.jax_trace import busy_seconds_by_batch
+
+    text = 'planes { id: 1 name: "/host:CPU" lines { id: 1 name: "python" } }'
+    with pytest.raises(DeviceTraceUnavailable, match=r"no /device:GPU:N plane.*/host:CPU"):
+        busy_seconds_by_batch(profiler.ProfileData.from_text_proto(text))
+
+
+class _NeverContended:
+    def start(self):
+        pass
+
+    def stop(self):
+        return None
+
+
 def _per_call_wait(gpu: FakeGpu) -> float:
     start = gpu.now
     gpu.wait(gpu.call())
@@ -248,6 +357,9 @@ def test_the_harness_reports_the_device_time_the_enqueue_time_and_the_flag(monke
         return held_batch_window(lambda: (call(), gpu.call()), gpu, min_calls, min_seconds, clock=gpu.clock)
 
     monkeypatch.setattr(cpu, "time_calls", held_calls)
+    # The fake GPU's clock is the only one timed: a window the real machine's load marked
+    # contended would drop out of the cv (seen with other tests running beside it).
+    monkeypatch.setattr(microbench, "ContentionMeter", _NeverContended)
     result = microbench.run_microbench(microbench.KernelConfig.make(
         op="giou", impl="torch-naive", batch=2, boxes=16, warmup_calls=1, window_min_calls=150, window_min_s=0.0,
         windows=2))

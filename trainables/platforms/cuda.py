@@ -11,8 +11,9 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
-from accelsweep.trainables.harness.device_timing import (CallWaitsForDevice, HeldStream, HeldWindow, async_batch_window,
-                                                 held_batch_window)
+from accelsweep.trainables.harness.device_timing import (AsyncBatchWindow, CallWaitsForDevice, DeviceTraceUnavailable,
+                                                         HeldStream, HeldWindow, async_batch_window, held_batch_window,
+                                                         traced_batch_window)
 from accelsweep.trainables.loop.measure import Window, time_window
 from accelsweep.trainables.errors import boolean, optional_str
 from accelsweep.trainables.platforms.base import (Detection, Platform, PlatformKnobs, PlatformUnavailable,
@@ -231,8 +232,18 @@ class CudaPlatform(Platform):
 
     def time_jax_calls(self, call: Callable[[], Any], wait: Callable[[Any], Any], min_calls: int,
                        min_seconds: float) -> Window:
-        """JAX gives no stream to hold: batches of async calls, one block_until_ready each."""
-        return async_batch_window(call, wait, min_calls, min_seconds, clock=self.host_clock)
+        """JAX gives no stream to hold: batches of async calls, one block_until_ready each,
+        timed by the GPU's own record (CUPTI through jax.profiler, trainables/platforms/jax_trace.py).
+        Where that record cannot be taken, the host clock over each batch, and the window's
+        timer says so and why (for a launch-bound call that is the host's dispatch)."""
+        from accelsweep.trainables.platforms.jax_trace import JaxDeviceTrace
+
+        try:
+            return traced_batch_window(call, wait, min_calls, min_seconds, JaxDeviceTrace(), clock=self.host_clock)
+        except DeviceTraceUnavailable as unavailable:
+            window = async_batch_window(call, wait, min_calls, min_seconds, clock=self.host_clock)
+            window.timer = f"{AsyncBatchWindow.timer} (the device trace was unavailable: {unavailable})"
+            return window
 
 
 # The timer of a call that synchronises with the host (CudaPlatform.time_calls).
