@@ -264,6 +264,9 @@ KNOB_ROWS = [
     ("bf16-autocast b64 workers 4", dict(batch_size=64, precision="bf16-autocast", num_workers=4)),
     ("bf16-autocast b128", dict(batch_size=128, precision="bf16-autocast")),
     ("bf16-autocast b64 max-autotune", dict(batch_size=64, precision="bf16-autocast", torch_compile="max-autotune")),
+    # The sweep's trial 3 on the third device call: an AssertionError with no message.
+    ("fp32 b128 channels_last reduce-overhead", dict(batch_size=128, channels_last=True,
+                                                     torch_compile="reduce-overhead")),
 ]
 
 

@@ -6,6 +6,8 @@ message and one of these causes, and the sweep goes on.
 
 from __future__ import annotations
 
+import traceback
+
 from typing import Optional
 
 OOM, NAN, COMPILE, KILLED, CONFIG, ERROR = "oom", "nan", "compile", "killed", "config", "error"
@@ -64,7 +66,15 @@ def one_line(error: BaseException) -> str:
     can show (a Ray-wrapped error ends with the original message)."""
     lines = [line.strip() for line in str(error).strip().splitlines()
              if line.strip() and not line.strip().startswith(_ADVICE)]
-    return lines[-1] if lines else type(error).__name__
+    if lines:
+        return lines[-1]
+    # A bare `assert` (seen in inductor's CUDA graph trees on an H100) says nothing: where it
+    # was raised is then the only reason there is.
+    frames = traceback.extract_tb(error.__traceback__) if error.__traceback__ else []
+    if frames:
+        where = frames[-1]
+        return f"{type(error).__name__} (no message), raised at {where.filename}:{where.lineno} in {where.name}"
+    return type(error).__name__
 
 
 def run_isolated(searched, *, trainable, objective_metrics, limits=None, progress=None, **parameters) -> None:
@@ -95,7 +105,11 @@ def run_isolated(searched, *, trainable, objective_metrics, limits=None, progres
     try:
         with trial_progress(progress), trial_limits(limits.for_trial() if limits is not None else None), \
                 trial_contention():
-            trainable(searched, **parameters)
+            try:
+                trainable(searched, **parameters)
+            except Exception:
+                traceback.print_exc()  # inside trial_progress: the trial's output log keeps the whole traceback
+                raise
     except (Exception, TrialAborted) as error:  # noqa: BLE001 - every trial error is a result; Ctrl-C is not
         tune.report({**{metric: float("nan") for metric in objective_metrics}, "trial_failed": 1,
                      "error_class": type(error).__name__, "error": one_line(error),

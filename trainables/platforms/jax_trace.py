@@ -23,7 +23,7 @@ from typing import Any, Iterable
 
 from accelsweep.trainables.harness.device_timing import DeviceTraceUnavailable
 
-__all__ = ["BATCH_PREFIX", "JaxDeviceTrace", "busy_seconds_by_batch"]
+__all__ = ["BATCH_PREFIX", "JaxDeviceTrace", "busy_seconds_by_batch", "work_by_batch"]
 
 BATCH_PREFIX = "accelsweep-batch-"
 DEVICE_PLANE_PREFIX = "/device:GPU:"
@@ -58,6 +58,10 @@ class JaxDeviceTrace:
         return jax.profiler.TraceAnnotation(f"{BATCH_PREFIX}{index}")
 
     def stop(self) -> dict[int, float]:
+        return busy_seconds_by_batch(self.stop_profile())
+
+    def stop_profile(self):
+        """End recording; the trace as a jax.profiler.ProfileData."""
         import jax
 
         try:
@@ -65,7 +69,7 @@ class JaxDeviceTrace:
             files = glob.glob(os.path.join(self.folder, "**", "*.xplane.pb"), recursive=True)
             if not files:
                 raise DeviceTraceUnavailable(f"jax.profiler wrote no .xplane.pb under {self.folder}")
-            return busy_seconds_by_batch(jax.profiler.ProfileData.from_file(files[0]))
+            return jax.profiler.ProfileData.from_file(files[0])
         finally:
             shutil.rmtree(self.folder, ignore_errors=True)
 
@@ -73,6 +77,12 @@ class JaxDeviceTrace:
 def busy_seconds_by_batch(profile) -> dict[int, float]:
     """Seconds the GPU was busy inside each annotated batch: {batch index: seconds}. The
     profile is a jax.profiler.ProfileData (an XSpace)."""
+    return {index: _union_s(work) for index, work in work_by_batch(profile).items()}
+
+
+def work_by_batch(profile) -> dict[int, list[tuple[float, float]]]:
+    """The GPU's kernels and copies that started inside each annotated batch, as sorted
+    (start_ns, end_ns) intervals: {batch index: intervals}."""
     spans = {}
     device_lines = []
     for plane in profile.planes:
@@ -91,8 +101,7 @@ def busy_seconds_by_batch(profile) -> dict[int, float]:
     if not work:
         names = sorted({line.name for line in device_lines})
         raise DeviceTraceUnavailable(f"the device plane's lines {names} hold no event with a correlation_id")
-    return {index: _union_s(interval for interval in work if begin <= interval[0] < end)
-            for index, (begin, end) in spans.items()}
+    return {index: [interval for interval in work if begin <= interval[0] < end] for index, (begin, end) in spans.items()}
 
 
 def _is_device_activity(event) -> bool:
