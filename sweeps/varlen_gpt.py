@@ -53,9 +53,11 @@ that each packed layout's output for a document equals that document run alone (
 FlexAttention's forward, which runs on a CPU; its backward does not). On a lent H100
 (torch 2.11, 2026-11-26; docs/gpu.md) the four CPU rows trained eager on CUDA: pad-max
 94,030 tokens/s, pad-longest 80,720, packed-dense 18,170, packed-loop 5,443 (short
-windows, one run each). The CUDA-only rows (packed-flex, packed-nested, packed-varlen,
-packed-flash-attn) and the compiled ones were not reached in that call's time: written
-against the torch 2.14.1 and flash-attn 2.x APIs, never run by us. The seed's figures
+windows, one run each). In later calls: packed-varlen (varlen_attn) 139,500 tokens/s
+(+50% over pad-max: 92,980 on another H100 of the same model), packed-nested 38,830,
+packed-flex eager out of memory (eager FlexAttention builds the whole score tensor: it is
+meant to be compiled). packed-flash-attn (flash-attn not installed there) and the
+compiled rows never ran. The seed's figures
 above are the seed's. XLA and Neuron: not this study
 (--platform says why).
 """

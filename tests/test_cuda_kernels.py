@@ -1,9 +1,10 @@
 """Every implementation registered for cuda, through the harness, on a CUDA GPU: checked
 against the float64 reference and timed by the device's work (CUDA events around held
-batches; JAX: batches of async calls). CI has no GPU, so these skip there with the
-reason; they ran on lent H100s (docs/gpu.md): the reference checks on 2026-11-22, the
-held-batch timer and its cv target on 2026-11-26 (every torch implementation within
-0.6%; JAX's jit GIoU and jax-dot int8 and bf16, timed as async batches, missed 2%). Optional
+batches; JAX: batches of async calls timed by the GPU's own trace). CI has no GPU, so these
+skip there with the reason; they ran on lent H100s (docs/gpu.md): the reference checks on
+2026-11-22, the held-batch timer and its cv target on 2026-11-26 (every torch
+implementation within 0.6%; JAX's, timed by the trace, within 0.22%: on the host clock
+three missed 2%). Optional
 stacks that are not installed (flash-attn, xFormers, Transformer Engine) skip with what
 to install."""
 
