@@ -276,3 +276,24 @@ def test_a_model_that_cannot_be_counted_says_why_on_each_device(tmp_path):
     assert math.isnan(counted.per_item)
     assert counted.method == ("not counted: on meta: RuntimeError: no weights here; "
                               "on cpu: RuntimeError: no weights here")
+
+
+def test_the_summary_names_the_baseline_s_own_peak_when_its_precision_differs():
+    """On the H100 the fp32 baseline sat at 42.6% of the fp32 peak and the bf16 best at 12.4%
+    of the bf16 one, 4.3x faster: the line must say whose peak each share is of."""
+    from accelsweep.sweeps.driver.records import TrialRecord
+    from accelsweep.sweeps.driver.report import utilisation_lines
+
+    def trial(number, dtype, tflops, peak):
+        return TrialRecord(number=number, trial_id=str(number), searched={}, config={}, resources={},
+                           is_baseline=number == 1, created_at=0.0, status="finished",
+                           result={"model_tflops": tflops, "mfu": tflops / peak, "peak_tflops": peak,
+                                   "peak_dtype": dtype, "peak_measured": 0.0, "peak_basis": "datasheet",
+                                   "model_flops_per_item": 1e9, "flops_method": "counted"})
+
+    best, fp32_baseline = trial(7, "bfloat16", 122.7, 989.4), trial(1, "float32", 28.51, 66.9)
+    line = utilisation_lines(best, fp32_baseline)[0]
+    assert "12.4% of the datasheet bfloat16 peak" in line
+    assert line.endswith("the baseline at 42.6% of its own float32 peak (66.9 TFLOP/s)")
+    same_precision = utilisation_lines(best, trial(1, "bfloat16", 28.51, 989.4))[0]
+    assert same_precision.endswith("the baseline at 2.9%")
