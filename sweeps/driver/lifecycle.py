@@ -134,7 +134,7 @@ def concurrency_for(per_trial: Mapping[str, float], sweep: Sweep) -> tuple[int, 
 
 def _searcher(plan: Plan, sweep_token: str = "", time_budget_s: Optional[float] = None):
     import optuna
-    from accelsweep.sweeps.driver.searchers import FailureAwareOptunaSearch
+    from accelsweep.sweeps.driver.searchers import FailureAwareOptunaSearch, concurrency_aware_tpe
 
     sweep = plan.sweep
     metrics = [o.metric for o in sweep.objectives]
@@ -143,8 +143,7 @@ def _searcher(plan: Plan, sweep_token: str = "", time_budget_s: Optional[float] 
         grid = {name: list(d.choices) for name, d in plan.space.distributions.items()}
         sampler = optuna.samplers.GridSampler(grid, seed=sweep.seed)
     else:
-        sampler = optuna.samplers.TPESampler(seed=sweep.seed,
-                                             n_startup_trials=startup_trials(sweep))
+        sampler = concurrency_aware_tpe(sweep.seed, startup_trials(sweep))
     # TPE runs the baseline first; a grid reaches it anyway (it is one of its points).
     first = None
     if sweep.sampler == "tpe":
