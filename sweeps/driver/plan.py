@@ -91,6 +91,7 @@ class Plan:
     metrics: Optional[MetricSet] = None  # what the trainable reports (declared)
     # What the base platform's hardware does natively; the space lacks what it only emulates.
     capabilities: Optional[Capabilities] = None
+    warm: Optional[Any] = None  # WarmStart (warm_start.py): what an earlier sweep gives this one
 
     def __getstate__(self):
         # Pickled into Tune's experiment state (tuner.pkl: the callback and the trials'
@@ -187,6 +188,8 @@ class Plan:
                          + (f" (or the last {LOCAL_TIME_SHARE:.0%} of the search's time)" if sweep.time_budget_s else "")
                          + " each step from the best config so far to an unmeasured neighbour (one knob, one "
                            "choice away)")
+        if self.warm is not None:
+            lines += self.warm.lines()
         if sweep.stop_at_utilisation:
             lines.append(f"goal: stop once a trial runs at {sweep.stop_at_utilisation:.0%} or more of the "
                          "hardware's peak (--stop-at-utilisation)")
@@ -350,6 +353,16 @@ def plan_sweep(sweep: Sweep) -> Plan:
                               point, f"Refused: {error}") from None
     plan.baseline_point = space.point_for(base_dict)
     _check_points(plan)
+    if sweep.warm_start is not None:
+        from accelsweep.sweeps.driver.warm_start import plan_warm_start
+
+        store = sweep.warm_start_store or sweep.tracking_uri
+        try:
+            validate_tracking_uri(store)
+        except ConfigError as error:
+            raise ConfigError("warm_start_store", "an MLflow tracking URI this machine can read", store,
+                              str(error)) from None
+        plan.warm = plan_warm_start(plan, sweep.warm_start, store)
     if sweep.sampler == "grid":
         from optuna.distributions import CategoricalDistribution
 

@@ -9,7 +9,7 @@ import json
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
@@ -159,8 +159,14 @@ class FailureAwareOptunaSearch(OptunaSearch):
     With no such config left, TPE proposes as before."""
 
     def __init__(self, *args, repeats: bool = False, sweep_token: str = "", budget: Optional[int] = None,
-                 local_search: int = 0, local_after: Optional[float] = None, **kwargs):
+                 local_search: int = 0, local_after: Optional[float] = None, prior_trials: Sequence = (),
+                 **kwargs):
         super().__init__(*args, **kwargs)
+        # An earlier sweep's results on the same hardware, workload and versions (warm_start.py):
+        # completed trials of the study, so TPE models from them. Not this sweep's outcomes:
+        # a proposal of one of their configs runs here (the dedup knows only this sweep's).
+        for trial in prior_trials:
+            self._ot_study.add_trial(trial)
         self.repeats, self.sweep_token, self.budget = repeats, sweep_token, budget
         self.local_search, self.local_after = local_search, local_after
         self._proposed: dict[str, str] = {}  # trial id -> config key
