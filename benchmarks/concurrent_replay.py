@@ -344,7 +344,7 @@ def format_concurrency_report(table: Table, results: Mapping[int, Mapping[str, A
                          f"{s.device_fraction:>8.1%} {s.wall_median_s:>9.1f} {s.wall_p90_s:>7.1f} "
                          f"{s.wall_fraction:>8.1%} {s.median_trials:>6.1f} {s.withdrawn:>9.1f} "
                          f"{s.not_reached:>5}/{s.seeds}")
-        lines.append(f"{'':>3} {'(grid wall at N=' + str(concurrency) + ': ' + format(at['grid_wall_s'], '.1f') + ' s)'}")
+        lines.append(f"    (grid wall at N={concurrency}: {at['grid_wall_s']:.1f} s)")
     lines.append("")
     lines += [f"  {name:<14} {words}" for name, words in CONCURRENT_POLICY_WORDS.items()]
     lines.append("  withdrawn: proposals of a config running at the time, mean per seed (asked again)")
@@ -353,8 +353,8 @@ def format_concurrency_report(table: Table, results: Mapping[int, Mapping[str, A
     near = sum(table.within_tolerance(key) for key in table.rows)
     lines.append(f"Wall floor: {near} config(s) are within {TOLERANCE:.0%} of the best; the shortest run of one "
                  f"takes {floor:.1f} s, so no searcher reaches the tolerance sooner: "
-                 + ", ".join(f"{floor / at['grid_wall_s']:.1%} of the grid's wall at N={n}" for n, at in results.items())
-                 + ".")
+                 + ", ".join(f"{floor / at['grid_wall_s']:.1%} of the grid's wall at N={n}"
+                             for n, at in results.items()) + ".")
     return "\n".join(lines)
 
 

@@ -4,7 +4,6 @@ running trials share a config."""
 
 from __future__ import annotations
 
-import itertools
 
 import pytest
 

@@ -157,7 +157,8 @@ def _searcher(plan: Plan, sweep_token: str = "", time_budget_s: Optional[float] 
                 prior = warm_trials(plan.warm.told, plan.space.distributions, len(sweep.objectives))
     return FailureAwareOptunaSearch(plan.space.define_by_run, metric=metrics if len(metrics) > 1 else metrics[0],
                         mode=modes if len(modes) > 1 else modes[0], sampler=sampler,
-                        points_to_evaluate=first, prior_trials=prior, seed=sweep.seed, repeats=sweep.repeats, sweep_token=sweep_token,
+                        points_to_evaluate=first, prior_trials=prior, seed=sweep.seed, repeats=sweep.repeats,
+                        sweep_token=sweep_token,
                         budget=sweep.num_samples, local_search=local_search_trials(sweep),
                         local_after=time.time() + time_budget_s * (1 - LOCAL_TIME_SHARE) if time_budget_s else None)
 
