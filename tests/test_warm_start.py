@@ -147,7 +147,7 @@ def test_a_warm_started_sweep_runs_the_old_best_first_and_records_it(main_job, t
     assert parent.data.tags["warm_start_told"] == str(len(best))
     trials = client.search_runs([parent.info.experiment_id],
                                 filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}' "
-                                              "and tags.trial_number = '0'")
+                                              "and tags.trial_number = '1'")  # numbered from 1
     assert json.loads(trials[0].data.tags["searched"]) == best[0]  # the old best ran first
 
 
