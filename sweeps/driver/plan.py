@@ -25,6 +25,7 @@ from accelsweep.sweeps.driver.space import (
     SearchSpace,
     describe_distribution,
     describe_reasons,
+    holds,
 )
 from accelsweep.sweeps.driver.store_checks import (
     check_storage_path,
@@ -385,16 +386,9 @@ def _check_points(plan: Plan) -> None:
         if not isinstance(point, Mapping) or not set(point) <= set(knobs):
             raise ConfigError(field_name, f"a mapping of the space's knobs {sorted(knobs)} to values", point)
         for knob, value in point.items():
-            if not _holds(knobs[knob], value):
+            if not holds(knobs[knob], value):
                 raise ConfigError(f"{field_name}.{knob}", describe_distribution(knobs[knob]), value)
         plan.config_for(point)  # a ConfigError names the field
-
-
-def _holds(distribution, value: Any) -> bool:
-    try:
-        return distribution._contains(distribution.to_internal_repr(value))
-    except ValueError:  # a categorical's value not among its choices
-        return False
 
 
 def remeasure(sweep: Sweep, configs: Sequence[Mapping[str, Any]], times: int = 5, name: Optional[str] = None) -> Sweep:

@@ -121,7 +121,7 @@ def _mismatches(history, new_tags: Mapping[str, str], base_params: Mapping[str, 
 def plan_warm_start(plan, ref: str, store: str) -> WarmStart:
     """The warm start of ``plan``'s sweep from the sweep ``ref`` names in ``store``."""
     from accelsweep.sweeps.driver.history import load_sweep
-    from accelsweep.sweeps.driver.plan import _holds
+    from accelsweep.sweeps.driver.space import holds
     from accelsweep.sweeps.driver.record.secrets import redact_uri
     from accelsweep.sweeps.driver.record.tracking import _param_value
     from accelsweep.trainables.environment import environment_tags
@@ -145,7 +145,7 @@ def plan_warm_start(plan, ref: str, store: str) -> WarmStart:
     warm = WarmStart(history.name, history.parent_run_id, redact_uri(store))
     seen: set[str] = set()
     for record in best_first:
-        point, why = _point(record, distributions, plan.base_dict, _holds)
+        point, why = _point(record, distributions, plan.base_dict, holds)
         key = repr(sorted((point or {}).items()))
         if point is not None and key in seen:
             continue  # the same config measured twice there (a repeat)
