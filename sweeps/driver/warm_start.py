@@ -150,13 +150,14 @@ def plan_warm_start(plan, ref: str, store: str) -> WarmStart:
         if point is not None and key in seen:
             continue  # the same config measured twice there (a repeat)
         if point is None:
-            if len(warm.points) < WARM_START_CONFIGS:
+            if len(warm.points) < WARM_START_CONFIGS:  # said for the configs that would have come first
                 warm.skipped.append(why)
             continue
         try:
             plan.config_for(point)
         except ConfigError as error:
-            warm.skipped.append(f"trial {record.number}'s config is refused here: {error}")
+            if len(warm.points) < WARM_START_CONFIGS:  # said for the configs that would have come first
+                warm.skipped.append(f"trial {record.number}'s config is refused here: {error}")
             continue
         seen.add(key)
         if len(warm.points) < min(WARM_START_CONFIGS, max(1, sweep.num_samples - 1)):
