@@ -373,22 +373,26 @@ class ShuffledGrid:
 
 
 def make_searcher(sampler: str, table: Table, seed: int, num_samples: int) -> Searcher:
-    """``tpe`` as the tool builds it (sweeps/driver/lifecycle.py: _searcher), with the baseline
-    first; ``grid``, every config in a seeded random order; ``random`` (Optuna's
-    RandomSampler), a reference the tool does not offer."""
+    """``tpe`` as the tool builds it (sweeps/driver/lifecycle.py: _searcher: the constant
+    liar), with the baseline first; ``tpe-plain``, the same without the liar; ``grid``,
+    every config in a seeded random order; ``random`` (Optuna's RandomSampler), a
+    reference the tool does not offer."""
     import optuna
 
     from accelsweep.sweeps.driver.plan import startup_trials
+    from accelsweep.sweeps.driver.searchers import concurrency_aware_tpe
 
+    startup = startup_trials(SimpleNamespace(num_samples=num_samples))
     if sampler == "tpe":
-        tpe = optuna.samplers.TPESampler(seed=seed,
-                                         n_startup_trials=startup_trials(SimpleNamespace(num_samples=num_samples)))
+        return OptunaSearcher(concurrency_aware_tpe(seed, startup), table.space, first=[table.baseline])
+    if sampler == "tpe-plain":  # what the constant liar is measured against (issue 31)
+        tpe = optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup, constant_liar=False)
         return OptunaSearcher(tpe, table.space, first=[table.baseline])
     if sampler == "grid":
         return ShuffledGrid(table.space, seed)
     if sampler == "random":
         return OptunaSearcher(optuna.samplers.RandomSampler(seed=seed), table.space)
-    raise ConfigError("sampler", "one of tpe, grid, random", sampler)
+    raise ConfigError("sampler", "one of tpe, tpe-plain, grid, random", sampler)
 
 
 def make_asha(windows: int):
@@ -411,6 +415,10 @@ class Policy:
     sampler: str  # tpe, grid, random
     asha: bool = False
     reject: bool = False
+    # At concurrency (concurrent_replay.py): proposals of a running config withdrawn before
+    # the slot waits; None: the tool's (searchers.py MAX_RUNNING_REPEATS); 1: the tool
+    # before issue 31, whose slot waited at the first.
+    running_repeats: Optional[int] = None
 
 
 TARGET_POLICY = "tpe+es"
@@ -757,6 +765,11 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     replay_parser.add_argument("--num-samples", type=int, default=DEFAULT_SAMPLES,
                                help="the sweep's num_samples, which sets TPE's start-up trials as the tool does "
                                     f"(default {DEFAULT_SAMPLES}, the main job's)")
+    replay_parser.add_argument("--concurrency", default=None, metavar="N[,N...]",
+                               help="replay on a virtual clock with N trials at once, for each N given (e.g. "
+                                    "1,4,16,32): device- and wall-seconds until reached (concurrent_replay.py)")
+    replay_parser.add_argument("--out", default=None,
+                               help="with --concurrency: also write the figures to this JSON file")
     args = parser.parse_args(argv)
     if args.command == "record":
         grid = main_job_grid(tiny=args.tiny)
@@ -766,15 +779,48 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     positive_int("--seeds", args.seeds)
     positive_float("--reject-ratio", args.reject_ratio)
     positive_int("--num-samples", args.num_samples)
+    if args.concurrency is not None:
+        concurrencies(args.concurrency)  # bad input said before the table is read
     if not os.path.isfile(args.table):
         raise ConfigError("table", "a JSON file written by `search_efficiency.py record`", args.table)
     table = Table.load(args.table)
+    if args.concurrency is not None:
+        _replay_at_concurrency(table, args)
+        return
     summaries = compare(table, args.seeds, args.reject_ratio, args.num_samples)
     print(format_report(table, summaries, args.reject_ratio, args.seeds, args.num_samples))
     print(summary_json(table, summaries, args.reject_ratio))
 
 
+def concurrencies(text: str) -> list[int]:
+    """--concurrency's value: integers >= 1, comma-separated."""
+    try:
+        values = [int(part) for part in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or any(value < 1 for value in values):
+        raise ConfigError("--concurrency", "integers >= 1, comma-separated (e.g. 1,4,16,32)", text)
+    return values
+
+
+def _replay_at_concurrency(table: Table, args) -> None:
+    from benchmarks.concurrent_replay import compare_at, concurrency_json, format_concurrency_report
+
+    levels = concurrencies(args.concurrency)
+    results = compare_at(table, args.seeds, levels, args.reject_ratio, args.num_samples,
+                         progress=lambda line: print(line, file=sys.stderr, flush=True))
+    print(format_concurrency_report(table, results, args.seeds))
+    figures = {"table": os.path.basename(args.table), "reject_ratio": args.reject_ratio,
+               "num_samples": args.num_samples, **concurrency_json(table, results, args.seeds)}
+    if args.out:
+        _write_json(figures, args.out)
+    print(json.dumps(figures))
+
+
 if __name__ == "__main__":
+    # Run as a script, the repository root is not on the path: --concurrency imports
+    # benchmarks.concurrent_replay from it.
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from accelsweep.sweeps.driver.cli import main_guard
 
     main_guard(lambda: main(sys.argv[1:]))

@@ -129,6 +129,13 @@ def common_parser(description: str, default_samples: int, default_confirm_rounds
                         help="end the sweep once a trial has run at or above this share of the hardware's peak "
                              "(its utilisation, MFU: e.g. 0.4; on a CPU, of the GEMM peak measured here); "
                              "default: never")
+    parser.add_argument("--warm-start", default=None, metavar="SWEEP",
+                        help="start from an earlier sweep (its parent run's name or id): its best configs valid in "
+                             "this space are proposed first, and the searcher is told its results when its "
+                             "hardware, workload and package versions match this sweep's (else only its configs "
+                             "are proposed, to be measured here); --dry-run says which (default: from nothing)")
+    parser.add_argument("--warm-start-store", default=None, metavar="URI",
+                        help="the MLflow tracking URI the --warm-start sweep is in (default: --tracking-uri)")
     parser.add_argument("--dry-run", action="store_true",
                         help="print the search space, resources and environment per trial, then exit")
     return parser
@@ -154,7 +161,9 @@ def sweep_options(args: argparse.Namespace, *, default_samples: int, default_tim
                    verbose=getattr(args, "verbose", False),
                    confirm_rounds=getattr(args, "confirm_rounds", 0),
                    local_search=getattr(args, "local_search", None),
-                   stop_at_utilisation=getattr(args, "stop_at_utilisation", None))
+                   stop_at_utilisation=getattr(args, "stop_at_utilisation", None),
+                   warm_start=getattr(args, "warm_start", None),
+                   warm_start_store=getattr(args, "warm_start_store", None))
     return {**options, **fixed}
 
 

@@ -134,7 +134,8 @@ def concurrency_for(per_trial: Mapping[str, float], sweep: Sweep) -> tuple[int, 
 
 def _searcher(plan: Plan, sweep_token: str = "", time_budget_s: Optional[float] = None):
     import optuna
-    from accelsweep.sweeps.driver.searchers import FailureAwareOptunaSearch
+    from accelsweep.sweeps.driver.searchers import FailureAwareOptunaSearch, concurrency_aware_tpe
+    from accelsweep.sweeps.driver.warm_start import unique_points, warm_trials
 
     sweep = plan.sweep
     metrics = [o.metric for o in sweep.objectives]
@@ -143,15 +144,21 @@ def _searcher(plan: Plan, sweep_token: str = "", time_budget_s: Optional[float] 
         grid = {name: list(d.choices) for name, d in plan.space.distributions.items()}
         sampler = optuna.samplers.GridSampler(grid, seed=sweep.seed)
     else:
-        sampler = optuna.samplers.TPESampler(seed=sweep.seed,
-                                             n_startup_trials=startup_trials(sweep))
-    # TPE runs the baseline first; a grid reaches it anyway (it is one of its points).
+        sampler = concurrency_aware_tpe(sweep.seed, startup_trials(sweep))
+    # TPE runs the baseline first; a grid reaches it anyway (it is one of its points). A
+    # warm start's configs come before it (warm_start.py).
     first = None
+    prior = []
     if sweep.sampler == "tpe":
         first = [dict(point) for point in sweep.points] or [plan.baseline_point]
+        if plan.warm is not None:
+            first = unique_points([*plan.warm.points, *first])
+            if plan.warm.tells:
+                prior = warm_trials(plan.warm.told, plan.space.distributions, len(sweep.objectives))
     return FailureAwareOptunaSearch(plan.space.define_by_run, metric=metrics if len(metrics) > 1 else metrics[0],
                         mode=modes if len(modes) > 1 else modes[0], sampler=sampler,
-                        points_to_evaluate=first, seed=sweep.seed, repeats=sweep.repeats, sweep_token=sweep_token,
+                        points_to_evaluate=first, prior_trials=prior, seed=sweep.seed, repeats=sweep.repeats,
+                        sweep_token=sweep_token,
                         budget=sweep.num_samples, local_search=local_search_trials(sweep),
                         local_after=time.time() + time_budget_s * (1 - LOCAL_TIME_SHARE) if time_budget_s else None)
 
@@ -417,6 +424,8 @@ def _connect_and_announce(plan: Plan, say: Callable[[str], None]) -> int:
         say(f"platform: {sweep.platform_note}")
     for line in plan.capability_lines():
         say(line)
+    for line in plan.warm.lines() if plan.warm is not None else ():
+        say(line)
     say(sweep.cost_note)
     return concurrency
 
@@ -473,7 +482,8 @@ def _start(plan: Plan, trainable, storage: str, tracker, concurrency: int, time_
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     sweep_tags = {**env_tags, "sweep": sweep.name, "platform": sweep.base.platform, "kind": "sweep",
                   "instance_type": (sweep.cost.instance_type if sweep.cost else None) or "unknown",
-                  "cost_basis": sweep.cost_note, "status": "running", **plan.capability_tags()}
+                  "cost_basis": sweep.cost_note, "status": "running", **plan.capability_tags(),
+                  **(plan.warm.tags() if plan.warm is not None else {})}
     parent_params = {f"base.{k}": v for k, v in plan.base_dict.items()}
     parent_params.update({"num_samples": sweep.num_samples, "time_budget_s": sweep.time_budget_s,
                           "scheduler": sweep.scheduler, "seed": sweep.seed, "max_concurrent_trials": concurrency,

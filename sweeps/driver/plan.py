@@ -25,6 +25,7 @@ from accelsweep.sweeps.driver.space import (
     SearchSpace,
     describe_distribution,
     describe_reasons,
+    holds,
 )
 from accelsweep.sweeps.driver.store_checks import (
     check_storage_path,
@@ -91,6 +92,7 @@ class Plan:
     metrics: Optional[MetricSet] = None  # what the trainable reports (declared)
     # What the base platform's hardware does natively; the space lacks what it only emulates.
     capabilities: Optional[Capabilities] = None
+    warm: Optional[Any] = None  # WarmStart (warm_start.py): what an earlier sweep gives this one
 
     def __getstate__(self):
         # Pickled into Tune's experiment state (tuner.pkl: the callback and the trials'
@@ -187,6 +189,8 @@ class Plan:
                          + (f" (or the last {LOCAL_TIME_SHARE:.0%} of the search's time)" if sweep.time_budget_s else "")
                          + " each step from the best config so far to an unmeasured neighbour (one knob, one "
                            "choice away)")
+        if self.warm is not None:
+            lines += self.warm.lines()
         if sweep.stop_at_utilisation:
             lines.append(f"goal: stop once a trial runs at {sweep.stop_at_utilisation:.0%} or more of the "
                          "hardware's peak (--stop-at-utilisation)")
@@ -350,6 +354,16 @@ def plan_sweep(sweep: Sweep) -> Plan:
                               point, f"Refused: {error}") from None
     plan.baseline_point = space.point_for(base_dict)
     _check_points(plan)
+    if sweep.warm_start is not None:
+        from accelsweep.sweeps.driver.warm_start import plan_warm_start
+
+        store = sweep.warm_start_store or sweep.tracking_uri
+        try:
+            validate_tracking_uri(store)
+        except ConfigError as error:
+            raise ConfigError("warm_start_store", "an MLflow tracking URI this machine can read", store,
+                              str(error)) from None
+        plan.warm = plan_warm_start(plan, sweep.warm_start, store)
     if sweep.sampler == "grid":
         from optuna.distributions import CategoricalDistribution
 
@@ -372,16 +386,9 @@ def _check_points(plan: Plan) -> None:
         if not isinstance(point, Mapping) or not set(point) <= set(knobs):
             raise ConfigError(field_name, f"a mapping of the space's knobs {sorted(knobs)} to values", point)
         for knob, value in point.items():
-            if not _holds(knobs[knob], value):
+            if not holds(knobs[knob], value):
                 raise ConfigError(f"{field_name}.{knob}", describe_distribution(knobs[knob]), value)
         plan.config_for(point)  # a ConfigError names the field
-
-
-def _holds(distribution, value: Any) -> bool:
-    try:
-        return distribution._contains(distribution.to_internal_repr(value))
-    except ValueError:  # a categorical's value not among its choices
-        return False
 
 
 def remeasure(sweep: Sweep, configs: Sequence[Mapping[str, Any]], times: int = 5, name: Optional[str] = None) -> Sweep:

@@ -9,7 +9,7 @@ import json
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
@@ -17,11 +17,30 @@ from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
 __all__ = ["FailureAwareOptunaSearch", "MAX_REPEATED_PROPOSALS", "MeasuredRun", "ResumeNews", "config_key",
-           "local_proposals", "neighbours", "take_reuses", "tell_resumed"]
+           "concurrency_aware_tpe", "local_proposals", "neighbours", "take_reuses", "tell_resumed"]
 
 # Proposals in a row of configs already measured before the space counts as searched
 # out: TPE keeps proposing its best region, and a small space runs out of new points.
 MAX_REPEATED_PROPOSALS = 20
+
+# A proposal that repeats a config running now is withdrawn and TPE asked again, this
+# many times at most per free slot; then the slot waits (Tune asks again later). With the
+# constant liar a running config is rarely proposed again, so a few tries are plenty, and
+# a space smaller than the slots (every config running) costs a few asks, not a loop.
+MAX_RUNNING_REPEATS = 4
+
+
+def concurrency_aware_tpe(seed: Optional[int], n_startup_trials: int):
+    """The sweep's TPE sampler. ``constant_liar``: each trial still running counts, while
+    it runs, as a result worse than any measured, so N proposals made while N trials run
+    spread over the space instead of all landing on the best region the finished results
+    point to (issue 31; ray-project/ray#46965). Ray's OptunaSearch leaves a proposal's
+    Optuna trial RUNNING, its params set, until Tune reports it ended: the liar sees every
+    running trial. Said explicitly: Optuna 4 (allowed by pyproject) defaults it to off."""
+    import optuna
+
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=n_startup_trials, constant_liar=True)
+
 
 # Reused proposals waiting for the sweep's callback to record them, and the sweeps whose
 # searcher ran out of new configs, by sweep: the searcher and the callback are separate
@@ -140,8 +159,14 @@ class FailureAwareOptunaSearch(OptunaSearch):
     With no such config left, TPE proposes as before."""
 
     def __init__(self, *args, repeats: bool = False, sweep_token: str = "", budget: Optional[int] = None,
-                 local_search: int = 0, local_after: Optional[float] = None, **kwargs):
+                 local_search: int = 0, local_after: Optional[float] = None, prior_trials: Sequence = (),
+                 **kwargs):
         super().__init__(*args, **kwargs)
+        # An earlier sweep's results on the same hardware, workload and versions (warm_start.py):
+        # completed trials of the study, so TPE models from them. Not this sweep's outcomes:
+        # a proposal of one of their configs runs here (the dedup knows only this sweep's).
+        for trial in prior_trials:
+            self._ot_study.add_trial(trial)
         self.repeats, self.sweep_token, self.budget = repeats, sweep_token, budget
         self.local_search, self.local_after = local_search, local_after
         self._proposed: dict[str, str] = {}  # trial id -> config key
@@ -174,7 +199,9 @@ class FailureAwareOptunaSearch(OptunaSearch):
         # Repeats answered on the way to this trial's config: recorded (once per config)
         # when it comes; repeats that end the search (its space used up) are not news.
         answered: dict[str, tuple[dict, str]] = {}
-        for _ in range(MAX_REPEATED_PROPOSALS):
+        running_repeats = 0
+        # Room for MAX_REPEATED_PROPOSALS repeats of measured configs besides the running ones.
+        for _ in range(MAX_REPEATED_PROPOSALS + MAX_RUNNING_REPEATS):
             config = super().suggest(trial_id)
             if config is None or config == Searcher.FINISHED:
                 return self._publish(answered, config)
@@ -195,10 +222,15 @@ class FailureAwareOptunaSearch(OptunaSearch):
             # Answer this proposal from what is known, and ask again for the same Tune trial.
             ot_trial = self._ot_trials.pop(trial_id)
             if measured is None:
-                # The same config runs now: its result is not known yet. Withdrawn, and Tune
-                # asks again later (None: no proposal for now), by then it is measured.
+                # The same config runs now: its result is not known yet. Withdrawn (a FAIL,
+                # which TPE ignores) and TPE asked again: with several trials running, the
+                # next proposal is usually new. After a few, the slot waits: Tune asks
+                # again later (None: no proposal for now), by then it may be measured.
                 self._tell(ot_trial, None)
-                return self._publish(answered, None)
+                running_repeats += 1
+                if running_repeats >= MAX_RUNNING_REPEATS:
+                    return self._publish(answered, None)
+                continue
             original, value = measured
             if not self._tell(ot_trial, value):
                 break

@@ -26,7 +26,7 @@ from optuna.distributions import (BaseDistribution, CategoricalDistribution, Flo
 from accelsweep.trainables.errors import ConfigError
 
 __all__ = ["DefineByRun", "Reasons", "SearchSpace", "SpaceSpec", "describe_distribution", "describe_reasons",
-           "quiet_optuna"]
+           "holds", "quiet_optuna"]
 
 DefineByRun = Callable[[optuna.Trial], Optional[Mapping[str, Any]]]
 SpaceSpec = Union[DefineByRun, Mapping[str, Any]]
@@ -209,3 +209,12 @@ class SearchSpace:
         lines += [f"{name}: fixed at {value!r}" for name, value in self.constants.items()
                   if name not in self.distributions]
         return lines
+
+
+def holds(distribution, value: Any) -> bool:
+    """Whether ``value`` is a point of ``distribution`` (a choice of a categorical, within
+    an int or float range): a sweep's points and a warm start's configs are checked so."""
+    try:
+        return distribution._contains(distribution.to_internal_repr(value))
+    except ValueError:  # a categorical's value not among its choices
+        return False

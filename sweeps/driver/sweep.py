@@ -162,6 +162,12 @@ class Sweep:
     # End the sweep once a trial has run whole, uncontended, at or above this share of the
     # hardware's peak (its mfu: trainables/utilisation.py); None: never (sweeps/driver/goal.py).
     stop_at_utilisation: Optional[float] = None
+    # Start from an earlier sweep (its parent run's name or id; sweeps/driver/warm_start.py):
+    # its best configs valid here are proposed first, and the searcher is told its results
+    # where hardware, workload and versions match. None: from nothing.
+    warm_start: Optional[str] = None
+    # The MLflow store that sweep is in; None: tracking_uri.
+    warm_start_store: Optional[str] = None
 
 
     def __post_init__(self) -> None:
