@@ -88,7 +88,8 @@ class WriteMeter:
     optuna_s: float = 0.0
     calls: int = 0
     sent: int = 0  # writes the buffer sent to MLflow
-    raised: list = field(default_factory=list)  # writes that raised (a tracker call, a send, a study write)
+    raised: list = field(default_factory=list)  # the driver's writes that raised (a tracker call, a study write)
+    send_failures: list = field(default_factory=list)  # sends to MLflow that raised (kept, or raised above)
     study_records: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -120,7 +121,10 @@ class WriteMeter:
                 result = method(*args, **kwargs)
             except Exception as error:
                 with meter._lock:
-                    meter.raised.append(f"{name}: {type(error).__name__}: {str(error)[:200]}")
+                    # A send that fails surfaces as its tracker call's error, or is kept by the
+                    # buffer (counted at the end if never written): counted once, there.
+                    (meter.raised if bucket is not None else meter.send_failures).append(
+                        f"{name}: {type(error).__name__}: {str(error)[:200]}")
                 raise
             finally:
                 took = time.perf_counter() - started
@@ -290,8 +294,9 @@ def open_store(kind: str, folder: str, say: Callable[[str], None]) -> Store:
 
 def unrecorded(tracking_uri: str, experiment: str, parent_run_id: str, study_url: str, study_name: str,
                run_ids: Sequence[str]) -> dict:
-    """What the stores lack afterwards: trial runs not FINISHED under the parent (or
-    without wall_s), and runs without their study trial."""
+    """What the stores lack afterwards, of the trials whose runs are ``run_ids`` (None: a
+    trial whose run was never created): runs not FINISHED under the parent (or without
+    wall_s), and trials without their study trial."""
     import optuna
     from mlflow.tracking import MlflowClient
 
@@ -304,8 +309,10 @@ def unrecorded(tracking_uri: str, experiment: str, parent_run_id: str, study_url
     finished = {r.info.run_id for r in runs if r.info.status == "FINISHED" and "wall_s" in r.data.metrics}
     study = optuna.load_study(study_name=study_name, storage=shared_storage(study_url))
     in_study = {t.user_attrs.get("mlflow_run_id") for t in study.get_trials(deepcopy=False)}
-    return {"runs_missing": sorted(set(run_ids) - finished), "study_trials_missing": sorted(set(run_ids) - in_study),
-            "extra_runs": len(runs) - len(set(run_ids)), "study_trials": len(in_study)}
+    # A trial whose run was never created (None) lacks both.
+    return {"runs_missing": [str(r) for r in run_ids if r not in finished],
+            "study_trials_missing": [str(r) for r in run_ids if r is None or r not in in_study],
+            "extra_runs": len(runs) - len({r for r in run_ids if r}), "study_trials": len(in_study)}
 
 
 # --------------------------------------------------------------------------- the two modes
@@ -372,7 +379,7 @@ def measure_writes(store: Store, concurrency: int, trials: int, windows: int, sc
         cpu_s = time.process_time() - cpu_started
         tracker.finish(parent, "FINISHED")
         kept = len(tracker.buffer.pending)
-    run_ids = [r.run_id for r in callback.records.values() if r.run_id]
+    run_ids = [r.run_id for r in callback.records.values()]
     missing = unrecorded(store.tracking_uri, name, parent, study.url, study.name, run_ids)
     return _figures(meter, trials, wall_s, wall_s, cpu_s, kept, callback.study is None, errors, hook_errors,
                     missing, lines, {"windows": windows})
@@ -407,7 +414,7 @@ def measure_sweep(store: Store, concurrency: int, trials: int, scratch: str) -> 
     parent_run = MlflowClient(store.tracking_uri).get_run(parent)
     study_name = parent_run.data.tags.get("optuna_study", "")
     missing = unrecorded(store.tracking_uri, name, parent, store.study_url(name), study_name,
-                         [r.run_id for r in records if r.run_id])
+                         [r.run_id for r in records])
     lines = [line for _, line in clock.lines]
     figures = _figures(meter, len(records), last_end - first_start, clock.wall_s, cpu_s, 0, bool(study_lines),
                        errors, [], missing, lines,
@@ -431,7 +438,7 @@ def _figures(meter: WriteMeter, trials: int, phase_s: float, wall_s: float, cpu_
         "recording_limited_trials_per_s": 1.0 / per_trial if per_trial > 0 else math.inf,
         "trials_per_s": trials / phase_s if phase_s > 0 else math.nan,
         "phase_s": phase_s, "wall_s": wall_s, "driver_cpu_s_per_trial": cpu_s / trials if trials else math.nan,
-        "writes_sent": meter.sent, "tracker_calls": meter.calls, "study_records": meter.study_records,
+        "writes_sent": meter.sent, "sends_failed": len(meter.send_failures), "tracker_calls": meter.calls, "study_records": meter.study_records,
         "failed_writes": sum(failed.values()), "failed_by_kind": failed,
         "failures": (meter.raised + hook_errors + errors)[:20], "extra_runs": missing["extra_runs"],
         "said": [line for line in lines if "warning" in line or "error" in line.lower()][:10], **extra,
