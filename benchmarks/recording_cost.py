@@ -392,7 +392,8 @@ def measure_sweep(store: Store, concurrency: int, trials: int, scratch: str) -> 
     from ray import tune
 
     from accelsweep.sweeps.driver.api import Objective, Sweep
-    from benchmarks.tool_cost import TrivialConfig, _small_metrics, run_timed, trial_end, trivial_trainable
+    from benchmarks.tool_cost import (TrivialConfig, _small_metrics, peak_overlap, run_timed, trial_end,
+                                      trivial_trainable)
 
     name = f"recording-sweep-{store.name}-c{concurrency}"
     meter = WriteMeter()
@@ -420,6 +421,8 @@ def measure_sweep(store: Store, concurrency: int, trials: int, scratch: str) -> 
     figures = _figures(meter, len(records), last_end - first_start, clock.wall_s, cpu_s, 0, bool(study_lines),
                        errors, [], missing, lines,
                        {"slots": clock.slots, "sweep_wall_s": clock.wall_s,
+                        # the most trials alive at once, from their start to their end as the driver saw them
+                        "peak_running": peak_overlap([(r.created_at, trial_end(r)) for r in records]),
                         "statuses": {s: sum(r.status == s for r in records) for s in {r.status for r in records}}})
     return figures
 
@@ -612,6 +615,10 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
     parser.add_argument("--modes", default=",".join(MODES), help=f"of {', '.join(MODES)} (default both)")
     parser.add_argument("--concurrency", default=None, help="comma-separated (default 1,8,32; --quick 1,2)")
     parser.add_argument("--quick", action="store_true", help="4 trials per configuration: a test, not a figure")
+    parser.add_argument("--writes-trials", type=int, default=None, help=f"trials per writes configuration "
+                                                                          f"(default {FULL.writes_trials})")
+    parser.add_argument("--sweep-trials", type=int, default=None, help=f"trials per sweep configuration "
+                                                                         f"(default {FULL.sweep_trials})")
     parser.add_argument("--reruns", type=int, default=1, help="times a contended configuration is run again")
     parser.add_argument("--out", default=None, help="the JSON file (default: benchmarks/data/recording_cost_"
                                                     "<machine>.json; --quick: the temporary directory)")
@@ -625,6 +632,10 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
         if not value or any(v not in allowed for v in value):
             raise ConfigError(flag, f"a comma-separated list of {', '.join(allowed)}", ",".join(value))
     counts = QUICK if args.quick else FULL
+    if args.writes_trials:
+        counts = dataclasses.replace(counts, writes_trials=args.writes_trials)
+    if args.sweep_trials:
+        counts = dataclasses.replace(counts, sweep_trials=args.sweep_trials)
     if args.concurrency:
         counts = dataclasses.replace(counts, concurrency=tuple(int(c) for c in args.concurrency.split(",")))
     say = lambda line: print(line, flush=True)  # noqa: E731
