@@ -14,6 +14,7 @@ from benchmarks import recording_cost
 from benchmarks.recording_cost import TARGET_TRIALS_PER_S, main, measure_writes, open_store, passes
 
 
+@pytest.mark.slow  # 15-25 s here, most of it describing the machine (torch's import): the next test is quick
 def test_a_quick_run_reports_trials_per_second_and_no_failed_writes(tmp_path, capsys):
     out = tmp_path / "recording.json"
     report = main(["--quick", "--stores", "sqlite", "--modes", "writes", "--concurrency", "1,2", "--reruns", "0",
@@ -69,6 +70,17 @@ def test_a_write_that_fails_and_a_study_given_up_are_counted(tmp_path, monkeypat
     assert row["failed_writes"] == sum(failed.values()) > 0
     assert any("refused by the test" in line for line in row["failures"])
     assert passes(row) is False
+    # still a rate: what was written, it was written in
+    assert row["trials"] == 2 and row["trials_per_s"] > 0 and row["write_s_per_trial"] > 0
+
+
+def test_clean_writes_are_a_rate_with_no_failures(tmp_path):
+    row = measure_writes(open_store("sqlite", str(tmp_path), print), concurrency=2, trials=2, windows=2,
+                         scratch=str(tmp_path))
+    assert row["failed_writes"] == 0 and row["sends_failed"] == 0, row["failures"]
+    assert row["study_records"] == 2 and row["writes_sent"] == 2 * 6
+    assert row["trials_per_s"] > 0 and row["recording_limited_trials_per_s"] == pytest.approx(
+        1 / row["write_s_per_trial"])
 
 
 def test_an_unknown_store_or_mode_is_refused():
