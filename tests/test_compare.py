@@ -284,3 +284,14 @@ def test_an_unknown_sweep_ends_the_command_with_status_2(two_sweeps):
     assert done.returncode == 2
     assert "error: sweep must be the run id or run name of one sweep's parent run" in done.stderr
     assert "'no-such-sweep'" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_base_field_an_older_sweep_did_not_record_is_its_default_not_a_different_workload():
+    """Two H100 sweeps compared: the older one, recorded before placement_strategy existed,
+    read as '(none) vs PACK', a different workload, though it ran with PACK."""
+    from accelsweep.sweeps.driver.compare import _base_param
+
+    older, newer = {"base.batch_size": "16"}, {"base.batch_size": "16", "base.placement_strategy": "PACK"}
+    assert _base_param(older, "base.placement_strategy") == _base_param(newer, "base.placement_strategy") == "PACK"
+    assert _base_param(older, "base.no_such_field") == "(none)"
+    assert _base_param({"base.placement_strategy": "SPREAD"}, "base.placement_strategy") == "SPREAD"

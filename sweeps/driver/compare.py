@@ -19,13 +19,15 @@ Everything is read from the MLflow store (history.py), as the sweep report is.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
+import functools
 import math
 import os
 import re
 import tempfile
-from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from dataclasses import MISSING, dataclass, field
+from typing import Any, Mapping, Optional, Sequence
 
 from accelsweep.sweeps.driver.callbacks import TrialRecord
 from accelsweep.sweeps.driver.history import SweepHistory, load_sweep
@@ -199,9 +201,9 @@ def differences(entries: Sequence[Entry]) -> list[str]:
     searched = {k for e in entries for k in e.history.knobs}
     base_fields = sorted({k for e in entries for k in e.history.params if k.startswith("base.")}
                          - set(HARDWARE_FIELDS) - {f"base.{k}" for k in searched})
-    differing = [k for k in base_fields if len({e.history.params.get(k, "(none)") for e in entries}) > 1]
+    differing = [k for k in base_fields if len({_base_param(e.history.params, k) for e in entries}) > 1]
     if differing:
-        listed = "; ".join(f"{k[len('base.'):]}: {apart([e.history.params.get(k, '(none)') for e in entries])}"
+        listed = "; ".join(f"{k[len('base.'):]}: {apart([_base_param(e.history.params, k) for e in entries])}"
                            for k in differing[:MAX_LISTED])
         more = f"; and {len(differing) - MAX_LISTED} more" if len(differing) > MAX_LISTED else ""
         notes.append(f"Different workloads: the base configs differ ({listed}{more}): a per-sample figure of one "
@@ -219,6 +221,22 @@ def differences(entries: Sequence[Entry]) -> list[str]:
                          f"best ({_money(cheapest.metric(e.cost_metric))} against {_money(e.usd_per_1m)} per 1M "
                          f"{e.unit}): its best is the best by {e.history.objectives[0][0]}.")
     return notes
+
+
+def _base_param(params: Mapping[str, str], key: str) -> str:
+    """A sweep's base.* param as recorded; a field its version did not record yet (a sweep
+    from before ``placement_strategy`` existed) is the field's default, which it ran with."""
+    if key in params:
+        return params[key]
+    default = _trial_config_defaults().get(key[len("base."):], MISSING)
+    return "(none)" if default is MISSING else str(default)
+
+
+@functools.lru_cache(maxsize=1)
+def _trial_config_defaults() -> dict[str, Any]:
+    from accelsweep.trainables.config import TrialConfig
+
+    return {f.name: f.default for f in dataclasses.fields(TrialConfig) if f.default is not MISSING}
 
 
 def _price_basis(history: SweepHistory) -> str:
