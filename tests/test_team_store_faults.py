@@ -226,7 +226,8 @@ def test_postgresql_restarted_mid_sweep_loses_nothing(store, tmp_path):
     output = run_with_fault(store, tmp_path, "postgres-restart", restart)
     assert "could not be written" not in output, output[-6000:]  # the study was not given up
     check_complete_record(store, "postgres-restart")
-    print(f"postgresql restarted mid-sweep: {time.monotonic() - started:.0f} s")
+    print(f"postgresql restarted mid-sweep: {time.monotonic() - started:.0f} s; said:\n"
+          + "\n".join(line for line in output.splitlines() if "answer" in line))
 
 
 def take_every_connection(store) -> list:

@@ -31,7 +31,7 @@ from accelsweep.sweeps.driver.space import quiet_optuna
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.sweeps.driver.record.secrets import redact_uri
 
-__all__ = ["SweepStudy", "default_study_storage", "validate_study_storage"]
+__all__ = ["SweepStudy", "database_unanswered", "default_study_storage", "validate_study_storage"]
 
 PRUNED_STATUSES = (STOPPED_EARLY, REJECTED, CUT_BY_BUDGET)
 
@@ -188,6 +188,37 @@ def shared_storage(url: str):
     if url.startswith("sqlite"):
         return url
     if url not in _storages:
+        from sqlalchemy.engine import make_url
+
+        from accelsweep.sweeps.driver.store_checks import DRIVER_TIMEOUT_ARGS
+
+        # pool_pre_ping: a connection the database ended (it restarted, failed over) is
+        # replaced when next taken from the pool, instead of failing the write that takes it.
+        # A connect timeout: a database host that swallows packets costs a write 10 s, not
+        # the driver's whole loop.
+        timeout_arg = DRIVER_TIMEOUT_ARGS.get(make_url(url).get_backend_name())
         _storages[url] = optuna.storages.RDBStorage(
-            url, engine_kwargs={"pool_size": DRIVER_CONNECTIONS, "max_overflow": 0})
+            url, engine_kwargs={"pool_size": DRIVER_CONNECTIONS, "max_overflow": 0, "pool_pre_ping": True,
+                                **({"connect_args": {timeout_arg: CONNECT_TIMEOUT_S}} if timeout_arg else {})})
     return _storages[url]
+
+
+CONNECT_TIMEOUT_S = 10
+
+
+def database_unanswered(error: BaseException) -> bool:
+    """Whether ``error`` (or what caused it: Optuna wraps SQLAlchemy's errors) says the
+    study's database could not be reached or gave no connection (down, restarting, out of
+    connections, a lost connection, a busy sqlite file), rather than that it refused the
+    write: only the first is worth writing again later."""
+    from sqlalchemy import exc
+
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, (exc.OperationalError, exc.InterfaceError, exc.DisconnectionError, exc.TimeoutError)):
+            return True
+        if isinstance(error, exc.DBAPIError) and error.connection_invalidated:
+            return True
+        error = error.__cause__ or error.__context__
+    return False
