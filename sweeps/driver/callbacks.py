@@ -103,6 +103,15 @@ def shown_output(output: str, whole: bool = False) -> str:
     return "\n".join([head, *(f"  | {line}" for line in lines)])
 
 
+def _first_cause(error: BaseException) -> BaseException:
+    """What went wrong first: Optuna wraps a database's error in a StorageInternalError
+    that blames "invalid data", and SQLAlchemy wraps the driver's (``orig``), whose own
+    words say why (``connection refused``, ``too many clients``)."""
+    while error.__cause__ is not None:
+        error = error.__cause__
+    return getattr(error, "orig", None) or error
+
+
 def _searched_key(searched: Mapping[str, Any]) -> str:
     return json.dumps(dict(searched), sort_keys=True, default=str)
 
@@ -593,11 +602,11 @@ class SweepCallback(Callback):
             try:
                 self.study.record(record, self._windows.get(record.trial_id, {}))
             except Exception as error:  # a database error of any kind: the study is a copy
-                said = redact_text(one_line(error), secret_values())[:300]
+                said = redact_text(one_line(_first_cause(error)), secret_values())[:300]
                 if database_unanswered(error):
                     self._study_tried_at = time.monotonic()
                     if not self._study_lost_said:
-                        self._say(f"warning: {self.study.describe()} did not answer ({type(error).__name__}: "
+                        self._say(f"warning: {self.study.describe()} did not answer ({type(_first_cause(error)).__name__}: "
                                   f"{said}); its trials are kept and written when it answers")
                         self._study_lost_said = True
                     return
