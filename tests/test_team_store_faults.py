@@ -303,3 +303,41 @@ def test_a_database_refusing_new_connections_at_the_start_is_said_in_seconds(sto
     assert "study_storage" in done.stderr, done.stderr[-3000:]
     assert "too many clients" in done.stderr or "connection slots are reserved" in done.stderr, done.stderr[-3000:]
     print(f"refused at the start in {took:.1f} s")
+
+
+@pytest.mark.slow
+def test_postgresql_down_past_the_wait_stops_the_sweep_and_resume_completes_it(store, tmp_path):
+    """PostgreSQL stopped mid-sweep and not back within --tracking-wait-s (3 s): the sweep
+    stops by itself (exit 75) saying why and to --resume, nothing of it left RUNNING once
+    the database is back and --resume has run, and the record complete."""
+    started, markers = time.monotonic(), tmp_path / "markers"
+    markers.mkdir()
+    command = sweep_command(store, tmp_path, "postgres-down", "--tracking-wait-s", "3")
+    with open(tmp_path / "sweep.log", "w") as out:
+        sweep = subprocess.Popen(command, cwd=REPO, env=sweep_env(store, markers), stdout=out,
+                                 stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + SWEEP_S
+        while ends(markers) < 1:
+            assert sweep.poll() is None and time.monotonic() < deadline, (tmp_path / "sweep.log").read_text()[-4000:]
+            time.sleep(0.1)
+        team_store.stop_postgres(store.folder)
+        status = sweep.wait(timeout=SWEEP_S)
+    finally:
+        if sweep.poll() is None:
+            sweep.kill()
+        team_store.start_postgres(store, say=lambda line: None)
+    output = (tmp_path / "sweep.log").read_text()
+    assert status == 75, output[-6000:]
+    assert "Traceback" not in output, output[-6000:]
+    assert "did not answer for 3 s" in output and "--resume" in output, output[-6000:]
+    assert ends(markers) < TRIALS, "the sweep ran to its end: it did not stop"
+
+    resumed = subprocess.run([*command, "--resume"], cwd=REPO, env=sweep_env(store, markers), capture_output=True,
+                             text=True, timeout=SWEEP_S)
+    said = resumed.stdout + resumed.stderr
+    assert resumed.returncode == 0, said[-6000:]
+    assert "Traceback" not in said, said[-6000:]
+    check_complete_record(store, "postgres-down")
+    print(f"postgresql down past the wait, then --resume: {time.monotonic() - started:.0f} s; the stop said:\n"
+          + "\n".join(line for line in output.splitlines() if "answer" in line or "resume" in line))

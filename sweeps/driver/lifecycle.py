@@ -409,9 +409,11 @@ def _drain(tracker, stop: StopSignals) -> None:
 def _write_study_kept(callback, tracker, stop: StopSignals, say: Callable[[str], None]) -> None:
     """The trials kept for the Optuna study while its database (or MLflow's store, for
     their run ids) did not answer: written now, waiting for it as long as for MLflow's
-    store (--tracking-wait-s); a stop request ends the wait. What is still kept then is
-    said, with the number of trials; MLflow has them all."""
-    deadline = time.monotonic() + tracker.buffer.wait_s
+    store (--tracking-wait-s), not at all when the sweep is stopping for want of MLflow's
+    store; a stop request ends the wait. What is still kept then is said: Tune's saved
+    state holds it, and --resume writes it."""
+    stopping = tracker.buffer.gave_up
+    deadline = time.monotonic() + (0.0 if stopping else tracker.buffer.wait_s)
     while not stop.requested:
         callback.adopt_run_ids()
         callback.write_pending_study(force=True)
@@ -421,8 +423,9 @@ def _write_study_kept(callback, tracker, stop: StopSignals, say: Callable[[str],
         while time.monotonic() < pause_until and not stop.requested:
             time.sleep(0.1)
     if callback.study is not None and callback.study_pending:
-        say(f"warning: {len(callback.study_pending)} trial(s) are not in {callback.study.describe()}: its database "
-            f"did not answer within {tracker.buffer.wait_s:g} s (MLflow has every trial)")
+        say(f"warning: {len(callback.study_pending)} trial(s) are not in {callback.study.describe()} yet"
+            + (": --resume writes them" if stopping else
+               f": its database did not answer within {tracker.buffer.wait_s:g} s (MLflow has every trial)"))
 
 
 def _connect_and_announce(plan: Plan, say: Callable[[str], None]) -> int:
