@@ -30,7 +30,7 @@ from tests.conftest import REPO
 from tests.team_store_fixture import needs_postgresql, store  # noqa: F401 - the module's store
 from tests.test_sweep_e2e import mlflow_runs
 
-pytestmark = needs_postgresql
+pytestmark = [needs_postgresql, pytest.mark.slow]  # a store starts in 30-60 s: not for the quick lane
 
 TRIALS = 4
 SWEEP_S = 400  # two cores shared with other test sessions start a sweep slowly
