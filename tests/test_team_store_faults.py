@@ -363,3 +363,36 @@ def test_a_login_costs_the_server_little(store):
         (stored,) = database.execute("SELECT password_hash FROM users WHERE username = ?",
                                      (team_store.MLFLOW_USER,)).fetchone()
     assert stored.startswith(team_store.ADMIN_HASH_METHOD + "$"), stored.split("$")[0]
+
+
+OPEN_STUDY_STORAGE = """
+import sys, time
+from accelsweep.sweeps.driver.study import shared_storage
+url, start_at = sys.argv[1], float(sys.argv[2])
+while time.time() < start_at:
+    time.sleep(0.001)
+shared_storage(url).get_all_studies()
+"""
+
+
+def test_drivers_opening_a_new_study_database_at_the_same_instant_all_open_it(store):
+    """Four drivers open a study database with no tables yet at one instant (four sweeps
+    started together on a new team store): Optuna's CREATE TABLEs race, and the losers'
+    "duplicate key value violates unique constraint pg_type_typname_nsp_index" ended 3 of 4
+    sweeps here. Each must open it. (A schema of its own stands for a new database: the
+    role may not create databases.)"""
+    import uuid
+
+    import psycopg
+
+    schema = f"race_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(host=store.host, port=store.pg_port, user=team_store.ROLE, dbname="optuna",
+                         passfile=store.credentials, autocommit=True) as connection:
+        connection.execute(f"CREATE SCHEMA {schema}")
+    url = f"{store.study_storage}?options=-csearch_path%3D{schema}"
+    start_at = time.time() + 8  # after four interpreters have imported Optuna, on a busy machine
+    drivers = [subprocess.Popen([sys.executable, "-c", OPEN_STUDY_STORAGE, url, str(start_at)], cwd=REPO,
+                                env={**os.environ, "PGPASSFILE": store.credentials}, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True) for _ in range(4)]
+    outputs = [driver.communicate(timeout=120)[0] for driver in drivers]
+    assert [driver.returncode for driver in drivers] == [0] * 4, "\n\n".join(o[-2000:] for o in outputs)

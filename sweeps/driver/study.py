@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from typing import Any, Mapping, Optional, Sequence
 
 from accelsweep.sweeps.driver.callbacks import (CUT_BY_BUDGET, FAILED, FINISHED, REJECTED, STOPPED_EARLY,
@@ -197,10 +198,31 @@ def shared_storage(url: str):
         # A connect timeout: a database host that swallows packets costs a write 10 s, not
         # the driver's whole loop.
         timeout_arg = DRIVER_TIMEOUT_ARGS.get(make_url(url).get_backend_name())
-        _storages[url] = optuna.storages.RDBStorage(
-            url, engine_kwargs={"pool_size": DRIVER_CONNECTIONS, "max_overflow": 0, "pool_pre_ping": True,
-                                **({"connect_args": {timeout_arg: CONNECT_TIMEOUT_S}} if timeout_arg else {})})
+        engine_kwargs = {"pool_size": DRIVER_CONNECTIONS, "max_overflow": 0, "pool_pre_ping": True,
+                         **({"connect_args": {timeout_arg: CONNECT_TIMEOUT_S}} if timeout_arg else {})}
+        _storages[url] = _open_racing_others(lambda: optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs))
     return _storages[url]
+
+
+SCHEMA_RACE_TRIES = 5
+
+
+def _open_racing_others(open_storage):
+    """Optuna creates its tables in a new database with CREATE TABLE (SQLAlchemy's
+    create_all: look, then create). Sweeps started together on a new PostgreSQL database
+    all look, find none, and all but one fail ("duplicate key value violates unique
+    constraint pg_type_typname_nsp_index", "relation ... already exists"). Whoever lost
+    opens it again: the tables are there by then."""
+    from sqlalchemy import exc
+
+    for attempt in range(1, SCHEMA_RACE_TRIES + 1):
+        try:
+            return open_storage()
+        except (exc.IntegrityError, exc.ProgrammingError) as error:
+            if attempt == SCHEMA_RACE_TRIES or not any(
+                    word in str(error) for word in ("already exists", "pg_type_typname_nsp_index", "duplicate key")):
+                raise
+            time.sleep(0.2 * attempt)
 
 
 CONNECT_TIMEOUT_S = 10
