@@ -200,24 +200,29 @@ def shared_storage(url: str):
         timeout_arg = DRIVER_TIMEOUT_ARGS.get(make_url(url).get_backend_name())
         engine_kwargs = {"pool_size": DRIVER_CONNECTIONS, "max_overflow": 0, "pool_pre_ping": True,
                          **({"connect_args": {timeout_arg: CONNECT_TIMEOUT_S}} if timeout_arg else {})}
-        _storages[url] = _open_racing_others(lambda: optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs))
+        _create_tables(url, engine_kwargs.get("connect_args", {}))
+        _storages[url] = optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
     return _storages[url]
 
 
 SCHEMA_RACE_TRIES = 5
 
 
-def _open_racing_others(open_storage):
+def _create_tables(url: str, connect_args: dict) -> None:
     """Optuna creates its tables in a new database with CREATE TABLE (SQLAlchemy's
     create_all: look, then create). Sweeps started together on a new PostgreSQL database
     all look, find none, and all but one fail ("duplicate key value violates unique
-    constraint pg_type_typname_nsp_index", "relation ... already exists"). Whoever lost
-    opens it again: the tables are there by then."""
+    constraint pg_type_typname_nsp_index", "relation ... already exists"): whoever lost
+    tries again, and finds the tables. Done on connections that close after each use
+    (NullPool), so a lost try leaves none open beside the driver's pool."""
+    import optuna
     from sqlalchemy import exc
+    from sqlalchemy.pool import NullPool
 
     for attempt in range(1, SCHEMA_RACE_TRIES + 1):
         try:
-            return open_storage()
+            optuna.storages.RDBStorage(url, engine_kwargs={"poolclass": NullPool, "connect_args": connect_args})
+            return
         except (exc.IntegrityError, exc.ProgrammingError) as error:
             if attempt == SCHEMA_RACE_TRIES or not any(
                     word in str(error) for word in ("already exists", "pg_type_typname_nsp_index", "duplicate key")):
