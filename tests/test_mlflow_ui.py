@@ -2,7 +2,9 @@
 server`` serves it on 127.0.0.1, and headless Chromium (Debian's package, installed by
 env/browser.sh) checks what a person opening the sweep would see: the parent run with
 its trials nested under it, the report and plots among the parent run's artifacts, and a
-plot that actually renders.
+plot that actually renders. Twice: on the sweep's sqlite store, and on a team store
+(sweeps/driver/team_store.py: PostgreSQL, served artifacts, basic auth: the browser sends
+the login as an Authorization header), written by the same command.
 
     .venv/bin/python -m pytest -q tests/test_mlflow_ui.py
     # and rewrite the README's screenshot, docs/mlflow-ui-parent-run.png:
@@ -13,10 +15,12 @@ Skipped, with the reason, only where Chromium cannot be had (no apt-get, not roo
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -27,7 +31,9 @@ import pytest
 
 from accelsweep.sweeps.driver.sweep_report import PLOTS_DIR, REPORT_FILES
 from tests.browser import REPO, Chromium, find_chromium
+from tests.conftest import ACCELSWEEP
 from tests.mlflow_server import MlflowServer
+from tests.team_store_fixture import store  # noqa: F401 - a team store, started only for its params
 
 pytestmark = pytest.mark.slow
 
@@ -54,11 +60,54 @@ def chromium():
     return binary
 
 
-@pytest.fixture(scope="module")
-def sweep_store(chromium, main_job):
-    """The shared run of the main job (tests/conftest.py), from its own folder: its store's
-    path. The browser is found first: where it cannot be had, no sweep is waited for."""
-    return main_job.folder / "m.db"
+@dataclass(frozen=True)
+class Served:
+    """An MLflow server with a sweep's record: its base URL, the URI a client reads the
+    record through, and the headers the browser must send (basic auth, on a team store)."""
+    uri: str
+    client_uri: str
+    headers: dict
+
+
+# The same checks against the two servers a person opens: `mlflow server` on the sweep's
+# sqlite store, and a team store's (sweeps/driver/team_store.py: PostgreSQL, served
+# artifacts, basic auth), written by the same command with --tracking-uri http://...
+@pytest.fixture(scope="module", params=["sqlite", "team-store"])
+def served(request, chromium, tmp_path_factory):
+    if request.param == "sqlite":
+        yield from _sqlite_server(request.getfixturevalue("main_job"), tmp_path_factory)
+    else:
+        yield _team_store_with_the_main_job(request, tmp_path_factory)
+
+
+def _sqlite_server(main_job, tmp_path_factory):
+    """The shared run of the main job (tests/conftest.py) served by ``mlflow server`` on a
+    free port of 127.0.0.1. The browser is found first: where it cannot be had, no sweep
+    is waited for."""
+    store = main_job.folder / "m.db"
+    server = MlflowServer(tmp_path_factory.mktemp("ui-server"), f"sqlite:///{store}")
+    try:
+        yield Served(server.start().uri, f"sqlite:///{store}", {})
+    finally:
+        server.stop()
+
+
+def _team_store_with_the_main_job(request, tmp_path_factory) -> Served:
+    """The main job's command, run against a team store (its module-scoped ``store``,
+    which logs this process in): the server's URL and its login as a header."""
+    if not (shutil.which("initdb") or os.path.isdir("/usr/lib/postgresql")):
+        pytest.skip("PostgreSQL's server programs are not installed here (apt install postgresql)")
+    store = request.getfixturevalue("store")
+    folder = tmp_path_factory.mktemp("team-store-sweep")
+    env = {**os.environ, "PGPASSFILE": store.credentials}
+    done = subprocess.run([ACCELSWEEP, "run", "neuron_vit", "--smoke", "--num-samples", "4",
+                           "--tracking-uri", store.tracking_uri, "--study-storage", store.study_storage,
+                           "--storage-path", str(folder / "ray"), "--price-per-hour", "0.357",
+                           "--experiment", EXPERIMENT], cwd=folder, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    login = base64.b64encode(":".join(store.mlflow_login()).encode()).decode()
+    return Served(store.tracking_uri, store.tracking_uri, {"Authorization": f"Basic {login}"})
 
 
 @dataclass
@@ -72,10 +121,10 @@ class SweepRuns:
 
 
 @pytest.fixture(scope="module")
-def sweep_runs(sweep_store) -> SweepRuns:
+def sweep_runs(served) -> SweepRuns:
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(f"sqlite:///{sweep_store}")
+    client = MlflowClient(served.client_uri)
     experiment = client.get_experiment_by_name(EXPERIMENT)
     assert experiment is not None, f"the sweep made no experiment {EXPERIMENT!r}"
     runs = client.search_runs([experiment.experiment_id], max_results=1000)
@@ -90,18 +139,17 @@ def sweep_runs(sweep_store) -> SweepRuns:
 
 
 @pytest.fixture(scope="module")
-def mlflow_ui(sweep_store, tmp_path_factory):
-    """``mlflow server`` on the sweep's store, on a free port of 127.0.0.1: its base URL."""
-    server = MlflowServer(tmp_path_factory.mktemp("ui-server"), f"sqlite:///{sweep_store}")
-    try:
-        yield server.start().uri
-    finally:
-        server.stop()
+def mlflow_ui(served):
+    """The server's base URL."""
+    return served.uri
 
 
 @pytest.fixture(scope="module")
-def page(chromium, mlflow_ui, tmp_path_factory):
+def page(chromium, served, tmp_path_factory):
     with Chromium.start(tmp_path_factory.mktemp("ui-browser"), binary=chromium) as tab:
+        if served.headers:  # every request of the page, its scripts' fetches included, logs in
+            tab.call("Network.enable")
+            tab.call("Network.setExtraHTTPHeaders", headers=served.headers)
         yield tab
 
 
@@ -147,7 +195,8 @@ def tree_node(name: str) -> str:
 
 
 @pytest.mark.slow
-def test_the_parent_run_artifacts_show_the_report_and_a_plot_that_renders(page, mlflow_ui, sweep_runs, tmp_path):
+def test_the_parent_run_artifacts_show_the_report_and_a_plot_that_renders(page, mlflow_ui, sweep_runs, served,
+                                                                          tmp_path):
     parent, stored = sweep_runs.parent, sweep_runs.parent_artifacts
     missing = sorted(set(PARENT_RUN_ARTIFACTS) - stored)
     assert not missing, f"the sweep logged no {missing} on its parent run (it has {sorted(stored)})"
@@ -184,6 +233,6 @@ def test_the_parent_run_artifacts_show_the_report_and_a_plot_that_renders(page, 
         f"the plot's area of the page is blank: grey levels {low}..{high}, "
         f"stddev {ImageStat.Stat(gray).stddev[0]:.1f}")
 
-    if UPDATE_SCREENSHOT:
+    if UPDATE_SCREENSHOT and served.client_uri.startswith("sqlite"):  # the README's: a newcomer's store
         SCREENSHOT.parent.mkdir(exist_ok=True)
         SCREENSHOT.write_bytes(page.screenshot())

@@ -71,3 +71,73 @@ def test_where_the_study_is_kept():
         validate_study_storage("postgresql://u:secret@db:x")  # a bad port; the password is not shown
     with pytest.raises(ConfigError, match="a file: the study must outlive the sweep"):
         validate_study_storage("sqlite://")
+
+
+class FlakyStudy:
+    """A SweepStudy whose database answers or not (``up``), the trials it took in order."""
+
+    def __init__(self):
+        self.up, self.taken = True, []
+
+    def record(self, record, intermediate=()):
+        from sqlalchemy.exc import OperationalError
+
+        if not self.up:
+            raise optuna.exceptions.StorageInternalError("An exception is raised during the commit.") from \
+                OperationalError("INSERT ...", {}, Exception("connection to server failed: Connection refused"))
+        self.taken.append(record.run_id)
+        return True
+
+    def describe(self):
+        return "Optuna study 's' in postgresql://db/optuna"
+
+
+def study_callback(study, said):
+    from types import SimpleNamespace
+
+    from accelsweep.sweeps.driver.callbacks import SweepCallback
+
+    tracker = SimpleNamespace(tracking_uri="sqlite:///unused.db", experiment="e", parent_run_id="p",
+                              buffer=SimpleNamespace(run_id_of=lambda run_id: run_id))
+    return SweepCallback(tracker, dict, lambda searched: {}, {}, None, {}, 4, print_line=said.append, study=study)
+
+
+def test_a_study_database_that_does_not_answer_keeps_the_trials_and_gets_them_in_order():
+    from accelsweep.sweeps.driver.record.tracking_buffer import PLACEHOLDER_PREFIX
+
+    study, said = FlakyStudy(), []
+    callback = study_callback(study, said)
+    for number in (1, 2, 3):
+        callback.records[f"t{number}"] = record(number, "finished", 100.0)
+    callback._record_in_study(callback.records["t1"])
+    study.up = False
+    callback._record_in_study(callback.records["t2"])
+    assert study.taken == ["run-1"] and callback.study_pending == ["t2"]
+    assert "did not answer" in said[-1] and "kept" in said[-1], said
+    assert "Connection refused" in said[-1] and "invalid data" not in said[-1], said  # the database's words, not Optuna's
+    # A run created while MLflow's store was away: its study trial waits for the real id.
+    callback.records["t3"].run_id = PLACEHOLDER_PREFIX + "abc"
+    study.up = True
+    callback._record_in_study(callback.records["t3"])
+    assert study.taken == ["run-1", "run-2"] and callback.study_pending == ["t3"]
+    assert "answers again" in said[-1]
+    callback.records["t3"].run_id = "run-3"  # as adopt_run_ids sets it once MLflow took the creation
+    callback.write_pending_study()
+    assert study.taken == ["run-1", "run-2", "run-3"] and callback.study_pending == []
+    assert callback.get_state()["study_pending"] == []
+
+
+def test_a_study_that_refuses_a_write_is_given_up_once_and_the_pending_kept_for_resume():
+    study, said = FlakyStudy(), []
+    callback = study_callback(study, said)
+    callback.records["t1"] = record(1, "finished", 100.0)
+    study.record = lambda record, intermediate=(): (_ for _ in ()).throw(ValueError("value out of range"))
+    callback._record_in_study(callback.records["t1"])
+    assert callback.study is None and callback.study_pending == []
+    assert "could not be written" in said[-1] and "value out of range" in said[-1]
+    # Pending writes travel with Tune's state: --resume writes them.
+    other = study_callback(FlakyStudy(), [])
+    other.set_state({"records": {"t1": record(1, "finished", 100.0)}, "parent_run_id": "p",
+                     "study_pending": ["t1"]})
+    other.write_pending_study(force=True)
+    assert other.study.taken == ["run-1"] and other.study_pending == []

@@ -5,43 +5,16 @@ server; a sweep recorded there in full, its password nowhere, the connections bo
 from __future__ import annotations
 
 import os
-import shutil
-import socket
 import subprocess
-import tempfile
 import threading
 
 import pytest
 
 from accelsweep.sweeps.driver import team_store
 from tests.conftest import ACCELSWEEP
-from tests.mlflow_server import free_port
+from tests.team_store_fixture import needs_postgresql, store  # noqa: F401 - the module's store
 
-pytestmark = pytest.mark.skipif(
-    not (shutil.which("initdb") or os.path.isdir("/usr/lib/postgresql")),
-    reason="PostgreSQL's server programs are not installed here (apt install postgresql)")
-
-
-def _listening(port: int) -> bool:
-    with socket.socket() as probe:
-        return probe.connect_ex(("127.0.0.1", port)) == 0
-
-
-@pytest.fixture(scope="module")
-def store():
-    # Under /tmp itself: as root the server runs as postgres, which cannot enter pytest's
-    # own 0700 folder.
-    folder = tempfile.mkdtemp(prefix="asw-team-store-", dir="/tmp")
-    try:
-        started = team_store.up(folder, pg_port=free_port(), mlflow_port=free_port(), say=lambda line: None)
-        try:
-            yield started
-        finally:
-            team_store.down(folder)
-        assert not _listening(started.pg_port) and not _listening(started.mlflow_port)
-        assert team_store.read(folder) is None
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+pytestmark = needs_postgresql
 
 
 def test_a_folder_the_server_user_cannot_reach_is_refused_by_name(tmp_path):

@@ -25,8 +25,9 @@ from accelsweep.trainables.loop.failures import ERROR, failure_cause, one_line
 from accelsweep.trainables.loop.measure import HOST_LOADED
 from accelsweep.trainables.metrics import CONTENTION_METRICS, TRAINING_METRICS, MetricSet
 from accelsweep.trainables.harness.microbench import NOISY_CV
-from accelsweep.sweeps.driver.record.secrets import redact_uri
+from accelsweep.sweeps.driver.record.secrets import redact_text, redact_uri, secret_values
 from accelsweep.sweeps.driver.record.tracking import SweepTracker
+from accelsweep.sweeps.driver.record.tracking_buffer import PLACEHOLDER_PREFIX, RETRY_EVERY_S
 
 # What Tune adds to every result (iteration counts, pid, host, clocks): its bookkeeping,
 # not the trial's figures; kept out of MLflow.
@@ -102,6 +103,15 @@ def shown_output(output: str, whole: bool = False) -> str:
     return "\n".join([head, *(f"  | {line}" for line in lines)])
 
 
+def _first_cause(error: BaseException) -> BaseException:
+    """What went wrong first: Optuna wraps a database's error in a StorageInternalError
+    that blames "invalid data", and SQLAlchemy wraps the driver's (``orig``), whose own
+    words say why (``connection refused``, ``too many clients``)."""
+    while error.__cause__ is not None:
+        error = error.__cause__
+    return getattr(error, "orig", None) or error
+
+
 def _searched_key(searched: Mapping[str, Any]) -> str:
     return json.dumps(dict(searched), sort_keys=True, default=str)
 
@@ -148,6 +158,13 @@ class SweepCallback(Callback):
         # The sweep's Optuna study in a database (study.py SweepStudy): each ended trial is
         # written there too, with its first objective's per-window values.
         self.study = study
+        # Trials ended whose study write waits: for its MLflow run's real id (created while
+        # MLflow's store did not answer), or for the study's database to answer again.
+        # Written in order as soon as it can be (write_pending_study); kept with Tune's state,
+        # so --resume writes what a stopped driver could not.
+        self.study_pending: list[str] = []
+        self._study_tried_at = -math.inf
+        self._study_lost_said = False
         self._windows: dict[str, dict[int, float]] = {}
         self._contended: dict[str, dict[int, bool]] = {}  # trial id -> window -> contended
         self._peak: dict[str, float] = {}  # trial id -> the most contention_cpus of its windows
@@ -200,11 +217,12 @@ class SweepCallback(Callback):
     # Tune checkpoints this with the experiment and hands it back on --resume: which
     # trial has which MLflow run, so a resumed trial continues its own run.
     def get_state(self) -> Optional[dict]:
-        return {"records": self.records, "parent_run_id": self.parent_run_id}
+        return {"records": self.records, "parent_run_id": self.parent_run_id, "study_pending": self.study_pending}
 
     def set_state(self, state: dict) -> None:
         self.records = state["records"]
         self.parent_run_id = state["parent_run_id"]
+        self.study_pending = list(state.get("study_pending", ()))  # a state saved before it had them: none
         self.adopt_run_ids()  # before the runs Tune never saved are told apart by run id
         now = time.monotonic()  # clocks of the old driver mean nothing here
         for record in self.records.values():
@@ -251,6 +269,7 @@ class SweepCallback(Callback):
         # Tune's loop passes while no trial reports (tracking_buffer.py).
         self.tracker.buffer.retry()
         self.adopt_run_ids()
+        self.write_pending_study()
 
     def _say_phases(self) -> None:
         """What each trial quiet for PROGRESS_EVERY_S is doing (compiling, warming up,
@@ -554,16 +573,52 @@ class SweepCallback(Callback):
         return f"{record.contended_windows}{of} windows contended (other processes took its cores{most_text}); {judged}"
 
     def _record_in_study(self, record: TrialRecord) -> None:
-        """MLflow holds the trial already: a study that cannot be written is said, once,
-        and the sweep goes on without it."""
+        """MLflow holds the trial already. A trial whose run has no real id yet, or a
+        study database that does not answer, waits its turn (write_pending_study); a study
+        that refuses the write is said, once, and the sweep goes on without it."""
         if self.study is None:
             return
-        try:
-            self.study.record(record, self._windows.get(record.trial_id, {}))
-        except Exception as error:  # a database error of any kind: the study is a copy
-            self._say(f"warning: {self.study.describe()} could not be written ({type(error).__name__}: "
-                      f"{one_line(error)}); the sweep goes on, MLflow has every trial")
-            self.study = None
+        if record.trial_id not in self.study_pending:
+            self.study_pending.append(record.trial_id)
+        self.write_pending_study(force=True)
+
+    def write_pending_study(self, force: bool = False) -> None:
+        """Write the study's waiting trials, in order, up to the first that cannot be yet.
+        A database that did not answer is tried again at most every RETRY_EVERY_S (at each
+        ended trial, each step of Tune's loop and the sweep's end), unless ``force``."""
+        from accelsweep.sweeps.driver.study import database_unanswered
+
+        if self.study is None or not self.study_pending:
+            return
+        if not force and time.monotonic() - self._study_tried_at < RETRY_EVERY_S:
+            return
+        while self.study_pending:
+            record = self.records.get(self.study_pending[0])
+            if record is None:  # not a trial of this driver's (a state from elsewhere): nothing to write
+                self.study_pending.pop(0)
+                continue
+            if record.run_id is None or record.run_id.startswith(PLACEHOLDER_PREFIX):
+                return  # its run's id comes when MLflow's store answers (adopt_run_ids)
+            try:
+                self.study.record(record, self._windows.get(record.trial_id, {}))
+            except Exception as error:  # a database error of any kind: the study is a copy
+                said = redact_text(one_line(_first_cause(error)), secret_values())[:300]
+                if database_unanswered(error):
+                    self._study_tried_at = time.monotonic()
+                    if not self._study_lost_said:
+                        self._say(f"warning: {self.study.describe()} did not answer ({type(_first_cause(error)).__name__}: "
+                                  f"{said}); its trials are kept and written when it answers")
+                        self._study_lost_said = True
+                    return
+                self._say(f"warning: {self.study.describe()} could not be written ({type(error).__name__}: "
+                          f"{said}); the sweep goes on, MLflow has every trial")
+                self.study, self.study_pending = None, []
+                return
+            self.study_pending.pop(0)
+            self._study_tried_at = -math.inf  # it answers: the next waiting trial need not wait
+            if self._study_lost_said:
+                self._say(f"{self.study.describe()} answers again: the trials kept for it are written")
+                self._study_lost_said = False
 
     def host_slowdown(self, record: TrialRecord) -> float:
         return host_slowdown(record, list(self.records.values()))

@@ -57,7 +57,7 @@ from accelsweep.sweeps.driver.record.secrets import (
     redact_uri,
 )
 from accelsweep.sweeps.driver.record.tracking import open_tracker
-from accelsweep.sweeps.driver.record.tracking_buffer import MLFLOW_REQUEST_SETTINGS, unanswered
+from accelsweep.sweeps.driver.record.tracking_buffer import MLFLOW_REQUEST_SETTINGS, RETRY_EVERY_S, unanswered
 from accelsweep.sweeps.driver.report import (
     best_record,
     mean_overhead_s,
@@ -365,6 +365,7 @@ def _run(plan: Plan, started: float, stop: StopSignals) -> SweepResult:
             run.tuner.fit()  # stopped as it begins after a signal meanwhile: its state saved for --resume
         if not stop.requested:
             _drain(tracker, stop)  # MLflow writes kept while its store was away: written, or given up on
+            _write_study_kept(run.callback, tracker, stop, say)
         interrupted = stop.requested or tracker.buffer.gave_up or watch.tripped or any(
             r.status == INTERRUPTED for r in run.callback.records.values())
         if sweep.confirm_rounds and not interrupted:
@@ -410,6 +411,28 @@ def _drain(tracker, stop: StopSignals) -> None:
             tracker.buffer.drain()
     except SweepInterrupted:
         tracker.buffer.halt()
+
+
+def _write_study_kept(callback, tracker, stop: StopSignals, say: Callable[[str], None]) -> None:
+    """The trials kept for the Optuna study while its database (or MLflow's store, for
+    their run ids) did not answer: written now, waiting for it as long as for MLflow's
+    store (--tracking-wait-s), not at all when the sweep is stopping for want of MLflow's
+    store; a stop request ends the wait. What is still kept then is said: Tune's saved
+    state holds it, and --resume writes it."""
+    stopping = tracker.buffer.gave_up
+    deadline = time.monotonic() + (0.0 if stopping else tracker.buffer.wait_s)
+    while not stop.requested:
+        callback.adopt_run_ids()
+        callback.write_pending_study(force=True)
+        if not callback.study_pending or callback.study is None or time.monotonic() > deadline:
+            break
+        pause_until = time.monotonic() + RETRY_EVERY_S
+        while time.monotonic() < pause_until and not stop.requested:
+            time.sleep(0.1)
+    if callback.study is not None and callback.study_pending:
+        say(f"warning: {len(callback.study_pending)} trial(s) are not in {callback.study.describe()} yet"
+            + (": --resume writes them" if stopping else
+               f": its database did not answer within {tracker.buffer.wait_s:g} s (MLflow has every trial)"))
 
 
 def _connect_and_announce(plan: Plan, say: Callable[[str], None]) -> int:

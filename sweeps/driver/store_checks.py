@@ -299,11 +299,16 @@ def _check_mlflow_server(uri: str) -> None:
     endpoint = urlunsplit((parts.scheme, netloc, parts.path.rstrip("/") + "/api/2.0/mlflow/experiments/search",
                            "max_results=1", ""))
     options: dict[str, Any] = {"timeout": (CONNECT_TIMEOUT_S, ANSWER_TIMEOUT_S), "allow_redirects": True}
-    # The credentials MLflow sends (mlflow/utils/rest_utils.py): the URI's, else its variables.
-    # The URI's own are percent-encoded (p%40ss is p@ss): split_http_credentials decodes them.
+    # The credentials MLflow sends (mlflow/utils/rest_utils.py): the URI's, else its variables,
+    # else its own file, ~/.mlflow/credentials (read_mlflow_creds: what a team store's
+    # mlflow-credentials is copied to). The URI's own are percent-encoded (p%40ss is p@ss):
+    # split_http_credentials decodes them.
+    from mlflow.utils.credentials import read_mlflow_creds
+
     _, uri_user, uri_password = split_http_credentials(uri)
-    user = uri_user or os.environ.get("MLFLOW_TRACKING_USERNAME")
-    password = uri_password if uri_user else os.environ.get("MLFLOW_TRACKING_PASSWORD")
+    mlflow_creds = read_mlflow_creds()
+    user = uri_user or mlflow_creds.username
+    password = uri_password if uri_user else mlflow_creds.password
     if user is not None and password is not None:
         options["auth"] = (user, password)
     elif os.environ.get("MLFLOW_TRACKING_TOKEN"):

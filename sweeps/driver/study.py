@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from typing import Any, Mapping, Optional, Sequence
 
 from accelsweep.sweeps.driver.callbacks import (CUT_BY_BUDGET, FAILED, FINISHED, REJECTED, STOPPED_EARLY,
@@ -31,7 +32,7 @@ from accelsweep.sweeps.driver.space import quiet_optuna
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.sweeps.driver.record.secrets import redact_uri
 
-__all__ = ["SweepStudy", "default_study_storage", "validate_study_storage"]
+__all__ = ["SweepStudy", "database_unanswered", "default_study_storage", "validate_study_storage"]
 
 PRUNED_STATUSES = (STOPPED_EARLY, REJECTED, CUT_BY_BUDGET)
 
@@ -188,6 +189,63 @@ def shared_storage(url: str):
     if url.startswith("sqlite"):
         return url
     if url not in _storages:
-        _storages[url] = optuna.storages.RDBStorage(
-            url, engine_kwargs={"pool_size": DRIVER_CONNECTIONS, "max_overflow": 0})
+        from sqlalchemy.engine import make_url
+
+        from accelsweep.sweeps.driver.store_checks import DRIVER_TIMEOUT_ARGS
+
+        # pool_pre_ping: a connection the database ended (it restarted, failed over) is
+        # replaced when next taken from the pool, instead of failing the write that takes it.
+        # A connect timeout: a database host that swallows packets costs a write 10 s, not
+        # the driver's whole loop.
+        timeout_arg = DRIVER_TIMEOUT_ARGS.get(make_url(url).get_backend_name())
+        engine_kwargs = {"pool_size": DRIVER_CONNECTIONS, "max_overflow": 0, "pool_pre_ping": True,
+                         **({"connect_args": {timeout_arg: CONNECT_TIMEOUT_S}} if timeout_arg else {})}
+        _create_tables(url, engine_kwargs.get("connect_args", {}))
+        _storages[url] = optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
     return _storages[url]
+
+
+SCHEMA_RACE_TRIES = 5
+
+
+def _create_tables(url: str, connect_args: dict) -> None:
+    """Optuna creates its tables in a new database with CREATE TABLE (SQLAlchemy's
+    create_all: look, then create). Sweeps started together on a new PostgreSQL database
+    all look, find none, and all but one fail ("duplicate key value violates unique
+    constraint pg_type_typname_nsp_index", "relation ... already exists"): whoever lost
+    tries again, and finds the tables. Done on connections that close after each use
+    (NullPool), so a lost try leaves none open beside the driver's pool."""
+    import optuna
+    from sqlalchemy import exc
+    from sqlalchemy.pool import NullPool
+
+    for attempt in range(1, SCHEMA_RACE_TRIES + 1):
+        try:
+            optuna.storages.RDBStorage(url, engine_kwargs={"poolclass": NullPool, "connect_args": connect_args})
+            return
+        except (exc.IntegrityError, exc.ProgrammingError) as error:
+            if attempt == SCHEMA_RACE_TRIES or not any(
+                    word in str(error) for word in ("already exists", "pg_type_typname_nsp_index", "duplicate key")):
+                raise
+            time.sleep(0.2 * attempt)
+
+
+CONNECT_TIMEOUT_S = 10
+
+
+def database_unanswered(error: BaseException) -> bool:
+    """Whether ``error`` (or what caused it: Optuna wraps SQLAlchemy's errors) says the
+    study's database could not be reached or gave no connection (down, restarting, out of
+    connections, a lost connection, a busy sqlite file), rather than that it refused the
+    write: only the first is worth writing again later."""
+    from sqlalchemy import exc
+
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, (exc.OperationalError, exc.InterfaceError, exc.DisconnectionError, exc.TimeoutError)):
+            return True
+        if isinstance(error, exc.DBAPIError) and error.connection_invalidated:
+            return True
+        error = error.__cause__ or error.__context__
+    return False

@@ -19,11 +19,18 @@ default; a cluster head's address for the cluster's hosts):
   ``optuna`` (every sweep's study).
 - **An MLflow server** on ``--host:--mlflow-port``, on the ``mlflow`` database, with
   ``--serve-artifacts``: trials' and sweeps' artifacts go to the server, so no host needs
-  the artifact folder.
+  the artifact folder; and with basic auth (``--app-name basic-auth``): every request but
+  ``/health`` needs a user and password. Its users and permissions are in ``auth.db``, a
+  sqlite file in the folder (read on every request, written only when users change; on
+  sqlite it adds nothing to PostgreSQL's connections).
 
 Passwords: generated here, never on a command line. The role's is in ``credentials``, a
 libpq password file (0600); libpq reads it through ``PGPASSFILE``, so a URI without a
 password works for MLflow's server, for sweeps' ``--study-storage`` and for ``psql``.
+The MLflow server's admin user (``accelsweep``) has its password in ``mlflow-credentials``
+(0600), in the format of MLflow's own ``~/.mlflow/credentials``: MLflow's clients read it
+from there, or from MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD. The server gets
+it through MLFLOW_AUTH_ADMIN_PASSWORD in its environment (read when it creates the user).
 
 Connections are bounded by what opens them, not by the number of trials: the MLflow
 server's pools (``SERVER_CONNECTIONS``) and each sweep driver's Optuna storage
@@ -34,6 +41,7 @@ is the hard limit.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import secrets
@@ -61,6 +69,7 @@ POOL_SIZE, MAX_OVERFLOW = 4, 2  # each SQLAlchemy engine of the server (MLflow's
 SERVER_ENGINES = 5
 SERVER_CONNECTIONS = SERVER_WORKERS * SERVER_ENGINES * (POOL_SIZE + MAX_OVERFLOW)
 MAX_CONNECTIONS = 100
+MLFLOW_USER = ROLE  # the MLflow server's admin user (basic auth)
 START_TIMEOUT_S = 180.0  # the MLflow server takes 10-30 s on 2 busy cores, sometimes more
 
 
@@ -86,7 +95,22 @@ class TeamStore:
 
     @property
     def credentials(self) -> str:
+        """libpq's password file for the role (PGPASSFILE)."""
         return os.path.join(self.folder, "credentials")
+
+    @property
+    def mlflow_credentials(self) -> str:
+        """The MLflow server's user and password, as MLflow's ~/.mlflow/credentials has them."""
+        return os.path.join(self.folder, "mlflow-credentials")
+
+    def mlflow_login(self) -> tuple[str, str]:
+        """(user, password) of the MLflow server: for a client's MLFLOW_TRACKING_USERNAME /
+        MLFLOW_TRACKING_PASSWORD."""
+        import configparser
+
+        parser = configparser.ConfigParser()
+        parser.read(self.mlflow_credentials)
+        return parser["mlflow"]["mlflow_tracking_username"], parser["mlflow"]["mlflow_tracking_password"]
 
 
 def _state_path(folder: str) -> str:
@@ -154,15 +178,41 @@ def up(folder: str = DEFAULT_DIR, host: str = "127.0.0.1", pg_port: int = 5433, 
         except BaseException:
             shutil.rmtree(data, ignore_errors=True)  # half an initdb: the next up starts afresh
             raise
-    started = time.monotonic()
-    subprocess.run(_as_server_user([_bin("pg_ctl"), "-D", data, "-l", os.path.join(run, "postgres.log"), "-w",
-                                    "-t", "60", "-o", f"-p {pg_port} -h {host} -k {run}", "start"]),
-                   check=True, capture_output=True, text=True, timeout=90)
-    say(f"postgresql: serving {host}:{pg_port} ({time.monotonic() - started:.1f} s), data in {data}")
+    _ensure_mlflow_credentials(store, say)
+    start_postgres(store, say)
     store = _start_mlflow(store, say)
+    _save(store)
+    return store
+
+
+def _save(store: TeamStore) -> None:
     with open(_state_path(store.folder), "w") as state_file:
         json.dump(asdict(store), state_file)
-    return store
+
+
+def start_postgres(store: TeamStore, say=print) -> None:
+    """PostgreSQL on the store's data, port and host (waits until it accepts connections)."""
+    data, run = os.path.join(store.folder, "pgdata"), os.path.join(store.folder, "run")
+    started = time.monotonic()
+    subprocess.run(_as_server_user([_bin("pg_ctl"), "-D", data, "-l", os.path.join(run, "postgres.log"), "-w",
+                                    "-t", "60", "-o", f"-p {store.pg_port} -h {store.host} -k {run}", "start"]),
+                   check=True, capture_output=True, text=True, timeout=90)
+    say(f"postgresql: serving {store.host}:{store.pg_port} ({time.monotonic() - started:.1f} s), data in {data}")
+
+
+def _ensure_mlflow_credentials(store: TeamStore, say) -> None:
+    """The MLflow admin's password, generated once (a store made before basic auth gets one
+    at its next up, with a new users' database)."""
+    if os.path.exists(store.mlflow_credentials):
+        return
+    auth_db = os.path.join(store.folder, "auth.db")
+    if os.path.exists(auth_db):  # its admin's password would not be this one
+        os.remove(auth_db)
+    with open(os.open(store.mlflow_credentials, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as out:
+        # configparser's format, as MLflow reads ~/.mlflow/credentials (mlflow/utils/credentials.py)
+        out.write(f"[mlflow]\nmlflow_tracking_username = {MLFLOW_USER}\n"
+                  f"mlflow_tracking_password = {secrets.token_urlsafe(24)}\n")
+    say(f"mlflow: user {MLFLOW_USER}, password in {store.mlflow_credentials} (0600)")
 
 
 def _initialise(store: TeamStore, data: str, run: str, say) -> None:
@@ -206,30 +256,75 @@ def _initialise(store: TeamStore, data: str, run: str, say) -> None:
         f"password in {store.credentials} (0600)")
 
 
-def _start_mlflow(store: TeamStore, say) -> TeamStore:
+def _auth_config(store: TeamStore) -> str:
+    """MLflow's basic-auth configuration (no secret in it: the admin's password goes in
+    the server's environment). Authenticated users may read every experiment; what they
+    create is theirs to edit (MLflow's default); the admin may do everything."""
+    path = os.path.join(store.folder, "basic_auth.ini")
+    with open(path, "w") as out:
+        out.write("[mlflow]\ndefault_permission = READ\n"
+                  f"database_uri = sqlite:///{os.path.join(store.folder, 'auth.db')}\n"
+                  f"admin_username = {MLFLOW_USER}\n"
+                  "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n")
+    return path
+
+
+def _start_mlflow(store: TeamStore, say, stop_postgres_on_failure: bool = True) -> TeamStore:
     artifacts = os.path.join(store.folder, "artifacts")
     os.makedirs(artifacts, exist_ok=True)
+    _, admin_password = store.mlflow_login()
     env = {**os.environ, "PGPASSFILE": store.credentials, "MLFLOW_DISABLE_TELEMETRY": "true",
            "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
-           "MLFLOW_SQLALCHEMYSTORE_POOL_SIZE": str(POOL_SIZE), "MLFLOW_SQLALCHEMYSTORE_MAX_OVERFLOW": str(MAX_OVERFLOW)}
+           "MLFLOW_SQLALCHEMYSTORE_POOL_SIZE": str(POOL_SIZE), "MLFLOW_SQLALCHEMYSTORE_MAX_OVERFLOW": str(MAX_OVERFLOW),
+           "MLFLOW_AUTH_CONFIG_PATH": _auth_config(store), "MLFLOW_AUTH_ADMIN_PASSWORD": admin_password,
+           # Signs the login form's CSRF token: one key for all the server's workers.
+           "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_urlsafe(32)}
+    for name in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"):
+        env.pop(name, None)  # a client's, not the server's
     started = time.monotonic()
     with open(os.path.join(store.folder, "mlflow.log"), "ab") as log:
         process = subprocess.Popen(
             [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", store.database_uri("mlflow"),
              "--serve-artifacts", "--artifacts-destination", artifacts, "--host", store.host,
-             "--port", str(store.mlflow_port), "--workers", str(SERVER_WORKERS)],
+             "--port", str(store.mlflow_port), "--workers", str(SERVER_WORKERS), "--app-name", "basic-auth"],
             cwd=store.folder, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True)
     store = TeamStore(store.folder, store.host, store.pg_port, store.mlflow_port, process.pid)
     while not _answers(store.tracking_uri):
         if process.poll() is not None or time.monotonic() - started > START_TIMEOUT_S:
             _stop_group(process.pid)
-            stop_postgres(store.folder)
+            if stop_postgres_on_failure:
+                stop_postgres(store.folder)
             raise RuntimeError(f"the MLflow server did not serve {store.tracking_uri} "
                                f"(see {os.path.join(store.folder, 'mlflow.log')})")
         time.sleep(0.5)
+    _fast_admin_hash(store, admin_password)
     say(f"mlflow: serving {store.tracking_uri} ({time.monotonic() - started:.1f} s), artifacts in {artifacts}")
     return store
+
+
+# How the admin's password is kept in auth.db. MLflow hashes it with werkzeug's default,
+# scrypt (N=32768): 50-100 ms of CPU on an idle core, 300 ms on this 2-core machine under
+# load, and the server checks the password on every request, so four sweeps' drivers
+# queued behind each other's logins and a store check timed out. Key stretching protects a
+# password a person chose; this one is 24 random bytes (192 bits), which no hash makes
+# easier or harder to guess, so one round of PBKDF2-SHA256 keeps it as safe for a
+# thousandth of the cost. Users added later through MLflow keep MLflow's own hash.
+ADMIN_HASH_METHOD = "pbkdf2:sha256:1"
+
+
+def _fast_admin_hash(store: TeamStore, password: str) -> None:
+    import sqlite3
+
+    from werkzeug.security import generate_password_hash
+
+    with contextlib.closing(sqlite3.connect(os.path.join(store.folder, "auth.db"), timeout=30)) as database:
+        with database:
+            updated = database.execute("UPDATE users SET password_hash = ? WHERE username = ?",
+                                       (generate_password_hash(password, ADMIN_HASH_METHOD), MLFLOW_USER)).rowcount
+    if updated != 1:
+        raise RuntimeError(f"no MLflow user {MLFLOW_USER!r} in {os.path.join(store.folder, 'auth.db')}: "
+                           f"the server did not create its admin (see {os.path.join(store.folder, 'mlflow.log')})")
 
 
 def _answers(uri: str) -> bool:
@@ -285,6 +380,26 @@ def stop_postgres(folder: str) -> None:
                        capture_output=True, timeout=90)
 
 
+def restart_mlflow(store: TeamStore, down_s: float = 0.0, say=print) -> TeamStore:
+    """Stop the MLflow server (SIGTERM, then SIGKILL) and start it again on the same port
+    after ``down_s``: what an operator's restart or a rescheduled server does to the sweeps
+    writing to it. Returns the store with the new server's pid."""
+    if store.mlflow_pid:
+        _stop_group(store.mlflow_pid)
+    time.sleep(down_s)
+    store = _start_mlflow(store, say, stop_postgres_on_failure=False)
+    _save(store)
+    return store
+
+
+def restart_postgres(store: TeamStore, down_s: float = 0.0, say=print) -> None:
+    """Stop PostgreSQL (fast: every client's connection is ended, as in a failover) and
+    start it again after ``down_s``."""
+    stop_postgres(store.folder)
+    time.sleep(down_s)
+    start_postgres(store, say)
+
+
 def down(folder: str = DEFAULT_DIR) -> bool:
     """Stop the MLflow server and PostgreSQL; the data stays in the folder for the next up."""
     store = read(folder)
@@ -317,6 +432,8 @@ def connections_by_database(store: TeamStore) -> dict[str, int]:
 
 def how_to_use(store: TeamStore) -> str:
     return (f"sweeps use it with:\n  export PGPASSFILE={store.credentials}\n"
+            f"  install -D -m 600 {store.mlflow_credentials} ~/.mlflow/credentials"
+            f"   # or MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD\n"
             f"  accelsweep run neuron_vit --tracking-uri {store.tracking_uri} --study-storage {store.study_storage}\n"
             f"review: open {store.tracking_uri}; the studies: optuna-dashboard {store.study_storage}\n"
             f"stop it: accelsweep team-store down" + ("" if store.folder == DEFAULT_DIR else f" --dir {store.folder}"))

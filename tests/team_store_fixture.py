@@ -1,0 +1,55 @@
+"""The ``store`` fixture of the team-store tests (tests/test_team_store.py,
+tests/test_team_store_faults.py): a team store (sweeps/driver/team_store.py) of the
+module's own in a folder under /tmp, on free ports, stopped and removed after it.
+
+While it is up, this process's environment holds the MLflow server's login
+(MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD, as a team member exports them): the
+tests' MlflowClient and the sweeps they start (whose environment is a copy of this one)
+log in with it. Put back as it was after the module."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import tempfile
+
+import pytest
+
+from accelsweep.sweeps.driver import team_store
+from tests.mlflow_server import free_port
+
+LOGIN_VARIABLES = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")
+
+needs_postgresql = pytest.mark.skipif(
+    not (shutil.which("initdb") or os.path.isdir("/usr/lib/postgresql")),
+    reason="PostgreSQL's server programs are not installed here (apt install postgresql)")
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+@pytest.fixture(scope="module")
+def store():
+    # Under /tmp itself: as root the server runs as postgres, which cannot enter pytest's
+    # own 0700 folder.
+    folder = tempfile.mkdtemp(prefix="asw-team-store-", dir="/tmp")
+    before = {name: os.environ.get(name) for name in LOGIN_VARIABLES}
+    try:
+        started = team_store.up(folder, pg_port=free_port(), mlflow_port=free_port(), say=lambda line: None)
+        os.environ.update(zip(LOGIN_VARIABLES, started.mlflow_login()))
+        try:
+            yield started
+        finally:
+            team_store.down(folder)
+        assert not listening(started.pg_port) and not listening(started.mlflow_port)
+        assert team_store.read(folder) is None
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        shutil.rmtree(folder, ignore_errors=True)
