@@ -26,6 +26,7 @@ def test_a_folder_the_server_user_cannot_reach_is_refused_by_name(tmp_path):
     assert not os.path.exists(tmp_path / "store")
 
 
+@pytest.mark.slow  # starts a store (20-60 s): not for the quick lane
 def test_the_store_is_password_protected_and_its_credentials_private(store):
     import psycopg
 
