@@ -107,7 +107,11 @@ def test_each_failure_kind_is_a_failed_run_and_the_sweep_goes_on(ray_session, tr
     from mlflow.tracking import MlflowClient
 
     artifacts = [a.path for a in MlflowClient(tracking_uri).list_artifacts(captured.info.run_id)]
-    assert artifacts == ["nan_capture.pt"]  # the capture travels with its trial's run
+    assert sorted(artifacts) == ["nan_capture.pt", "trial-output.log"]  # the capture travels with its trial's run
+    output_log = MlflowClient(tracking_uri).download_artifacts(captured.info.run_id, "trial-output.log")
+    with open(output_log) as kept:
+        text = kept.read()
+    assert "Traceback" in text and "NonFiniteGradient" in text  # where it failed, kept with the run
     assert "injected: the compiler backend failed" in by_fault["compile"].data.tags["error"]
     assert by_fault["sigkill"].data.tags["retries"] == "1"  # restarted once, as for a lost node
     summary_line = next(line for line in result.summary.splitlines() if line.startswith("failures by cause:"))

@@ -17,6 +17,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 from ray.tune import Callback
 from ray.tune.result import AUTO_RESULT_KEYS
 
+from accelsweep.sweeps.driver.database_errors import database_unanswered
 from accelsweep.sweeps.driver.deadline import TrialDeadline
 from accelsweep.sweeps.driver.records import (CUT_BY_BUDGET, FAILED, FINISHED, INTERRUPTED, NOISE_METRICS,
                                               NOT_RANKED, REJECTED, REUSED, STOPPED_EARLY, TrialRecord)
@@ -586,7 +587,6 @@ class SweepCallback(Callback):
         """Write the study's waiting trials, in order, up to the first that cannot be yet.
         A database that did not answer is tried again at most every RETRY_EVERY_S (at each
         ended trial, each step of Tune's loop and the sweep's end), unless ``force``."""
-        from accelsweep.sweeps.driver.study import database_unanswered
 
         if self.study is None or not self.study_pending:
             return

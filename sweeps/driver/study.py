@@ -32,7 +32,7 @@ from accelsweep.sweeps.driver.space import quiet_optuna
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.sweeps.driver.record.secrets import redact_uri
 
-__all__ = ["SweepStudy", "database_unanswered", "default_study_storage", "validate_study_storage"]
+__all__ = ["SweepStudy", "default_study_storage", "validate_study_storage"]
 
 PRUNED_STATUSES = (STOPPED_EARLY, REJECTED, CUT_BY_BUDGET)
 
@@ -233,19 +233,3 @@ def _create_tables(url: str, connect_args: dict) -> None:
 CONNECT_TIMEOUT_S = 10
 
 
-def database_unanswered(error: BaseException) -> bool:
-    """Whether ``error`` (or what caused it: Optuna wraps SQLAlchemy's errors) says the
-    study's database could not be reached or gave no connection (down, restarting, out of
-    connections, a lost connection, a busy sqlite file), rather than that it refused the
-    write: only the first is worth writing again later."""
-    from sqlalchemy import exc
-
-    seen = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        if isinstance(error, (exc.OperationalError, exc.InterfaceError, exc.DisconnectionError, exc.TimeoutError)):
-            return True
-        if isinstance(error, exc.DBAPIError) and error.connection_invalidated:
-            return True
-        error = error.__cause__ or error.__context__
-    return False
