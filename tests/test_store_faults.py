@@ -567,3 +567,17 @@ def test_another_applications_sqlite_database_is_refused_and_left_untouched(tmp_
     assert check_tracking_store(f"sqlite:///{ours}") is None
     (tmp_path / "empty.db").write_bytes(b"")
     assert check_tracking_store(f"sqlite:///{tmp_path}/empty.db") is None
+
+
+def test_a_tracking_server_that_answers_503_is_said_to_be_failing_not_misaddressed():
+    """The team store's MLflow server with its database out of connections answers 503: the
+    check must say the server is up but its store is not, and quote it (in CI it first
+    said 'not MLflow's REST API: is this the server's root address?')."""
+    from accelsweep.sweeps.driver.store_checks import check_tracking_store
+
+    with http_server(503, b'{"error_code": "TEMPORARILY_UNAVAILABLE", "message": "too many clients"}') as uri:
+        with pytest.raises(ConfigError, match=r"tracking_uri") as refused:
+            check_tracking_store(uri)
+    said = str(refused.value)
+    assert "HTTP 503" in said and "backend store does not answer" in said and "too many clients" in said
+    assert "root address" not in said

@@ -337,6 +337,13 @@ def _check_mlflow_server(uri: str) -> None:
                           f"The server refused our credentials (HTTP {status} for {shown_endpoint}): set "
                           "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN), or put "
                           "user:password@ in the URI.")
+    if status >= 500:
+        # The server is there but failing: its own store (a database out of connections, down,
+        # restarting) rather than a wrong address. MLflow's answer says which.
+        raise ConfigError("tracking_uri", allowed, shown,
+                          f"The server answered HTTP {status} for {shown_endpoint}: it is up but failing, most often "
+                          f"because its backend store does not answer (its database down or out of connections). "
+                          f"It said: {_answer_text(answer)}")
     if status != 200:
         raise ConfigError("tracking_uri", allowed, shown,
                           f"It answered HTTP {status} for {shown_endpoint}, not MLflow's REST API: is this the "
@@ -347,6 +354,12 @@ def _check_mlflow_server(uri: str) -> None:
         raise ConfigError("tracking_uri", allowed, shown,
                           f"It answered {shown_endpoint} with something other than JSON: not an MLflow server?") \
             from None
+
+
+def _answer_text(answer, limit: int = 300) -> str:
+    """The first ``limit`` characters of an HTTP answer's body, on one line."""
+    text = " ".join((answer.text or "").split())
+    return (text[:limit] + "...") if len(text) > limit else (text or "(nothing)")
 
 
 def _check_database_server(field: str, url: str) -> None:
