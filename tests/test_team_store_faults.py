@@ -299,11 +299,13 @@ def test_a_database_refusing_new_connections_at_the_start_is_said_in_seconds(sto
     assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-3000:]
     assert "Traceback" not in done.stdout + done.stderr
     # Whichever check meets the full database first says so: the MLflow server, itself out
-    # of connections, answers 503 (seen in CI, its pool empty), or the study's database
-    # refuses with PostgreSQL's reason: "too many clients already", or, where only the
-    # superuser's reserved slots are left, "remaining connection slots are reserved".
+    # of connections, answers 503 (seen in CI) or waits on its pool past the check's 5 s
+    # (seen here), or the study's database refuses with PostgreSQL's reason: "too many
+    # clients already", or, where only the superuser's reserved slots are left, "remaining
+    # connection slots are reserved".
     if done.stderr.startswith("error: tracking_uri"):
-        assert "HTTP 503" in done.stderr and "backend store does not answer" in done.stderr, done.stderr[-3000:]
+        assert ("HTTP 503" in done.stderr and "backend store does not answer" in done.stderr) or \
+            "ReadTimeout" in done.stderr, done.stderr[-3000:]
     else:
         assert "study_storage" in done.stderr, done.stderr[-3000:]
         assert "too many clients" in done.stderr or "connection slots are reserved" in done.stderr, done.stderr[-3000:]
