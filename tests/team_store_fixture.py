@@ -9,6 +9,7 @@ log in with it. Put back as it was after the module."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -31,25 +32,34 @@ def listening(port: int) -> bool:
         return probe.connect_ex(("127.0.0.1", port)) == 0
 
 
-@pytest.fixture(scope="module")
-def store():
-    # Under /tmp itself: as root the server runs as postgres, which cannot enter pytest's
-    # own 0700 folder.
-    folder = tempfile.mkdtemp(prefix="asw-team-store-", dir="/tmp")
-    before = {name: os.environ.get(name) for name in LOGIN_VARIABLES}
+@contextlib.contextmanager
+def environment(**values):
+    """This process's environment with ``values`` set, put back as it was after."""
+    before = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
     try:
-        started = team_store.up(folder, pg_port=free_port(), mlflow_port=free_port(), say=lambda line: None)
-        os.environ.update(zip(LOGIN_VARIABLES, started.mlflow_login()))
-        try:
-            yield started
-        finally:
-            team_store.down(folder)
-        assert not listening(started.pg_port) and not listening(started.mlflow_port)
-        assert team_store.read(folder) is None
+        yield
     finally:
         for name, value in before.items():
             if value is None:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+@pytest.fixture(scope="module")
+def store():
+    # Under /tmp itself: as root the server runs as postgres, which cannot enter pytest's
+    # own 0700 folder.
+    folder = tempfile.mkdtemp(prefix="asw-team-store-", dir="/tmp")
+    try:
+        started = team_store.up(folder, pg_port=free_port(), mlflow_port=free_port(), say=lambda line: None)
+        with environment(**dict(zip(LOGIN_VARIABLES, started.mlflow_login()))):
+            try:
+                yield started
+            finally:
+                team_store.down(folder)
+        assert not listening(started.pg_port) and not listening(started.mlflow_port)
+        assert team_store.read(folder) is None
+    finally:
         shutil.rmtree(folder, ignore_errors=True)

@@ -27,7 +27,7 @@ import pytest
 
 from accelsweep.sweeps.driver import team_store
 from tests.conftest import REPO
-from tests.team_store_fixture import needs_postgresql, store  # noqa: F401 - the module's store
+from tests.team_store_fixture import environment, needs_postgresql, store  # noqa: F401 - the module's store
 from tests.test_sweep_e2e import mlflow_runs
 
 pytestmark = [needs_postgresql, pytest.mark.slow]  # a store starts in 30-60 s: not for the quick lane
@@ -181,26 +181,12 @@ def check_complete_record(store, experiment: str) -> list:
     for child in children:
         assert child.info.status == "FINISHED", (child.info.run_name, child.info.status, child.data.tags)
         assert child.data.tags["mlflow.parentRunId"] == parents[0].info.run_id
-    with _environment(PGPASSFILE=store.credentials):
+    with environment(PGPASSFILE=store.credentials):
         study = optuna.load_study(study_name=parents[0].data.tags["optuna_study"],
                                   storage=store.study_storage)
         by_run = {t.user_attrs["mlflow_run_id"]: t.state.name for t in study.trials}
     assert by_run == {c.info.run_id: "COMPLETE" for c in ran}
     return [*parents, *children]
-
-
-@contextlib.contextmanager
-def _environment(**values):
-    before = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for name, value in before.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 @pytest.mark.slow
