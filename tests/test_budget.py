@@ -343,18 +343,27 @@ def test_a_tiny_sweep_rejects_the_slow_config_and_runs_no_config_twice(tmp_path)
     reused = [r for r in result.records if r.status == REUSED]
     assert reused and all(r.reused_from in {o.number for o in ran} for r in reused)
     slow = [r for r in ran if r.searched["sleep_s"] == 0.3]
-    assert slow and all(r.status == REJECTED and r.result["windows_done"] == 0 for r in slow)
-    assert all("more than 3x worse" in r.result["rejection"] for r in slow)
+    # A trial on a loaded host is not judged (a good config would project slow there too)
+    # and says so in its result: it is then ranked like any other, and only the judged ones
+    # must have been rejected. CI's host is shared; if none could be judged, nothing was tested.
+    unjudged = [r for r in slow if r.result.get("rejection_off")]
+    judged = [r for r in slow if r not in unjudged]
+    assert all(r.status != REJECTED for r in unjudged), [(r.number, r.status) for r in unjudged]
+    if not judged:
+        pytest.skip(f"the host was loaded through both slow trials: {[r.result['rejection_off'] for r in slow]}")
+    assert all(r.status == REJECTED and r.result["windows_done"] == 0 for r in judged), \
+        [(r.number, r.status, r.result.get("windows_done"), r.result.get("rejection")) for r in judged]
+    assert all("more than 3x worse" in r.result["rejection"] for r in judged)
     assert result.best is not None and result.best.searched["sleep_s"] == 0.0
-    assert "verdict: " in result.summary and "rejected in their first steps: 2 trial(s)" in result.summary
+    assert "verdict: " in result.summary and f"rejected in their first steps: {len(judged)} trial(s)" in result.summary
 
     parents, children = mlflow_runs(uri, "budget")
     tags = {run.data.tags["trial_number"]: run.data.tags for run in children}
-    for r in slow:
+    for r in judged:
         assert tags[str(r.number)]["status"] == REJECTED and "more than 3x worse" in tags[str(r.number)]["rejection"]
     for r in reused:
         assert tags[str(r.number)]["reused_from_trial"] == str(r.reused_from)
     parent = parents[0].data
-    assert parent.metrics["rejected_trials"] == 2 and parent.metrics["reused_proposals"] == len(reused)
+    assert parent.metrics["rejected_trials"] == len(judged) and parent.metrics["reused_proposals"] == len(reused)
     assert parent.tags["verdict"] and "verdict_change_pct" in parent.metrics
     assert json.loads(tags[str(slow[0].number)]["searched"])["sleep_s"] == 0.3

@@ -17,6 +17,7 @@ from accelsweep.sweeps.driver.roofline_plot import roofline_plot
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.harness.microbench import KernelConfig, kernel_metrics, run_microbench
 from accelsweep.trainables.metrics import KERNEL_METRICS
+from accelsweep.trainables.peaks import measure_cpu_bandwidth, measure_cpu_peak
 from accelsweep.trainables.roofline import Roofline, roofline_phrase
 
 HERE = __name__
@@ -155,21 +156,27 @@ def test_the_phrase_says_which_roof_and_never_calls_a_datasheet_measured():
 
 # Both kernels run on one thread: on this 2-core VM a neighbour (CI) often holds a core, and
 # a 2-thread kernel then waits on its slower half. The peaks are this machine's, measured
-# once and cached (trainables/peaks.py), as a sweep's trials would find them.
+# right before each kernel and cached (trainables/peaks.py), as a sweep's trials would find them.
 THREADS = 1
 MEASUREMENT = dict(warmup_calls=1, window_min_calls=3, window_min_s=0.2, windows=3)
 # The compute roof is the best of a few measured runs and the bandwidth roof the best of
 # STREAM-style kernels: a kernel's p50 may pass one by a little on a machine whose speed
-# moves; past this, the roof is wrong.
+# moves; past this, the roof is wrong. This VM's speed moves by 40% within seconds (GEMM runs
+# of 0.057-0.080 TFLOP/s back to back, here, quiet), so each kernel is held to the better of
+# its roof measured just before it and just after.
 OVER_THE_ROOF = 1.15
+# The bandwidth roof moves more: five single passes of each STREAM kernel over 256 MiB
+# arrays against the kernel's median over windows of 64 MiB ones (quiet here the kernel
+# lands at 0.84-1.03x of it; CI once saw 1.16x). A miscounted byte (2 arrays for 3) is 1.5x.
+OVER_THE_BANDWIDTH = 1.3
 # A plain library kernel reaches a good share of its roof; below this it ran slowed by
 # something the roof does not model (a loaded host), or the counts are wrong.
 SUBSTANTIAL = 0.3
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def settled_peaks(tmp_path_factory):
-    """This machine's roofs measured now, in a cache of this module's own: a figure cached
+    """This machine's roofs measured now, in a cache of this test's own: a figure cached
     minutes ago may come from a slower or faster minute of a shared VM (its speed drifts
     15-30%), and the kernels must be held to the machine as it is while they run."""
     from accelsweep.trainables.peaks import cpu_bandwidth, cpu_peak
@@ -190,7 +197,8 @@ def test_a_large_matmul_lands_under_the_compute_roof(settled_peaks):
     assert intensity == pytest.approx(2 * 1024 ** 3 / (3 * 1024 ** 2 * 4))  # 2mkn / (mk + kn + mn) x 4 bytes
     assert intensity > 4 * roof.ridge_intensity and roof.bound(intensity) == "compute"
     assert result["roofline_tflops"] == result["peak_tflops"]
-    assert result["tflops"] <= OVER_THE_ROOF * result["peak_tflops"], result["peak_basis"]
+    roof_after = measure_cpu_peak("float32", THREADS)["tflops"]
+    assert result["tflops"] <= OVER_THE_ROOF * max(result["peak_tflops"], roof_after), (result["peak_basis"], roof_after)
     assert result["compute_fraction"] >= SUBSTANTIAL, (result["tflops"], result["peak_basis"])
     assert result["roofline_fraction"] == pytest.approx(result["compute_fraction"])
 
@@ -205,7 +213,8 @@ def test_a_vector_add_lands_under_the_bandwidth_slope(settled_peaks, n):
     assert result["arithmetic_intensity"] < roof.ridge_intensity / 4 and roof.bound(1 / 12) == "memory"
     slope = result["arithmetic_intensity"] * result["peak_gbytes_per_s"] / 1e3
     assert result["roofline_tflops"] == pytest.approx(slope) and slope < result["peak_tflops"]
-    assert result["tflops"] <= OVER_THE_ROOF * slope, result["bandwidth_basis"]
+    slope_after = result["arithmetic_intensity"] * measure_cpu_bandwidth(THREADS)["gb_s"] / 1e3
+    assert result["tflops"] <= OVER_THE_BANDWIDTH * max(slope, slope_after), (result["bandwidth_basis"], slope_after)
     assert result["bandwidth_fraction"] >= SUBSTANTIAL, (result["gbytes_per_s"], result["bandwidth_basis"])
 
 
