@@ -18,6 +18,22 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
 
+# A test marked host_timing asserts on what this host measured: a kernel against a roof
+# measured seconds earlier, a slow config judged against a fast one. This shared 2-core VM
+# changes speed by 40% within seconds and CI runs beside other work, so such a test gets one
+# more try (pytest-rerunfailures prints an R and counts the reruns in the summary). A
+# second failure fails the run; a test that fails for a wrong figure fails both times.
+HOST_TIMING_RERUNS = 1
+
+
+def pytest_collection_modifyitems(config, items):
+    if not config.pluginmanager.hasplugin("rerunfailures"):
+        return
+    for item in items:
+        if item.get_closest_marker("host_timing") is not None and item.get_closest_marker("flaky") is None:
+            item.add_marker(pytest.mark.flaky(reruns=HOST_TIMING_RERUNS, reruns_delay=5))
+
+
 # The session's local Ray instance (ray_session); a module that needs another stops it and starts it again.
 SESSION_RAY = dict(num_cpus=2, include_dashboard=False, log_to_driver=False)
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -320,6 +320,7 @@ def test_a_figure_taken_on_a_loaded_host_is_not_trusted():
 
 # ---- a tiny sweep ---------------------------------------------------------------------
 
+@pytest.mark.host_timing
 @pytest.mark.slow
 def test_a_tiny_sweep_rejects_the_slow_config_and_runs_no_config_twice(tmp_path):
     from accelsweep.sweeps.driver.api import Objective, Sweep, run_sweep

@@ -232,6 +232,7 @@ def workers_can_import_this_module():
     ray.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
 
 
+@pytest.mark.host_timing
 @pytest.mark.slow
 def test_a_quiet_sweep_confirms_the_faster_config(tmp_path, ray_session, workers_can_import_this_module):
     result = run_sweep(work_sweep("quiet", f"sqlite:///{tmp_path}/mlflow.db", str(tmp_path / "ray")))
@@ -244,6 +245,7 @@ def test_a_quiet_sweep_confirms_the_faster_config(tmp_path, ray_session, workers
     assert not any(r.contended for r in result.records + result.confirmations), result.summary
 
 
+@pytest.mark.host_timing
 @pytest.mark.slow
 def test_a_disturbed_trial_is_tagged_contended_and_no_confident_wrong_verdict_is_printed(
         tmp_path, ray_session, workers_can_import_this_module):

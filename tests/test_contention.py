@@ -28,6 +28,7 @@ def busy_elsewhere(seconds: float) -> int:
     return int(launched.stdout)
 
 
+@pytest.mark.host_timing
 def test_another_process_burning_a_core_is_measured_and_contends_with_a_trial_holding_every_core():
     pid = busy_elsewhere(3.0)
     try:

@@ -96,6 +96,7 @@ def _with_extra_giou(monkeypatch, *impls):
         giou_op.SPEC, implementations=giou_op.SPEC.implementations + impls))
 
 
+@pytest.mark.host_timing
 def test_five_measurements_of_a_steady_kernel_agree(monkeypatch, capsys):
     """The harness adds no noise of its own: a kernel of fixed cost measures the same
     five times in a row (python -m accelsweep.trainables.harness.stability), and its latency_cv is small.

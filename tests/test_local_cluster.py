@@ -225,6 +225,7 @@ def test_a_worker_node_killed_mid_trial_is_replaced_and_the_trial_retried(cluste
     assert parents[0].info.status == "FINISHED"
 
 
+@pytest.mark.host_timing
 @pytest.mark.slow
 def test_a_detached_driver_outlives_its_terminal_and_resume_finishes_it_after_a_kill(cluster, tmp_path):
     """The driver on the head, started with --detach from a shell that is then hung up on

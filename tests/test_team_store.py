@@ -98,6 +98,7 @@ def test_a_sweep_records_everything_on_the_team_store_with_bounded_connections(s
     assert 0 < peak[0] <= team_store.SERVER_CONNECTIONS + DRIVER_CONNECTIONS, peak[0]
 
 
+@pytest.mark.host_timing
 @pytest.mark.slow
 def test_four_sweeps_at_once_keep_every_record_and_the_connections_bounded(store, tmp_path, monkeypatch):
     """Four sweeps started together on one server and one study database: each trial is

@@ -136,6 +136,7 @@ def test_a_datasheet_peak_says_where_it_is_from_and_that_it_was_not_measured_her
         assert entry.source and all(v > 0 for v in entry.tflops.values()) and entry.bandwidth_gb_s > 0
 
 
+@pytest.mark.host_timing
 def test_the_cpu_peak_microbenchmark_repeats_within_5_percent_on_a_quiet_machine():
     """Three measurements back to back, as a trial takes one (1024, best of 5 runs of 0.4 s).
     A quiet machine: no other process took cores (/proc) and its own speed held (the fixed
@@ -236,6 +237,7 @@ def test_the_flag_reaches_the_sweep():
     assert sweep_options(parser.parse_args([]), default_samples=2)["stop_at_utilisation"] is None
 
 
+@pytest.mark.host_timing
 @pytest.mark.slow
 def test_a_sweep_stops_at_its_utilisation_goal_and_says_so(ray_session, tracking_uri):
     """A goal every trial reaches: the first trial ends the sweep, the rest are not run,
