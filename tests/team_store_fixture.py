@@ -1,6 +1,7 @@
 """The ``store`` fixture of the team-store tests (tests/test_team_store.py,
 tests/test_team_store_faults.py): a team store (sweeps/driver/team_store.py) of the
-module's own in a folder under /tmp, on free ports, stopped and removed after it.
+module's own in a folder under /tmp, on free ports, stopped and removed after it;
+``running_store`` makes one bound to another address (tests/test_team_store_writers.py).
 
 While it is up, this process's environment holds the MLflow server's login
 (MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD, as a team member exports them): the
@@ -27,9 +28,9 @@ needs_postgresql = pytest.mark.skipif(
     reason="PostgreSQL's server programs are not installed here (apt install postgresql)")
 
 
-def listening(port: int) -> bool:
+def listening(port: int, host: str = "127.0.0.1") -> bool:
     with socket.socket() as probe:
-        return probe.connect_ex(("127.0.0.1", port)) == 0
+        return probe.connect_ex((host, port)) == 0
 
 
 @contextlib.contextmanager
@@ -47,19 +48,28 @@ def environment(**values):
                 os.environ[name] = value
 
 
-@pytest.fixture(scope="module")
-def store():
+@contextlib.contextmanager
+def running_store(host: str = "127.0.0.1"):
+    """A team store bound to ``host`` in a folder of its own, with its login in this
+    process's environment; stopped, checked gone and removed after."""
     # Under /tmp itself: as root the server runs as postgres, which cannot enter pytest's
     # own 0700 folder.
     folder = tempfile.mkdtemp(prefix="asw-team-store-", dir="/tmp")
     try:
-        started = team_store.up(folder, pg_port=free_port(), mlflow_port=free_port(), say=lambda line: None)
+        started = team_store.up(folder, host=host, pg_port=free_port(), mlflow_port=free_port(),
+                                say=lambda line: None)
         with environment(**dict(zip(LOGIN_VARIABLES, started.mlflow_login()))):
             try:
                 yield started
             finally:
                 team_store.down(folder)
-        assert not listening(started.pg_port) and not listening(started.mlflow_port)
+        assert not listening(started.pg_port, host) and not listening(started.mlflow_port, host)
         assert team_store.read(folder) is None
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def store():
+    with running_store() as started:
+        yield started

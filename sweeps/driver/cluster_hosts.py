@@ -64,7 +64,7 @@ from typing import Iterator, Mapping, Optional, Sequence
 from accelsweep.trainables.processes import command_line, descendants, process_table, stat_of
 
 __all__ = ["BRIDGE", "GCS_PORT", "HEAD", "PREFIX", "Host", "HostsCluster", "HostsUnavailable", "down", "hosts_cluster",
-           "plan_hosts", "status", "unavailable_reason", "up"]
+           "hosts_network", "plan_hosts", "status", "unavailable_reason", "up"]
 
 PREFIX = "asw-"  # every namespace, link and state directory this module makes starts with it
 BRIDGE = f"{PREFIX}br0"
@@ -528,6 +528,23 @@ def hosts_cluster(workers: int = 2, worker_cpus: int = 2, print_line=None) -> It
         yield up(workers, worker_cpus, print_line=quiet)
     finally:
         down(print_line=quiet)
+
+
+@contextlib.contextmanager
+def hosts_network(workers: int = 2) -> Iterator[list[Host]]:
+    """The hosts' namespaces, addresses and bridge without Ray: for processes that bring
+    their own (a sweep driver with a private local Ray on each host). ``down`` after,
+    which stops whatever still runs inside them."""
+    reason = unavailable_reason()
+    if reason:
+        raise HostsUnavailable(reason)
+    _refuse_if_taken()
+    hosts = plan_hosts(workers)
+    try:
+        _make_network(hosts)
+        yield hosts
+    finally:
+        down()
 
 
 # ---- helpers -------------------------------------------------------------------------

@@ -13,8 +13,10 @@ default; a cluster head's address for the cluster's hosts):
 
 - **PostgreSQL** from the machine's own server binaries (Debian's ``postgresql``):
   ``initdb`` of a data directory there, password auth (scram-sha-256) for every
-  connection, TCP on ``--host:--pg-port`` only, its Unix socket inside the folder. Run as
-  the ``postgres`` user when started by root (PostgreSQL refuses root).
+  connection, TCP on ``--host:--pg-port`` only, its Unix socket inside the folder. Clients
+  from loopback only, or with ``--host`` another address, from that address's subnets
+  (pg_hba ``samenet``). Run as the ``postgres`` user when started by root (PostgreSQL
+  refuses root).
 - **Two databases** owned by one role, ``accelsweep``: ``mlflow`` (the tracking store) and
   ``optuna`` (every sweep's study).
 - **An MLflow server** on ``--host:--mlflow-port``, on the ``mlflow`` database, with
@@ -42,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ipaddress
 import json
 import os
 import secrets
@@ -165,6 +168,11 @@ def up(folder: str = DEFAULT_DIR, host: str = "127.0.0.1", pg_port: int = 5433, 
     if read(folder) is not None:
         raise ConfigError("--dir", "a folder no running team store uses", folder,
                           "One is up there already (accelsweep team-store status; down stops it).")
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        raise ConfigError("--host", "an IP address of this machine (127.0.0.1, or a cluster head's)", host,
+                          "Both servers bind it, and PostgreSQL takes clients from its subnets.") from None
     _check_reachable_by_server_user(os.path.abspath(folder))
     # Others may pass through it (the server user, when root starts it) but not list it;
     # what is secret in it is its own files' (credentials 0600, the data 0700).
@@ -190,9 +198,29 @@ def _save(store: TeamStore) -> None:
         json.dump(asdict(store), state_file)
 
 
+# What initdb allows over TCP is loopback only; a store bound to a cluster head's address
+# must also take its hosts, and itself on that address (the MLflow server connects there).
+# "samenet": any address of a subnet the server's machine is on, with a password still.
+HBA_MARK = "# accelsweep team store: clients of the host's own subnets"
+HBA_SAMENET = "host all all samenet scram-sha-256"
+
+
+def allow_clients(data: str, host: str) -> None:
+    """pg_hba.conf taking connections from the host's subnets when it is bound to an
+    address other than loopback; loopback only otherwise (as initdb wrote it)."""
+    path = os.path.join(data, "pg_hba.conf")
+    with open(path) as hba:
+        lines = [line for line in hba.read().splitlines() if line not in (HBA_MARK, HBA_SAMENET)]
+    if not ipaddress.ip_address(host).is_loopback:
+        lines += [HBA_MARK, HBA_SAMENET]
+    with open(path, "w") as hba:
+        hba.write("\n".join(lines) + "\n")
+
+
 def start_postgres(store: TeamStore, say=print) -> None:
     """PostgreSQL on the store's data, port and host (waits until it accepts connections)."""
     data, run = os.path.join(store.folder, "pgdata"), os.path.join(store.folder, "run")
+    allow_clients(data, store.host)
     started = time.monotonic()
     subprocess.run(_as_server_user([_bin("pg_ctl"), "-D", data, "-l", os.path.join(run, "postgres.log"), "-w",
                                     "-t", "60", "-o", f"-p {store.pg_port} -h {store.host} -k {run}", "start"]),
@@ -232,6 +260,7 @@ def _initialise(store: TeamStore, data: str, run: str, say) -> None:
         os.remove(password_file)
     with open(os.path.join(data, "postgresql.conf"), "a") as conf:
         conf.write(f"\n# accelsweep team store\nmax_connections = {MAX_CONNECTIONS}\n")
+    allow_clients(data, store.host)
     with open(os.open(store.credentials, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as out:
         # libpq's password file: host:port:database:user:password
         out.write(f"{store.host}:{store.pg_port}:*:{ROLE}:{role_password}\n")
@@ -366,6 +395,10 @@ def _stop_group(pid: int, grace_s: float = 10.0) -> None:
             return
         deadline = time.monotonic() + grace_s
         while time.monotonic() < deadline:
+            # Started by this process (up, a restart): it stays in its group as a zombie
+            # until reaped, and the wait would last the whole grace (20 s, measured).
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
             try:
                 os.killpg(pid, 0)
             except ProcessLookupError:
