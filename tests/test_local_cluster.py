@@ -240,8 +240,12 @@ def test_a_detached_driver_outlives_its_terminal_and_resume_finishes_it_after_a_
     study = ["neuron_vit", "--smoke", "--address", "auto", "--platform", "cpu", "--instance-type", "c7i.2xlarge",
              "--cpus-per-worker", "1", "--num-samples", "3", "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db",
              "--storage-path", str(tmp_path / "ray")]
+    # A terminal's shell dies of SIGHUP: its default action, put back here because a test
+    # run started under nohup (or any parent ignoring SIGHUP) passes SIG_IGN on to bash,
+    # which would then outlive its hang-up (seen in a run of .ci/run under nohup).
     terminal = subprocess.Popen(["bash", "-c", f"{ACCELSWEEP} run --detach {shlex.join(study)}; sleep 60"],
-                                cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True, start_new_session=True)
+                                cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True, start_new_session=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
     said = "".join(terminal.stdout.readline() for _ in range(2))
     driver = int(re.search(r"pid (\d+); output in (\S+)", said).group(1))
     log = re.search(r"output in (\S+)", said).group(1)
