@@ -65,19 +65,14 @@ class ConnectionWatch:
         self._thread.join(timeout=10)
 
     def _watch(self) -> None:
-        import psycopg
-
         while not self._stop.wait(0.3):
             try:
-                with psycopg.connect(host=self.store.host, port=self.store.pg_port, user=team_store.ROLE,
-                                     dbname="mlflow", passfile=self.store.credentials, connect_timeout=5) as db:
-                    rows = db.execute("SELECT datname, host(client_addr) FROM pg_stat_activity WHERE backend_type "
-                                      "= 'client backend' AND pid <> pg_backend_pid()").fetchall()
+                now = team_store.clients(self.store)
             except Exception:  # noqa: BLE001 - a busy moment (the store full, say); the next read counts
                 continue
             for database in self.peak:
-                self.peak[database] = max(self.peak[database], sum(name == database for name, _ in rows))
-                self.addresses[database].update(address for name, address in rows if name == database and address)
+                self.peak[database] = max(self.peak[database], sum(name == database for name, _ in now))
+                self.addresses[database].update(address for name, address in now if name == database and address)
 
 
 @pytest.mark.host_timing

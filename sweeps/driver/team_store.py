@@ -453,14 +453,22 @@ def connections(store: TeamStore) -> int:
 def connections_by_database(store: TeamStore) -> dict[str, int]:
     """Client connections PostgreSQL holds now, by database: ``mlflow`` (the MLflow
     server's) and ``optuna`` (the sweep drivers')."""
+    counts: dict[str, int] = {}
+    for database, _ in clients(store):
+        counts[database] = counts.get(database, 0) + 1
+    return counts
+
+
+def clients(store: TeamStore) -> list[tuple[str, Optional[str]]]:
+    """PostgreSQL's client connections now, less the one asking: (database, client address;
+    None over the Unix socket), from pg_stat_activity."""
     import psycopg
 
     with psycopg.connect(host=store.host, port=store.pg_port, user=ROLE, dbname="mlflow",
-                         passfile=store.credentials) as connection:
-        # Less this one: the clients the store has besides the question.
-        rows = connection.execute("SELECT datname, count(*) FROM pg_stat_activity WHERE backend_type = "
-                                  "'client backend' AND pid <> pg_backend_pid() GROUP BY datname").fetchall()
-    return {database: int(count) for database, count in rows}
+                         passfile=store.credentials, connect_timeout=5) as connection:
+        return [(database, address) for database, address in connection.execute(
+            "SELECT datname, host(client_addr) FROM pg_stat_activity WHERE backend_type = 'client backend' "
+            "AND pid <> pg_backend_pid()").fetchall()]
 
 
 def how_to_use(store: TeamStore) -> str:
