@@ -118,6 +118,8 @@ def describe_machine() -> dict:
         "usable_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "cpu_flags": [flag for flag in RELEVANT_CPU_FLAGS if flag in flags],
         "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        # oneDNN kept below the CPU's ISA (e.g. AVX2 on an AVX-512 bf16 CPU: bf16 emulated).
+        "onednn_max_cpu_isa": os.environ.get("ONEDNN_MAX_CPU_ISA"),
         "os": f"{host.system()} {host.release()}",
         "machine": host.machine(),
         "versions": package_versions(),
@@ -272,6 +274,7 @@ class Table:
     warmup_steps: int
     rows: Mapping[tuple, Row]  # key(point) -> row
     machine: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    base: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # the recording's base config (unsearched)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Table":
@@ -291,7 +294,7 @@ class Table:
         if not any(row.throughput is not None for row in rows.values()):
             raise ConfigError("rows", "at least one config that trained", "every one failed")
         base = data["base_config"]
-        return cls(space, data["baseline"], base["windows"], base["warmup_steps"], rows, data.get("machine", {}))
+        return cls(space, data["baseline"], base["windows"], base["warmup_steps"], rows, data.get("machine", {}), base)
 
     @classmethod
     def load(cls, path: str) -> "Table":
@@ -372,22 +375,29 @@ class ShuffledGrid:
         pass
 
 
-def make_searcher(sampler: str, table: Table, seed: int, num_samples: int) -> Searcher:
+def make_searcher(sampler: str, table: Table, seed: int, num_samples: int, warm_points: Sequence[Mapping] = (),
+                  told: Sequence[tuple[Mapping, float]] = ()) -> Searcher:
     """``tpe`` as the tool builds it (sweeps/driver/lifecycle.py: _searcher: the constant
     liar), with the baseline first; ``tpe-plain``, the same without the liar; ``grid``,
     every config in a seeded random order; ``random`` (Optuna's RandomSampler), a
-    reference the tool does not offer."""
+    reference the tool does not offer. A warm start (TPE only, as in the tool):
+    ``warm_points`` proposed before the baseline, ``told`` (point, value) known to TPE as
+    completed trials before its first proposal (warm_replay.py)."""
     import optuna
 
     from accelsweep.sweeps.driver.plan import startup_trials
     from accelsweep.sweeps.driver.searchers import concurrency_aware_tpe
+    from accelsweep.sweeps.driver.warm_start import unique_points, warm_trials
 
     startup = startup_trials(SimpleNamespace(num_samples=num_samples))
-    if sampler == "tpe":
-        return OptunaSearcher(concurrency_aware_tpe(seed, startup), table.space, first=[table.baseline])
-    if sampler == "tpe-plain":  # what the constant liar is measured against (issue 31)
-        tpe = optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup, constant_liar=False)
-        return OptunaSearcher(tpe, table.space, first=[table.baseline])
+    if sampler not in ("tpe", "tpe-plain") and (warm_points or told):
+        raise ConfigError("warm start", "a TPE searcher (tpe, tpe-plain)", sampler)
+    if sampler in ("tpe", "tpe-plain"):
+        tpe = (concurrency_aware_tpe(seed, startup) if sampler == "tpe"  # plain: what the liar is measured against
+               else optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup, constant_liar=False))
+        searcher = OptunaSearcher(tpe, table.space, first=unique_points([*warm_points, table.baseline]))
+        searcher.study.add_trials(warm_trials(told, searcher.distributions, objectives=1))
+        return searcher
     if sampler == "grid":
         return ShuffledGrid(table.space, seed)
     if sampler == "random":
@@ -769,7 +779,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                                help="replay on a virtual clock with N trials at once, for each N given (e.g. "
                                     "1,4,16,32): device- and wall-seconds until reached (concurrent_replay.py)")
     replay_parser.add_argument("--out", default=None,
-                               help="with --concurrency: also write the figures to this JSON file")
+                               help="with --concurrency or --warm-start: also write the figures to this JSON file")
+    replay_parser.add_argument("--warm-start", default=None, metavar="SOURCE",
+                               help="another recorded table: the tool's searcher, cold and warm-started from "
+                                    "SOURCE's best configs (warm_replay.py), at each --concurrency (default 1)")
     args = parser.parse_args(argv)
     if args.command == "record":
         grid = main_job_grid(tiny=args.tiny)
@@ -784,6 +797,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     if not os.path.isfile(args.table):
         raise ConfigError("table", "a JSON file written by `search_efficiency.py record`", args.table)
     table = Table.load(args.table)
+    if args.warm_start is not None:
+        _replay_warm(table, args)
+        return
     if args.concurrency is not None:
         _replay_at_concurrency(table, args)
         return
@@ -801,6 +817,25 @@ def concurrencies(text: str) -> list[int]:
     if not values or any(value < 1 for value in values):
         raise ConfigError("--concurrency", "integers >= 1, comma-separated (e.g. 1,4,16,32)", text)
     return values
+
+
+def _replay_warm(table: Table, args) -> None:
+    from benchmarks.concurrent_replay import CONCURRENT_POLICIES, TOOL_POLICY
+    from benchmarks.warm_replay import compare_warm, format_warm_report, plan_warm, warm_json
+
+    if not os.path.isfile(args.warm_start):
+        raise ConfigError("--warm-start", "a JSON file written by `search_efficiency.py record`", args.warm_start)
+    plan = plan_warm(Table.load(args.warm_start), table)
+    policy = next(p for p in CONCURRENT_POLICIES if p.name == TOOL_POLICY)
+    results = compare_warm(table, plan, policy, args.seeds, concurrencies(args.concurrency or "1"),
+                           args.reject_ratio, args.num_samples,
+                           progress=lambda line: print(line, file=sys.stderr, flush=True))
+    source = os.path.basename(args.warm_start)
+    print(format_warm_report(source, table, plan, policy, results))
+    figures = {"table": os.path.basename(args.table), **warm_json(source, plan, policy, results)}
+    if args.out:
+        _write_json(figures, args.out)
+    print(json.dumps(figures))
 
 
 def _replay_at_concurrency(table: Table, args) -> None:

@@ -60,6 +60,19 @@ def test_hardware_workload_and_versions_are_each_named_when_they_differ():
                         {**same_base, "base.model": "vit-small"}, DISTRIBUTIONS)
     assert found == ["hardware: hardware Intel Xeon there, AMD EPYC here",
                      "workload: model vit-tiny there, vit-small here"]
+    # The same CPU with oneDNN held to AVX2 (bf16 emulated) measures other speeds.
+    assert _mismatches(history, {**here, "version.torch": "2.13.0", "host.onednn_max_cpu_isa": "AVX2"}, same_base,
+                       DISTRIBUTIONS) == ["hardware: host.onednn_max_cpu_isa unknown there, AVX2 here"]
+
+
+def test_the_environment_tags_name_a_onednn_isa_limit_only_where_one_is_set(monkeypatch):
+    from accelsweep.trainables.environment import environment_tags
+
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
+    assert not any("isa" in tag for tag in environment_tags())
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    assert environment_tags()["host.onednn_max_cpu_isa"] == "AVX2"
 
 
 def test_warm_points_come_once_and_old_results_become_completed_trials():

@@ -31,4 +31,11 @@ def environment_tags() -> dict[str, str]:
     tags["host.machine"] = platform.machine()
     tags["host.os"] = f"{platform.system()} {platform.release()}"
     tags["host.python_executable"] = sys.executable
+    # oneDNN held below the CPU's own ISA (e.g. AVX2 on an AVX-512 bf16 CPU: bf16 emulated,
+    # several times slower): the same CPU measuring other speeds, so part of the hardware.
+    from accelsweep.trainables.platforms.cpu import ONEDNN_ISA_VARIABLES
+
+    for name in ONEDNN_ISA_VARIABLES:
+        if os.environ.get(name):
+            tags[f"host.{name.lower()}"] = os.environ[name]
     return tags

@@ -33,8 +33,10 @@ __all__ = ["WARM_START_CONFIGS", "WarmStart", "plan_warm_start", "unique_points"
 # budget is the search's.
 WARM_START_CONFIGS = 3
 # Parent-run tags that say where a sweep ran (lifecycle.py _start, plan.py capability_tags,
-# trainables/environment.py); host.python_executable names a path, not hardware.
-HARDWARE_TAGS = ("platform", "instance_type", "hardware", "host.machine", "host.cpus")
+# trainables/environment.py, its oneDNN ISA limit among them); host.python_executable names
+# a path, not hardware.
+HARDWARE_TAGS = ("platform", "instance_type", "hardware", "host.machine", "host.cpus", "host.onednn_max_cpu_isa",
+                 "host.dnnl_max_cpu_isa")
 # Base-config fields that are the hardware's (said by HARDWARE_TAGS), not the workload's;
 # and the seed, which picks the initial weights and data, not the work a step does.
 NOT_WORKLOAD_FIELDS = ("platform", "instance_type", "seed")
