@@ -81,6 +81,7 @@ def run_accelsweep(folder: str, seed: int, args) -> dict:
     command += ["--smoke"] if args.smoke else []
     command += ["--num-samples", str(args.num_samples)] if args.num_samples else []
     command += ["--confirm-rounds", str(args.confirm_rounds)] if args.confirm_rounds is not None else []
+    command += ["--time-budget-s", str(args.time_budget_s)] if args.time_budget_s is not None else []
     wall, lines = _timed(command, folder, "accelsweep")
     _, runs = _trial_runs(store, "neuron_vit")
     parent = next(r for r in runs if r.data.tags.get("kind") == "sweep")
@@ -191,6 +192,8 @@ def main(argv=None) -> int:
     parser.add_argument("--smoke", action="store_true", help="the smoke model: a check of the harness, not figures")
     parser.add_argument("--num-samples", type=int, default=None, help="both tools' trials (default: each one's own)")
     parser.add_argument("--confirm-rounds", type=int, default=None, help="accelsweep's (default: the main job's)")
+    parser.add_argument("--time-budget-s", type=float, default=None,
+                        help="accelsweep's time budget (default: the main job's); the plain script keeps its 480 s")
     parser.add_argument("--out", default=os.path.join(REPO, "benchmarks", "results", "vs_plain_tune.json"))
     parser.add_argument("--rejudge", metavar="JSON", default=None,
                         help="no runs: the figures of an earlier run's JSON judged again (its runs and rounds kept)")
