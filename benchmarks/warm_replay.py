@@ -21,7 +21,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
-from accelsweep.sweeps.driver.warm_start import WARM_START_CONFIGS
+from accelsweep.sweeps.driver.warm_start import NOT_WORKLOAD_FIELDS, WARM_START_CONFIGS
 from accelsweep.trainables.errors import ConfigError
 from benchmarks.search_efficiency import Policy, Table, make_searcher
 
@@ -30,8 +30,6 @@ __all__ = ["WarmPlan", "plan_warm", "measurement_differences", "compare_warm", "
 # What a recording's figures depend on beyond the workload (search_efficiency.describe_machine).
 MEASUREMENT_FIELDS = ("cpu_model", "usable_cpus", "cpu_flags", "torch_cpu_capability", "onednn_max_cpu_isa",
                       "versions")
-# Base-config fields that are not the workload (as warm_start.NOT_WORKLOAD_FIELDS).
-NOT_WORKLOAD = ("seed",)
 
 
 @dataclass
@@ -47,7 +45,7 @@ def measurement_differences(source: Table, target: Table) -> list[str]:
     found = [f"{name}: {source.machine.get(name)} there, {target.machine.get(name)} here"
              for name in MEASUREMENT_FIELDS if source.machine.get(name) != target.machine.get(name)]
     searched = set(source.space) | set(target.space)
-    for name in sorted((set(source.base) | set(target.base)) - searched - set(NOT_WORKLOAD)):
+    for name in sorted((set(source.base) | set(target.base)) - searched - set(NOT_WORKLOAD_FIELDS)):
         if source.base.get(name) != target.base.get(name):
             found.append(f"workload: {name} {source.base.get(name)} there, {target.base.get(name)} here")
     return found
