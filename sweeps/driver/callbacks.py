@@ -19,6 +19,7 @@ from ray.tune.result import AUTO_RESULT_KEYS
 
 from accelsweep.sweeps.driver.database_errors import database_unanswered
 from accelsweep.sweeps.driver.deadline import TrialDeadline
+from accelsweep.sweeps.driver.first_guess import LABEL as GUESS_LABEL
 from accelsweep.sweeps.driver.records import (CUT_BY_BUDGET, FAILED, FINISHED, INTERRUPTED, NOISE_METRICS,
                                               NOT_RANKED, REJECTED, REUSED, STOPPED_EARLY, TrialRecord)
 from accelsweep.trainables.cost import CostBasis, trial_cost_usd
@@ -405,6 +406,8 @@ class SweepCallback(Callback):
     def run_tags(self, record: TrialRecord) -> dict[str, str]:
         """Tags of its run beyond the common ones (a phase's own: confirm.py)."""
         step = self.local_step(record)
+        if step == GUESS_LABEL:
+            return {"proposed_as": GUESS_LABEL}
         return {"local_step": step} if step else {}
 
     def local_step(self, record: TrialRecord) -> str:
@@ -632,7 +635,7 @@ class SweepCallback(Callback):
         number = count if record.ordinal in (0, record.number) else f"{record.number} ({count})"
         step = self.local_step(record)
         head = (f"[trial {number}{' baseline' if record.is_baseline else ''}"
-                f"{f' local: {step}' if step else ''}] {knobs}")
+                f"{f' {step}' if step == GUESS_LABEL else f' local: {step}' if step else ''}] {knobs}")
         if record.status == FAILED:
             return f"{head} -> FAILED ({record.error_cause or ERROR}): {record.error_class}: {record.error}"
         if record.status == INTERRUPTED:

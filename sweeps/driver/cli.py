@@ -112,6 +112,10 @@ def common_parser(description: str, default_samples: int, default_confirm_rounds
     parser.add_argument("--keep-emulated", action="store_true",
                         help="keep the values the hardware only emulates (bf16 on a CPU without bf16 "
                              "instructions, ...) in the search space; by default they are removed, with the reason")
+    parser.add_argument("--no-first-guess", action="store_true",
+                        help="do not propose the platform's first guess after the baseline (its rules of thumb "
+                             "for this hardware, each printed with its reason: bf16 where the chip has bf16 "
+                             "instructions, a compute thread per core, the largest batch, ...)")
     parser.add_argument("--study-storage", default=None,
                         help="SQLAlchemy URL of the database that keeps the sweep's Optuna study (default: beside a "
                              "sqlite --tracking-uri, mlflow.db -> mlflow.optuna.db; else optuna.db under "
@@ -119,8 +123,8 @@ def common_parser(description: str, default_samples: int, default_confirm_rounds
     parser.add_argument("--confirm-rounds", type=round_count, default=default_confirm_rounds,
                         help="when the search ends, measure the baseline and the best configs again in this many "
                              "interleaved rounds; the verdict is theirs, or 'not decided' (0: no confirmation; "
-                             f"default: {default_confirm_rounds}; with a time budget the search keeps a quarter "
-                             "of it for them)")
+                             f"default: {default_confirm_rounds}; with a time budget the search leaves 30%% "
+                             "of it to them)")
     parser.add_argument("--local-search", type=int, default=None, metavar="N",
                         help="the search's last N proposals each step from the best config so far to an unmeasured "
                              "neighbour (one knob one choice away: batch x2 or /2, workers +-1, ...) instead of "
@@ -152,6 +156,7 @@ def sweep_options(args: argparse.Namespace, *, default_samples: int, default_tim
                    max_concurrent_trials=args.max_concurrent_trials, resume=args.resume, retries=args.retries,
                    # A study's own parser (or a test's namespace) may lack the budget flags.
                    keep_emulated=getattr(args, "keep_emulated", False),
+                   first_guess=not getattr(args, "no_first_guess", False),
                    reject_ratio=None if getattr(args, "no_reject", False) else getattr(args, "reject_ratio", REJECT_RATIO),
                    max_compile_s=getattr(args, "max_compile_s", None) or default_max_compile_s,
                    trial_timeout_s=getattr(args, "trial_timeout_s", None),

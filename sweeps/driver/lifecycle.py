@@ -134,7 +134,8 @@ def concurrency_for(per_trial: Mapping[str, float], sweep: Sweep) -> tuple[int, 
 
 def _searcher(plan: Plan, sweep_token: str = "", time_budget_s: Optional[float] = None):
     import optuna
-    from accelsweep.sweeps.driver.searchers import FailureAwareOptunaSearch, concurrency_aware_tpe
+    from accelsweep.sweeps.driver.first_guess import LABEL as GUESS_LABEL
+    from accelsweep.sweeps.driver.searchers import FailureAwareOptunaSearch, concurrency_aware_tpe, label_proposal
     from accelsweep.sweeps.driver.warm_start import unique_points, warm_trials
 
     sweep = plan.sweep
@@ -145,12 +146,16 @@ def _searcher(plan: Plan, sweep_token: str = "", time_budget_s: Optional[float] 
         sampler = optuna.samplers.GridSampler(grid, seed=sweep.seed)
     else:
         sampler = concurrency_aware_tpe(sweep.seed, startup_trials(sweep))
-    # TPE runs the baseline first; a grid reaches it anyway (it is one of its points). A
-    # warm start's configs come before it (warm_start.py).
+    # TPE runs the baseline first, then the platform's first guess (first_guess.py); a grid
+    # reaches the baseline anyway (it is one of its points). A warm start's configs come
+    # before them (warm_start.py).
     first = None
     prior = []
     if sweep.sampler == "tpe":
         first = [dict(point) for point in sweep.points] or [plan.baseline_point]
+        if plan.guess is not None:
+            first = unique_points([*first, plan.guess.point])
+            label_proposal(sweep_token, plan.guess.point, GUESS_LABEL)
         if plan.warm is not None:
             first = unique_points([*plan.warm.points, *first])
             if plan.warm.tells:
@@ -447,7 +452,8 @@ def _connect_and_announce(plan: Plan, say: Callable[[str], None]) -> int:
         say(f"platform: {sweep.platform_note}")
     for line in plan.capability_lines():
         say(line)
-    for line in plan.warm.lines() if plan.warm is not None else ():
+    for line in [*(plan.guess.lines() if plan.guess is not None else ()),
+                 *(plan.warm.lines() if plan.warm is not None else ())]:
         say(line)
     say(sweep.cost_note)
     return concurrency
@@ -506,7 +512,8 @@ def _start(plan: Plan, trainable, storage: str, tracker, concurrency: int, time_
     sweep_tags = {**env_tags, "sweep": sweep.name, "platform": sweep.base.platform, "kind": "sweep",
                   "instance_type": (sweep.cost.instance_type if sweep.cost else None) or "unknown",
                   "cost_basis": sweep.cost_note, "status": "running", **plan.capability_tags(),
-                  **(plan.warm.tags() if plan.warm is not None else {})}
+                  **(plan.warm.tags() if plan.warm is not None else {}),
+                  **({"first_guess": plan.guess.tag()} if plan.guess is not None else {})}
     parent_params = {f"base.{k}": v for k, v in plan.base_dict.items()}
     parent_params.update({"num_samples": sweep.num_samples, "time_budget_s": sweep.time_budget_s,
                           "scheduler": sweep.scheduler, "seed": sweep.seed, "max_concurrent_trials": concurrency,

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from accelsweep.sweeps.driver.deadline import check_trial_timeout
+from accelsweep.sweeps.driver.first_guess import plan_first_guess
 from accelsweep.sweeps.driver.marker import read_sweep_marker, unfinished_sweep_dir
 from accelsweep.sweeps.driver.preflight import (
     check_fits_locally,
@@ -93,6 +94,7 @@ class Plan:
     # What the base platform's hardware does natively; the space lacks what it only emulates.
     capabilities: Optional[Capabilities] = None
     warm: Optional[Any] = None  # WarmStart (warm_start.py): what an earlier sweep gives this one
+    guess: Optional[Any] = None  # FirstGuess (first_guess.py): the platform's config tried after the baseline
 
     def __getstate__(self):
         # Pickled into Tune's experiment state (tuner.pkl: the callback and the trials'
@@ -189,6 +191,8 @@ class Plan:
                          + (f" (or the last {LOCAL_TIME_SHARE:.0%} of the search's time)" if sweep.time_budget_s else "")
                          + " each step from the best config so far to an unmeasured neighbour (one knob, one "
                            "choice away)")
+        if self.guess is not None:
+            lines += self.guess.lines()
         if self.warm is not None:
             lines += self.warm.lines()
         if sweep.stop_at_utilisation:
@@ -354,6 +358,7 @@ def plan_sweep(sweep: Sweep) -> Plan:
                               point, f"Refused: {error}") from None
     plan.baseline_point = space.point_for(base_dict)
     _check_points(plan)
+    plan.guess = plan_first_guess(plan)
     if sweep.warm_start is not None:
         from accelsweep.sweeps.driver.warm_start import plan_warm_start
 

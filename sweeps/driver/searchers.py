@@ -17,7 +17,7 @@ from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
 __all__ = ["FailureAwareOptunaSearch", "MAX_REPEATED_PROPOSALS", "MeasuredRun", "ResumeNews", "config_key",
-           "concurrency_aware_tpe", "local_proposals", "neighbours", "take_reuses", "tell_resumed"]
+           "concurrency_aware_tpe", "label_proposal", "local_proposals", "neighbours", "take_reuses", "tell_resumed"]
 
 # Proposals in a row of configs already measured before the space counts as searched
 # out: TPE keeps proposing its best region, and a small space runs out of new points.
@@ -97,6 +97,12 @@ def searched_out(sweep_token: str) -> bool:
     """Whether the sweep's searcher ended the search: its proposals kept repeating
     measured configs (a grid used up)."""
     return sweep_token in _SEARCHED_OUT
+
+
+def label_proposal(sweep_token: str, config: Mapping[str, Any], label: str) -> None:
+    """Name a config the sweep proposes first for a reason of its own (the platform's first
+    guess): its trial's progress line and MLflow tag say ``label`` as a local step's say its step."""
+    _LOCAL.setdefault(sweep_token, {})[config_key(config)] = label
 
 
 def local_proposals(sweep_token: str) -> dict[str, str]:

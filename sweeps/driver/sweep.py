@@ -145,6 +145,10 @@ class Sweep:
     # the searcher's own; they replace the baseline-first rule (list the baseline to keep
     # it first). With ``repeats``, a config listed twice runs twice (``remeasure``).
     points: Sequence[Mapping[str, Any]] = ()
+    # With TPE and no ``points``: right after the baseline, propose the platform's first
+    # guess (its rules of thumb for this hardware: bf16 where native, every core computing,
+    # the largest batch, ...; sweeps/driver/first_guess.py). False: none.
+    first_guess: bool = True
     # Where the sweep's Optuna study is kept (sweeps/driver/study.py): an SQLAlchemy URL;
     # None: beside a sqlite MLflow store (mlflow.db: mlflow.optuna.db), else under storage_path.
     study_storage: Optional[str] = None
@@ -152,7 +156,7 @@ class Sweep:
     report: bool = True
     # When the search ends, the baseline and its best configs are measured again in this
     # many interleaved rounds, and the sweep's verdict is theirs (confirm.py); 0: none.
-    # With a time budget, the search keeps a quarter of it for them.
+    # With a time budget, the search leaves 30% of it to them (confirm.CONFIRM_BUDGET_SHARE).
     confirm_rounds: int = 0
     # The search's last proposals that step from the best config so far to an unmeasured
     # neighbour (one knob one choice away: batch x2 or /2, workers +-1, ...) instead of

@@ -20,7 +20,7 @@ import abc
 import dataclasses
 import os
 from dataclasses import dataclass
-from typing import Optional, TYPE_CHECKING, Any, Callable, ClassVar, Iterable
+from typing import Optional, TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Mapping, Sequence
 
 from accelsweep.trainables.loop.batches import map_tensors
 from accelsweep.trainables.loop.compile_cache import cache_location, check_setting, inductor_env
@@ -134,6 +134,15 @@ class Platform(abc.ABC):
         sweep config (a kernel's, a user's): read its fields with getattr defaults.
         Here: nothing known, nothing removed."""
         return not_known(self.description, f"platform {self.name!r} does not read its hardware")
+
+    def first_guess(self, config: "TrialConfig", choices: "Mapping[str, Sequence[Any]]",
+                    capabilities: Capabilities) -> dict[str, tuple[Any, str]]:
+        """The values a performance engineer would try first on this hardware for the
+        searched knobs (``choices``: knob -> the values the space offers), each with why:
+        knob -> (value, reason). A sweep proposes them as one config right after the
+        baseline (sweeps/driver/first_guess.py); they are a proposal to measure, never a
+        figure. Here: no rules, no guess."""
+        return {}
 
     def worker_resources(self, config: "TrialConfig") -> dict[str, float]:
         """What one worker process of a trial asks Ray for: its devices, and a sliver of

@@ -20,7 +20,7 @@ import platform as host
 import sys
 import sysconfig
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 from accelsweep.trainables.errors import ConfigError, boolean, one_of, positive_int
 from accelsweep.trainables.platforms.base import (Detection, Platform, PlatformKnobs, PlatformUnavailable,
@@ -286,6 +286,38 @@ class CpuPlatform(Platform):
 
     def trial_env(self, config: "TrialConfig") -> dict[str, str]:
         return {**config.knobs.process_env(), **self.compile_cache_env(config)}
+
+    def first_guess(self, config: "TrialConfig", choices: Mapping[str, Sequence[Any]],
+                    capabilities: Capabilities) -> dict[str, tuple[Any, str]]:
+        """The CPU rules of thumb, each from this trial's resources or this CPU's flags:
+        bf16 where the CPU has bf16 instructions (fp32 where it only emulates them), a
+        compute thread on every CPU the trial holds, then no loader process beside them,
+        the largest batch, channels_last. Knobs without a rule keep the baseline's value."""
+        guess: dict[str, tuple[Any, str]] = {}
+        cores = config.cpus_per_worker
+        precisions = choices.get("precision", ())
+        if capabilities.known and precisions:
+            emulated = capabilities.emulated.get("precision", {})
+            if "bf16" in precisions and "bf16" not in emulated:
+                flag = next((name for name in BF16_FLAGS if capabilities.facts.get(name)), "bf16")
+                guess["precision"] = ("bf16", f"{flag}: this CPU multiplies bf16 natively, twice fp32's "
+                                              "operations per instruction on half the bytes")
+            elif "fp32" in precisions and "bf16" in emulated:
+                guess["precision"] = ("fp32", f"bf16 is only emulated here ({emulated['bf16']})")
+        fitting = [n for n in choices.get("threads", ()) if isinstance(n, int) and n <= cores]
+        if fitting:
+            guess["threads"] = (max(fitting), f"a compute thread on each of the {cores} CPU(s) a trial holds")
+        threads = guess["threads"][0] if "threads" in guess else self.threads(config)
+        if 0 in choices.get("num_workers", ()) and threads >= cores:
+            guess["num_workers"] = (0, f"a loader process would take CPU time from the {threads} compute "
+                                       f"thread(s) on the trial's {cores} CPU(s)")
+        sizes = [size for size in choices.get("batch_size", ()) if isinstance(size, int)]
+        if sizes:
+            guess["batch_size"] = (max(sizes), "the largest batch spreads each step's fixed cost (the optimizer "
+                                               "step, Python's dispatch) over the most samples")
+        if True in choices.get("channels_last", ()):
+            guess["channels_last"] = (True, "oneDNN runs convolutions in NHWC without converting the layout")
+        return guess
 
     def threads(self, config: "TrialConfig") -> int:
         """The intra-op threads a trial runs with: the knob, else every CPU it holds."""
