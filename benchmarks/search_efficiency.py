@@ -376,13 +376,14 @@ class ShuffledGrid:
 
 
 def make_searcher(sampler: str, table: Table, seed: int, num_samples: int, warm_points: Sequence[Mapping] = (),
-                  told: Sequence[tuple[Mapping, float]] = ()) -> Searcher:
+                  told: Sequence[tuple[Mapping, float]] = (), guess: Optional[Mapping] = None) -> Searcher:
     """``tpe`` as the tool builds it (sweeps/driver/lifecycle.py: _searcher: the constant
     liar), with the baseline first; ``tpe-plain``, the same without the liar; ``grid``,
     every config in a seeded random order; ``random`` (Optuna's RandomSampler), a
     reference the tool does not offer. A warm start (TPE only, as in the tool):
     ``warm_points`` proposed before the baseline, ``told`` (point, value) known to TPE as
-    completed trials before its first proposal (warm_replay.py)."""
+    completed trials before its first proposal (warm_replay.py). ``guess``: the platform's
+    first guess, proposed right after the baseline (guess_replay.py; TPE only, as in the tool)."""
     import optuna
 
     from accelsweep.sweeps.driver.plan import startup_trials
@@ -390,12 +391,14 @@ def make_searcher(sampler: str, table: Table, seed: int, num_samples: int, warm_
     from accelsweep.sweeps.driver.warm_start import unique_points, warm_trials
 
     startup = startup_trials(SimpleNamespace(num_samples=num_samples))
-    if sampler not in ("tpe", "tpe-plain") and (warm_points or told):
-        raise ConfigError("warm start", "a TPE searcher (tpe, tpe-plain)", sampler)
+    if sampler not in ("tpe", "tpe-plain") and (warm_points or told or guess):
+        raise ConfigError("warm start" if warm_points or told else "first guess", "a TPE searcher (tpe, tpe-plain)",
+                          sampler)
     if sampler in ("tpe", "tpe-plain"):
         tpe = (concurrency_aware_tpe(seed, startup) if sampler == "tpe"  # plain: what the liar is measured against
                else optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup, constant_liar=False))
-        searcher = OptunaSearcher(tpe, table.space, first=unique_points([*warm_points, table.baseline]))
+        first = unique_points([*warm_points, table.baseline, *([guess] if guess else [])])
+        searcher = OptunaSearcher(tpe, table.space, first=first)
         searcher.study.add_trials(warm_trials(told, searcher.distributions, objectives=1))
         return searcher
     if sampler == "grid":
@@ -783,6 +786,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     replay_parser.add_argument("--warm-start", default=None, metavar="SOURCE",
                                help="another recorded table: the tool's searcher, cold and warm-started from "
                                     "SOURCE's best configs (warm_replay.py), at each --concurrency (default 1)")
+    replay_parser.add_argument("--first-guess", action="store_true",
+                               help="the tool's searcher without and with the platform's first guess after the "
+                                    "baseline (guess_replay.py), at each --concurrency (default 1)")
     args = parser.parse_args(argv)
     if args.command == "record":
         grid = main_job_grid(tiny=args.tiny)
@@ -799,6 +805,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     table = Table.load(args.table)
     if args.warm_start is not None:
         _replay_warm(table, args)
+        return
+    if args.first_guess:
+        _replay_guess(table, args)
         return
     if args.concurrency is not None:
         _replay_at_concurrency(table, args)
@@ -833,6 +842,27 @@ def _replay_warm(table: Table, args) -> None:
     source = os.path.basename(args.warm_start)
     print(format_warm_report(source, table, plan, policy, results))
     figures = {"table": os.path.basename(args.table), **warm_json(source, plan, policy, results)}
+    if args.out:
+        _write_json(figures, args.out)
+    print(json.dumps(figures))
+
+
+def _replay_guess(table: Table, args) -> None:
+    from benchmarks.concurrent_replay import CONCURRENT_POLICIES, TOOL_POLICY
+    from benchmarks.guess_replay import compare_guess, format_guess_report, table_guess
+
+    guess = table_guess(table)
+    if guess is None:
+        raise ConfigError("--first-guess", "a recording whose space the CPU rules move from the baseline",
+                          os.path.basename(args.table), "No rule moves a knob of its space.")
+    policy = next(p for p in CONCURRENT_POLICIES if p.name == TOOL_POLICY)
+    results = compare_guess(table, guess, policy, args.seeds, concurrencies(args.concurrency or "1"),
+                            args.reject_ratio, args.num_samples,
+                            progress=lambda line: print(line, file=sys.stderr, flush=True))
+    print(format_guess_report(table, guess, policy, results))
+    figures = {"table": os.path.basename(args.table), "policy": policy.name, "guess": guess.point,
+               "guess_throughput": guess.value, "grid_best": guess.best,
+               "by_concurrency": {str(n): starts for n, starts in results.items()}}
     if args.out:
         _write_json(figures, args.out)
     print(json.dumps(figures))

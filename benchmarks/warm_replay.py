@@ -17,15 +17,15 @@ the target grid's best.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
 from accelsweep.sweeps.driver.warm_start import NOT_WORKLOAD_FIELDS, WARM_START_CONFIGS
 from accelsweep.trainables.errors import ConfigError
-from benchmarks.search_efficiency import Policy, Table, make_searcher
+from benchmarks.search_efficiency import Policy, Searcher, Table, make_searcher
 
-__all__ = ["WarmPlan", "plan_warm", "measurement_differences", "compare_warm", "format_warm_report", "warm_json"]
+__all__ = ["WarmPlan", "plan_warm", "measurement_differences", "compare_starts", "compare_warm", "format_warm_report", "warm_json"]
 
 # What a recording's figures depend on beyond the workload (search_efficiency.describe_machine).
 MEASUREMENT_FIELDS = ("cpu_model", "usable_cpus", "cpu_flags", "torch_cpu_capability", "onednn_max_cpu_isa",
@@ -93,22 +93,29 @@ def compare_warm(target: Table, plan: WarmPlan, policy: Policy, seeds: int, conc
                  progress=lambda line: None) -> dict[int, dict[str, Any]]:
     """Per concurrency, the same searches cold and warm: device- and wall-seconds until
     reached (median and 90th percentile over ``seeds``) and the trials run by then."""
+    def warm(seed: int) -> Searcher:
+        return make_searcher(policy.sampler, target, seed, num_samples, warm_points=plan.points, told=plan.told)
+
+    return compare_starts(target, policy, seeds, concurrencies, {"cold": None, "warm": warm}, reject_ratio,
+                          num_samples, progress)
+
+
+def compare_starts(target: Table, policy: Policy, seeds: int, concurrencies: Sequence[int],
+                   starts: Mapping[str, Optional[Callable[[int], Searcher]]], reject_ratio: Optional[float] = None,
+                   num_samples: int = 24, progress=lambda line: None) -> dict[int, dict[str, Any]]:
+    """Per concurrency, the same searches (policy, seeds) begun each way of ``starts``
+    (name -> the searcher for a seed; None: the policy's own)."""
     from benchmarks.concurrent_replay import replay_at
 
     out: dict[int, dict[str, Any]] = {}
     for concurrency in concurrencies:
-        runs: dict[str, list] = {}
-        for start in ("cold", "warm"):
-            runs[start] = [
-                replay_at(target, policy, seed, concurrency, reject_ratio, num_samples,
-                          searcher=make_searcher(policy.sampler, target, seed, num_samples,
-                                                 warm_points=plan.points, told=plan.told) if start == "warm"
-                          else None)
-                for seed in range(seeds)]
-        out[concurrency] = {start: _figures(replays) for start, replays in runs.items()}
-        cold, warm = out[concurrency]["cold"], out[concurrency]["warm"]
-        progress(f"N={concurrency} {policy.name}: device median {cold['device_median_s']:.1f} s cold, "
-                 f"{warm['device_median_s']:.1f} s warm")
+        out[concurrency] = {
+            start: _figures([replay_at(target, policy, seed, concurrency, reject_ratio, num_samples,
+                                       searcher=searcher_for(seed) if searcher_for else None)
+                             for seed in range(seeds)])
+            for start, searcher_for in starts.items()}
+        progress(f"N={concurrency} {policy.name}: device median "
+                 + ", ".join(f"{f['device_median_s']:.1f} s {start}" for start, f in out[concurrency].items()))
     return out
 
 

@@ -51,7 +51,7 @@ DEFAULT_SAMPLES = 24
 CONFIRM_ROUNDS = 3
 # With Ray's start and the summary, the local default run ends within 5 minutes: ahead of a
 # plain Ray Tune script's 480 s on the same knobs (benchmarks/vs_plain_tune.py, issue 37).
-CPU_TIME_BUDGET_S = 270
+CPU_TIME_BUDGET_S = 225
 # inductor compiled vit-tiny in 19-44 s on 2-core EPYC VMs: one compile past this is stuck, not slow
 CPU_MAX_COMPILE_S = 120
 

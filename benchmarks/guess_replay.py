@@ -1,0 +1,81 @@
+"""The platform's first guess, replayed: what proposing it right after the baseline
+(sweeps/driver/first_guess.py) does to a search of a recorded grid.
+
+    python benchmarks/search_efficiency.py replay TABLE.json --first-guess --concurrency 1,4,16,32 --seeds 50
+
+The guess is the tool's own: the CPU platform's rules (CpuPlatform.first_guess) applied
+to the recording's machine (its CPU flags, oneDNN ISA limit, CPUs per trial) and its
+space. The same searches (the tool's searcher, seeds, concurrency) are replayed without
+and with it: device- and wall-seconds until the named best is within 5% of the grid's best.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional
+
+from accelsweep.trainables.config import TrialConfig
+from accelsweep.trainables.platforms.cpu import CpuPlatform, cpu_capabilities
+from benchmarks.search_efficiency import Policy, Searcher, Table, make_searcher
+from benchmarks.warm_replay import compare_starts
+
+__all__ = ["TableGuess", "table_guess", "compare_guess", "format_guess_report"]
+
+STARTS = ("without", "with guess")
+
+
+@dataclass(frozen=True)
+class TableGuess:
+    point: dict  # a point of the table's space
+    reasons: dict  # knob -> (value, why), the knobs moved from the baseline
+    value: Optional[float]  # the guess's recorded throughput
+    best: float  # the grid's best
+
+
+def table_guess(table: Table) -> Optional[TableGuess]:
+    """The CPU platform's first guess for a recording (None where no rule moves a knob of its
+    space from the baseline's value)."""
+    machine = table.machine
+    cpuinfo = f"model name\t: {machine.get('cpu_model', '')}\nflags\t\t: {' '.join(machine.get('cpu_flags', []))}\n"
+    capabilities = cpu_capabilities(cpuinfo, cores=int(machine.get("usable_cpus", 1)), numa_node_count=1,
+                                    source="the recording's machine",
+                                    onednn_max_isa=machine.get("onednn_max_cpu_isa"))
+    config = TrialConfig.from_dict(dict(table.base))
+    rules = CpuPlatform().first_guess(config, {knob: list(choices) for knob, choices in table.space.items()},
+                                      capabilities)
+    moved = {knob: (value, why) for knob, (value, why) in rules.items()
+             if knob in table.space and value in table.space[knob] and table.baseline.get(knob) != value}
+    if not moved:
+        return None
+    point = {**table.baseline, **{knob: value for knob, (value, _) in moved.items()}}
+    row = table.rows[table.key(point)]
+    best = max(r.throughput for r in table.rows.values() if r.throughput is not None)
+    return TableGuess(point, moved, row.throughput, best)
+
+
+def compare_guess(table: Table, guess: TableGuess, policy: Policy, seeds: int, concurrencies, reject_ratio=None,
+                  num_samples: int = 24, progress=lambda line: None) -> dict[int, dict[str, Any]]:
+    def with_guess(seed: int) -> Searcher:
+        return make_searcher(policy.sampler, table, seed, num_samples, guess=guess.point)
+
+    return compare_starts(table, policy, seeds, concurrencies, {STARTS[0]: None, STARTS[1]: with_guess},
+                          reject_ratio, num_samples, progress)
+
+
+def format_guess_report(table: Table, guess: TableGuess, policy: Policy,
+                        results: Mapping[int, Mapping[str, Any]]) -> str:
+    share = f"{guess.value / guess.best:.1%} of the grid's best" if guess.value else "failed in the recording"
+    lines = [f"First guess: {' '.join(f'{k}={v}' for k, v in guess.point.items())} "
+             f"(recorded {guess.value or float('nan'):.1f}: {share})"]
+    lines += [f"  {knob}={value}: {why}" for knob, (value, why) in guess.reasons.items()]
+    lines.append(f"Searcher {policy.name}; grid total {table.total_s:.1f} device-s; until the named best is within "
+                 "5% of the grid's best (median / 90th percentile over seeds).")
+    header = (f"{'N':>3} {'start':<10} {'device med':>10} {'device p90':>10} {'wall med':>9} {'wall p90':>9} "
+              f"{'trials':>6} {'not reached':>11}")
+    lines += ["", header, "-" * len(header)]
+    for concurrency, starts in results.items():
+        for start, f in starts.items():
+            lines.append(f"{concurrency:>3} {start:<10} {f['device_median_s']:>10.1f} {f['device_p90_s']:>10.1f} "
+                         f"{f['wall_median_s']:>9.1f} {f['wall_p90_s']:>9.1f} {f['trials_median']:>6.1f} "
+                         f"{f['not_reached']:>5}/{f['seeds']}")
+    return "\n".join(lines)
