@@ -104,7 +104,7 @@ def test_confirmation_candidates_prefer_figures_from_quiet_windows_and_skip_the_
     assert [r.number for r in candidates(records, "score", "max")] == [4, 5]  # trial 3's figure is contended
     assert [r.number for r in candidates(records, "score", "max", count=3)] == [4, 5, 3]
     assert round_orders(["a", "b", "c"], 4) == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"], ["a", "b", "c"]]
-    assert search_budget_s(225, 3) == pytest.approx(135) and search_budget_s(480, 0) == 480 and search_budget_s(None, 3) is None
+    assert search_budget_s(480, 3) == pytest.approx(336) and search_budget_s(480, 0) == 480 and search_budget_s(None, 3) is None
 
 
 def test_the_confirmation_fits_the_budget_left_one_candidate_before_fewer_rounds():

@@ -156,7 +156,7 @@ class Sweep:
     report: bool = True
     # When the search ends, the baseline and its best configs are measured again in this
     # many interleaved rounds, and the sweep's verdict is theirs (confirm.py); 0: none.
-    # With a time budget, the search leaves 40% of it to them (confirm.CONFIRM_BUDGET_SHARE).
+    # With a time budget, the search leaves 30% of it to them (confirm.CONFIRM_BUDGET_SHARE).
     confirm_rounds: int = 0
     # The search's last proposals that step from the best config so far to an unmeasured
     # neighbour (one knob one choice away: batch x2 or /2, workers +-1, ...) instead of
