@@ -17,7 +17,7 @@ from typing import Any, Mapping, Optional
 from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.platforms.cpu import CpuPlatform, cpu_capabilities
 from benchmarks.search_efficiency import Policy, Searcher, Table, make_searcher
-from benchmarks.warm_replay import compare_starts
+from benchmarks.warm_replay import compare_starts, starts_table
 
 __all__ = ["TableGuess", "table_guess", "compare_guess", "format_guess_report"]
 
@@ -68,14 +68,4 @@ def format_guess_report(table: Table, guess: TableGuess, policy: Policy,
     lines = [f"First guess: {' '.join(f'{k}={v}' for k, v in guess.point.items())} "
              f"(recorded {guess.value or float('nan'):.1f}: {share})"]
     lines += [f"  {knob}={value}: {why}" for knob, (value, why) in guess.reasons.items()]
-    lines.append(f"Searcher {policy.name}; grid total {table.total_s:.1f} device-s; until the named best is within "
-                 "5% of the grid's best (median / 90th percentile over seeds).")
-    header = (f"{'N':>3} {'start':<10} {'device med':>10} {'device p90':>10} {'wall med':>9} {'wall p90':>9} "
-              f"{'trials':>6} {'not reached':>11}")
-    lines += ["", header, "-" * len(header)]
-    for concurrency, starts in results.items():
-        for start, f in starts.items():
-            lines.append(f"{concurrency:>3} {start:<10} {f['device_median_s']:>10.1f} {f['device_p90_s']:>10.1f} "
-                         f"{f['wall_median_s']:>9.1f} {f['wall_p90_s']:>9.1f} {f['trials_median']:>6.1f} "
-                         f"{f['not_reached']:>5}/{f['seeds']}")
-    return "\n".join(lines)
+    return "\n".join([*lines, *starts_table(table, policy, results)])

@@ -25,7 +25,7 @@ from accelsweep.sweeps.driver.warm_start import NOT_WORKLOAD_FIELDS, WARM_START_
 from accelsweep.trainables.errors import ConfigError
 from benchmarks.search_efficiency import Policy, Searcher, Table, make_searcher
 
-__all__ = ["WarmPlan", "plan_warm", "measurement_differences", "compare_starts", "compare_warm", "format_warm_report", "warm_json"]
+__all__ = ["WarmPlan", "plan_warm", "measurement_differences", "compare_starts", "compare_warm", "starts_table", "format_warm_report", "warm_json"]
 
 # What a recording's figures depend on beyond the workload (search_efficiency.describe_machine).
 MEASUREMENT_FIELDS = ("cpu_model", "usable_cpus", "cpu_flags", "torch_cpu_capability", "onednn_max_cpu_isa",
@@ -135,20 +135,32 @@ def format_warm_report(source_name: str, target: Table, plan: WarmPlan, policy: 
     lines += [f"  not proposed: {why}" for why in plan.skipped]
     lines.append(f"  told to TPE: {len(plan.told)} measured result(s)" if not plan.differences else
                  "  not told to TPE (measured elsewhere; only proposed): " + "; ".join(plan.differences))
-    lines.append(f"Searcher {policy.name}; grid total {target.total_s:.1f} device-s; until the named best is within "
-                 "5% of the grid's best (median / 90th percentile over seeds).")
-    header = (f"{'N':>3} {'start':<5} {'device med':>10} {'device p90':>10} {'wall med':>9} {'wall p90':>9} "
+    def gain(starts: Mapping[str, Any]) -> str:
+        cold, warm = starts["cold"], starts["warm"]
+        return (f"{'':>3} gain: device median x{cold['device_median_s'] / warm['device_median_s']:.2f}, "
+                f"wall median x{cold['wall_median_s'] / warm['wall_median_s']:.2f} (cold over warm)")
+
+    return "\n".join([*lines, *starts_table(target, policy, results, gain)])
+
+
+def starts_table(target: Table, policy: Policy, results: Mapping[int, Mapping[str, Any]],
+                 after_each: Optional[Callable[[Mapping[str, Any]], str]] = None) -> list[str]:
+    """compare_starts' figures as a table: a row per concurrency and start (and
+    ``after_each``'s line under each concurrency's rows)."""
+    width = max([len("start"), *(len(start) for starts in results.values() for start in starts)])
+    lines = [f"Searcher {policy.name}; grid total {target.total_s:.1f} device-s; until the named best is within "
+             "5% of the grid's best (median / 90th percentile over seeds).", ""]
+    header = (f"{'N':>3} {'start':<{width}} {'device med':>10} {'device p90':>10} {'wall med':>9} {'wall p90':>9} "
               f"{'trials':>6} {'not reached':>11}")
-    lines += ["", header, "-" * len(header)]
+    lines += [header, "-" * len(header)]
     for concurrency, starts in results.items():
         for start, f in starts.items():
-            lines.append(f"{concurrency:>3} {start:<5} {f['device_median_s']:>10.1f} {f['device_p90_s']:>10.1f} "
+            lines.append(f"{concurrency:>3} {start:<{width}} {f['device_median_s']:>10.1f} {f['device_p90_s']:>10.1f} "
                          f"{f['wall_median_s']:>9.1f} {f['wall_p90_s']:>9.1f} {f['trials_median']:>6.1f} "
                          f"{f['not_reached']:>5}/{f['seeds']}")
-        cold, warm = starts["cold"], starts["warm"]
-        lines.append(f"{'':>3} gain: device median x{cold['device_median_s'] / warm['device_median_s']:.2f}, "
-                     f"wall median x{cold['wall_median_s'] / warm['wall_median_s']:.2f} (cold over warm)")
-    return "\n".join(lines)
+        if after_each is not None:
+            lines.append(after_each(starts))
+    return lines
 
 
 def warm_json(source_name: str, plan: WarmPlan, policy: Policy, results: Mapping[int, Mapping[str, Any]]) -> dict:
