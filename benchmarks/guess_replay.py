@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
+from accelsweep.sweeps.driver.first_guess import guess_from_rules
 from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.platforms.cpu import CpuPlatform, cpu_capabilities
 from benchmarks.search_efficiency import Policy, Searcher, Table, make_searcher
@@ -40,17 +41,13 @@ def table_guess(table: Table) -> Optional[TableGuess]:
     capabilities = cpu_capabilities(cpuinfo, cores=int(machine.get("usable_cpus", 1)), numa_node_count=1,
                                     source="the recording's machine",
                                     onednn_max_isa=machine.get("onednn_max_cpu_isa"))
-    config = TrialConfig.from_dict(dict(table.base))
-    rules = CpuPlatform().first_guess(config, {knob: list(choices) for knob, choices in table.space.items()},
-                                      capabilities)
-    moved = {knob: (value, why) for knob, (value, why) in rules.items()
-             if knob in table.space and value in table.space[knob] and table.baseline.get(knob) != value}
-    if not moved:
+    choices = {knob: list(values) for knob, values in table.space.items()}
+    rules = CpuPlatform().first_guess(TrialConfig.from_dict(dict(table.base)), choices, capabilities)
+    guess = guess_from_rules(rules, choices, table.baseline)  # as the tool's plan_first_guess
+    if guess is None:
         return None
-    point = {**table.baseline, **{knob: value for knob, (value, _) in moved.items()}}
-    row = table.rows[table.key(point)]
     best = max(r.throughput for r in table.rows.values() if r.throughput is not None)
-    return TableGuess(point, moved, row.throughput, best)
+    return TableGuess(guess.point, guess.reasons, table.rows[table.key(guess.point)].throughput, best)
 
 
 def compare_guess(table: Table, guess: TableGuess, policy: Policy, seeds: int, concurrencies, reject_ratio=None,

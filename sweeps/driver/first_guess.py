@@ -15,13 +15,13 @@ sweep lists its own first ``points``, with a grid, or where the platform has no 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.platforms import get_platform
 
-__all__ = ["FirstGuess", "LABEL", "plan_first_guess"]
+__all__ = ["FirstGuess", "LABEL", "guess_from_rules", "plan_first_guess"]
 
 LABEL = "first guess"  # how the trial proposed from it is named in its progress line and MLflow tag
 
@@ -42,6 +42,18 @@ class FirstGuess:
         return ", ".join(f"{knob}={value}" for knob, (value, _) in self.reasons.items())
 
 
+def guess_from_rules(rules: Mapping[str, tuple[Any, str]], choices: Mapping[str, Sequence[Any]],
+                     baseline: Mapping[str, Any]) -> Optional[FirstGuess]:
+    """The config a platform's rules (knob -> (value, why)) make of a space (``choices``)
+    and its baseline: the rules' values where the space holds them and they move the
+    baseline's, the baseline's elsewhere; None where no rule moves a knob."""
+    moved = {knob: (value, why) for knob, (value, why) in rules.items()
+             if knob in choices and value in choices[knob] and baseline.get(knob) != value}
+    if not moved:
+        return None
+    return FirstGuess({**baseline, **{knob: value for knob, (value, _) in moved.items()}}, moved)
+
+
 def plan_first_guess(plan) -> Optional[FirstGuess]:
     """The sweep's first guess (a Plan's), or None: turned off, the sweep's own ``points``,
     a grid, a config that is not a training config, no rule that moves a knob from the
@@ -54,13 +66,11 @@ def plan_first_guess(plan) -> Optional[FirstGuess]:
     if capabilities is None:
         return None
     rules = get_platform(sweep.base.platform).first_guess(sweep.base, choices, capabilities)
-    moved = {knob: (value, why) for knob, (value, why) in rules.items()
-             if knob in choices and value in choices[knob] and plan.baseline_point.get(knob) != value}
-    if not moved:
+    guess = guess_from_rules(rules, choices, plan.baseline_point)
+    if guess is None:
         return None
-    point = {**plan.baseline_point, **{knob: value for knob, (value, _) in moved.items()}}
     try:
-        plan.config_for(point)
+        plan.config_for(guess.point)
     except ConfigError:
         return None  # a combination the platform refuses: no guess rather than a failed trial
-    return FirstGuess(point, moved)
+    return guess
