@@ -115,13 +115,21 @@ def _nodes(cluster) -> dict[str, int]:
     return dict((kind, int(n)) for kind, n in (part.rsplit(" x", 1) for part in line.split(", ")))
 
 
+def _head_alone(cluster, timeout_s: float = 60) -> None:
+    """Wait for the earlier tests' worker nodes to be stopped as idle: a test that counts
+    launches, or kills "the" worker node, must start from the head alone (a node left idle
+    by the test before may take the trial and then be stopped under it)."""
+    assert local_cluster.wait_for(lambda: _nodes(cluster) == {"head": 1}, timeout_s=timeout_s, poll_s=1), \
+        _nodes(cluster)
+
+
 @pytest.mark.slow
 def test_the_used_by_line_launches_the_type_asked_for_and_prices_each_trial_by_it(cluster, tmp_path):
     """`neuron_vit --address auto --platform cpu --instance-type c7i.2xlarge` against a
     cluster of no worker nodes: the autoscaler starts a c7i.2xlarge, every trial runs
     there (its node and type in its run), at that type's price, and the nodes go back to
     zero when idle."""
-    assert local_cluster.wait_for(lambda: _nodes(cluster) == {"head": 1}, timeout_s=30, poll_s=1), _nodes(cluster)
+    _head_alone(cluster)
     done = _sweep(cluster, tmp_path, "--instance-type", "c7i.2xlarge", "--cpus-per-worker", "1",
                   "--num-samples", "2")
     parents, trials = _runs(tmp_path)
@@ -134,8 +142,7 @@ def test_the_used_by_line_launches_the_type_asked_for_and_prices_each_trial_by_i
         assert trial.data.tags["cost_basis"].startswith("c7i.2xlarge at $0.357/h")
     assert "cluster: 1 node launched (c7i.2xlarge x1); trials waited for a place" in done.stdout
     assert parents[0].data.tags["cluster"].startswith("cluster: 1 node launched (c7i.2xlarge x1)")
-    # Idle for IDLE_TIMEOUT_S, then stopped: the autoscaler updates every 5 s.
-    assert local_cluster.wait_for(lambda: _nodes(cluster) == {"head": 1}, timeout_s=60, poll_s=2), _nodes(cluster)
+    _head_alone(cluster)  # idle for IDLE_TIMEOUT_S, then stopped: the autoscaler updates every 5 s
 
 
 @pytest.mark.slow
@@ -188,6 +195,7 @@ def test_a_worker_node_killed_mid_trial_is_replaced_and_the_trial_retried(cluste
 
     from ray.autoscaler._private.fake_multi_node.node_provider import FAKE_HEAD_NODE_ID
 
+    _head_alone(cluster)
     killed: list[str] = []
 
     def kill_the_first_worker_node():
@@ -202,8 +210,8 @@ def test_a_worker_node_killed_mid_trial_is_replaced_and_the_trial_retried(cluste
 
         if not local_cluster.wait_for(lambda: worker_node() is not None, timeout_s=120, poll_s=0.5):
             return
-        time.sleep(8)  # the trial is under way on it: its process started, its model built
         node_id = next(a.split("=", 1)[1] for a in _args(worker_node()) if a.startswith("--node_id="))
+        time.sleep(8)  # the trial is under way on it: its process started, its model built
         for pid in _node_processes(node_id):
             try:
                 os.kill(pid, signal.SIGKILL)
