@@ -4,6 +4,7 @@ the plain Tune script (plain_tune.py) and the neutral judge (``measure``) time t
 same step the main job's trials run, by code that owes nothing to the tool under test.
 
     python benchmarks/plain_vit.py '{"batch_size": 64, "precision": "fp32"}'   # the judge: one JSON line
+    python benchmarks/plain_vit.py --serve '{"batch_size": 64}'   # a window per line read on stdin
 
 The models and the data match trainables/workloads (vit-tiny, vit-micro; a fresh randn
 image per item plus a per-class template, so DataLoader workers have real work).
@@ -124,7 +125,30 @@ def measure(config: dict, model_name: str = "vit-tiny", warmup: int = 5, windows
     return {"throughput": sum(figures) / len(figures), "windows": figures, "warmup_s": warm_s}
 
 
+def serve(config: dict, model_name: str = "vit-tiny", warmup: int = 5, window_s: float = 3.0) -> None:
+    """The judge's plain loop, one window per request: build, ``warmup`` steps, say
+    ``ready``; then for each line read on stdin, one window, its figure on stdout. Several
+    such processes, one per config, take turns window by window (vs_plain_tune's judge):
+    each turn starts with untimed steps that drain what the process's loader workers
+    prefetched while it waited, and let its threads wake."""
+    step = trainer({**config}, model_name)
+    started = time.perf_counter()
+    for _ in range(warmup):
+        step()
+    print(json.dumps({"ready": True, "warmup_s": time.perf_counter() - started}), flush=True)
+    drain = 2 + 2 * config.get("num_workers", 0)  # prefetch_factor 2 per worker, and two more
+    for _ in sys.stdin:
+        for _ in range(drain):
+            step()
+        print(json.dumps({"throughput": window(step, 5, window_s)}), flush=True)
+
+
 if __name__ == "__main__":
+    if sys.argv[1] == "--serve":
+        request = json.loads(sys.argv[2])
+        model_name = request.pop("model", "vit-tiny")
+        serve(request, model_name, **{key: request.pop(key) for key in ("warmup", "window_s") if key in request})
+        sys.exit(0)
     request = json.loads(sys.argv[1])
     model_name = request.pop("model", "vit-tiny")
     timing = {key: request.pop(key) for key in ("warmup", "windows", "window_s") if key in request}

@@ -1,11 +1,13 @@
 """accelsweep's main job against what a user writes instead (plain Ray Tune + Optuna +
 MLflow, benchmarks/plain_tune.py), judged by neither: on several seeds, each tool's run
 in A B B A order, then every run's winner and the baseline re-measured in a plain loop
-(benchmarks/plain_vit.py, fresh processes, rounds interleaved and rotated).
+(benchmarks/plain_vit.py, fresh processes, rounds interleaved and rotated; by default one
+process per config taking turns a window each, 30 rounds: judge()).
 
     .venv/bin/python benchmarks/vs_plain_tune.py                    # 3 seed pairs + 5 rounds: ~50 min on 2 cores
     .venv/bin/python benchmarks/vs_plain_tune.py --smoke --seeds 0 1 --rounds 2 --out /tmp/x.json   # the harness
     .venv/bin/python benchmarks/vs_plain_tune.py --rejudge benchmarks/results/vs_plain_tune.json   # no runs
+    .venv/bin/python benchmarks/vs_plain_tune.py --remeasure benchmarks/results/vs_plain_tune.json --out /tmp/r.json
 
 Per tool and run: wall time (the command's, Ray's start and the summary included),
 device-seconds (the trials' own time; each trial holds every CPU here), trials, runs of a
@@ -39,6 +41,7 @@ from plain_vit import BASELINE  # noqa: E402
 KNOBS = tuple(BASELINE)
 WITHIN_BEST = 0.97  # accelsweep's winner at least this fraction of the best judged config
 WALL_SHARE = 0.75  # in at most this share of the plain script's wall time
+JUDGES = ("windows", "processes")
 
 
 def _value(text: str):
@@ -151,29 +154,70 @@ def _timed(command: list[str], folder: str, tool: str, **env: str) -> tuple[floa
     return wall, lines + [process.returncode]
 
 
-def judge(configs: dict[str, dict], rounds: int, smoke: bool) -> tuple[dict[str, list[float]], list]:
-    """Every config measured once per round, each in a fresh process, the order rotated
-    each round so no config always follows another; per config its figures by round."""
+def judge(configs: dict[str, dict], rounds: int, smoke: bool, mode: str = "windows",
+          blocks: int = 3) -> tuple[dict[str, list[float]], list]:
+    """Every config measured once per round, the order rotated each round so no config
+    always follows another; per config its figures by round.
+
+    ``processes``: each measurement a fresh process of its own (build, warm-up, three
+    windows): a round takes minutes. ``windows``: every config's process alive at once,
+    taking turns one window each (the others wait, idle), so a round takes seconds and the
+    configs of a round are measured within seconds of each other: on this project's shared
+    VM the speed of bf16 math drifts by +-10% over tens of seconds while fp32's hardly
+    moves (benchmarks/data/host_drift_*.jsonl), which a round minutes long cannot pair
+    away. The processes are started anew ``blocks`` times (a process's own state, its
+    memory layout, falls on a third of the rounds each)."""
     keys = sorted(configs)
     figures: dict[str, list[float]] = {key: [] for key in keys}
     order = []
-    timing = {"model": "vit-micro", "warmup": 2, "windows": 2, "window_s": 0.25} if smoke else {}
+    timing = {"model": "vit-micro", "warmup": 2, "window_s": 0.25} if smoke else {}
     with tempfile.TemporaryDirectory(prefix="judge-") as cache:
-        for round_ in range(rounds):
-            turn = keys[round_ % len(keys):] + keys[:round_ % len(keys)]
-            for key in turn:
-                request = json.dumps({**configs[key], **timing})
-                output = subprocess.run([sys.executable, os.path.join(HERE, "plain_vit.py"), request],
-                                        capture_output=True, text=True, check=True,
-                                        env={**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}).stdout
-                figures[key].append(json.loads(output.strip().splitlines()[-1])["throughput"])
-                order.append([round_ + 1, key])
-                print(f"  judge round {round_ + 1}: {key} -> {figures[key][-1]:.1f} samples/s", flush=True)
+        env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}
+        if mode == "processes":
+            for round_ in range(rounds):
+                for key in keys[round_ % len(keys):] + keys[:round_ % len(keys)]:
+                    request = json.dumps({**configs[key], **timing, **({"windows": 2} if smoke else {})})
+                    output = subprocess.run([sys.executable, os.path.join(HERE, "plain_vit.py"), request],
+                                            capture_output=True, text=True, check=True, env=env).stdout
+                    _judged(figures, order, round_, key, json.loads(output.strip().splitlines()[-1])["throughput"])
+            return figures, order
+        blocks = max(1, min(blocks, rounds))
+        bounds = [rounds * b // blocks for b in range(blocks + 1)]
+        for block in range(blocks):
+            served = {key: _serve({**configs[key], **timing}, env) for key in keys}  # one at a time: builds apart
+            try:
+                for round_ in range(bounds[block], bounds[block + 1]):
+                    for key in keys[round_ % len(keys):] + keys[:round_ % len(keys)]:
+                        served[key].stdin.write("window\n")
+                        served[key].stdin.flush()
+                        _judged(figures, order, round_, key, json.loads(served[key].stdout.readline())["throughput"])
+            finally:
+                for process in served.values():
+                    process.stdin.close()
+                    process.wait(timeout=60)
     return figures, order
 
 
+def _serve(config: dict, env: dict) -> subprocess.Popen:
+    """A plain-loop process for ``config``, built and warmed up, waiting for its turns."""
+    process = subprocess.Popen([sys.executable, os.path.join(HERE, "plain_vit.py"), "--serve", json.dumps(config)],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    said = process.stdout.readline()
+    if not said.startswith('{"ready"'):
+        process.kill()
+        raise SystemExit(f"the judge's process for {config} did not start (it said {said!r})")
+    return process
+
+
+def _judged(figures: dict, order: list, round_: int, key: str, value: float) -> None:
+    figures[key].append(value)
+    order.append([round_ + 1, key])
+    print(f"  judge round {round_ + 1}: {key} -> {value:.1f} samples/s", flush=True)
+
+
 # Student's t, two-sided 95%, by degrees of freedom.
-_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
+_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+        2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
 
 
 def paired_gain(values: list[float], baseline: list[float]) -> dict:
@@ -188,7 +232,13 @@ def paired_gain(values: list[float], baseline: list[float]) -> dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--rounds", type=int, default=5, help="the judge's interleaved rounds (default 5)")
+    parser.add_argument("--judge", choices=JUDGES, default="windows",
+                        help="windows: every config's process alive, taking turns a window each (default); "
+                             "processes: a fresh process per measurement")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="the judge's interleaved rounds (default: 30 with --judge windows, 5 with processes)")
+    parser.add_argument("--judge-blocks", type=int, default=3,
+                        help="--judge windows: the configs' processes started anew this many times (default 3)")
     parser.add_argument("--smoke", action="store_true", help="the smoke model: a check of the harness, not figures")
     parser.add_argument("--num-samples", type=int, default=None, help="both tools' trials (default: each one's own)")
     parser.add_argument("--confirm-rounds", type=int, default=None, help="accelsweep's (default: the main job's)")
@@ -197,17 +247,32 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=os.path.join(REPO, "benchmarks", "results", "vs_plain_tune.json"))
     parser.add_argument("--rejudge", metavar="JSON", default=None,
                         help="no runs: the figures of an earlier run's JSON judged again (its runs and rounds kept)")
+    parser.add_argument("--remeasure", metavar="JSON", default=None,
+                        help="no runs: the winners of an earlier run's JSON measured again by this judge")
     args = parser.parse_args(argv)
+    if args.rounds is None:
+        args.rounds = 30 if args.judge == "windows" else 5
     if args.rejudge:
         with open(args.rejudge) as saved:
             earlier = json.load(saved)
         configs = {key: judged["config"] for key, judged in earlier["judged"].items()}
         figures = {key: judged["figures"] for key, judged in earlier["judged"].items()}
         result = judged_result(earlier["pairs"], configs, figures, earlier["judge_order"], earlier["smoke"],
-                               machine_name=earlier["machine"], date=earlier["date"])
+                               machine_name=earlier["machine"], date=earlier["date"],
+                               judged_by={key: earlier[key] for key in ("judge", "blocks", "judged_at")
+                                          if key in earlier} or {"judge": "processes"})
         return write(result, args.out)
     if args.rounds < 2:
         parser.error(f"--rounds: at least 2 (an interval needs two paired rounds), got {args.rounds}")
+    if args.judge_blocks < 1:
+        parser.error(f"--judge-blocks: at least 1, got {args.judge_blocks}")
+    if args.remeasure:
+        with open(args.remeasure) as saved:
+            earlier = json.load(saved)
+        configs = {key: judged["config"] for key, judged in earlier["judged"].items()}
+        figures, order = judge(configs, args.rounds, earlier["smoke"], args.judge, args.judge_blocks)
+        return write(judged_result(earlier["pairs"], configs, figures, order, earlier["smoke"],
+                                   judged_by=_judged_by(args), date=earlier["date"]), args.out)
     pairs = []
     for index, seed in enumerate(args.seeds):
         order = ("accelsweep", "plain") if index % 2 == 0 else ("plain", "accelsweep")  # A B, B A, A B, ...
@@ -222,13 +287,18 @@ def main(argv=None) -> int:
     for pair in pairs:
         for tool in ("accelsweep", "plain"):
             configs.setdefault(config_key(pair[tool]["winner"]), pair[tool]["winner"])
-    figures, order = judge(configs, args.rounds, args.smoke)
-    result = judged_result(pairs, configs, figures, order, args.smoke)
+    figures, order = judge(configs, args.rounds, args.smoke, args.judge, args.judge_blocks)
+    result = judged_result(pairs, configs, figures, order, args.smoke, judged_by=_judged_by(args))
     return write(result, args.out)
 
 
+def _judged_by(args) -> dict:
+    return {"judge": args.judge, "blocks": args.judge_blocks if args.judge == "windows" else None,
+            "judged_at": time.strftime("%Y-%m-%d %H:%M")}
+
+
 def judged_result(pairs: list, configs: dict, figures: dict, order: list, smoke: bool, machine_name: str = "",
-                  date: str = "") -> dict:
+                  date: str = "", judged_by: dict | None = None) -> dict:
     """Every run's winner as the judge measured it, and the checks of each pair.
 
     A config's judged throughput is the baseline's mean times the config's geometric-mean
@@ -263,7 +333,7 @@ def judged_result(pairs: list, configs: dict, figures: dict, order: list, smoke:
             "baseline_cv": statistics.stdev(base) / base_mean if len(base) > 1 else float("nan"),
             "judged": {key: {"config": configs[key], "figures": figures[key], "mean": statistics.fmean(figures[key]),
                              "judged": judged[key], "gain": gains[key]} for key in configs},
-            "judge_order": order}
+            "judge_order": order, **(judged_by or {})}
 
 
 def write(result: dict, out: str) -> int:

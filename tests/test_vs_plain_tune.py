@@ -69,3 +69,24 @@ def test_the_harness_runs_both_tools_in_turn_and_judges_interleaved(tmp_path):
     assert again.returncode == run.returncode, again.stderr[-2000:]
     rejudged = json.loads((tmp_path / "again.json").read_text())
     assert rejudged["pairs"] == result["pairs"] and rejudged["best_confirmed"] == result["best_confirmed"]
+
+
+@pytest.mark.slow
+def test_the_window_judge_takes_turns_a_window_each_in_rotated_rounds(monkeypatch):
+    """--judge windows on the smoke model: each config's process measures one window per
+    round, every round holds every config, the order rotates, the processes are started
+    anew per block (here 2 blocks of 2 rounds) and all end."""
+    from benchmarks import vs_plain_tune
+    from benchmarks.vs_plain_tune import judge
+
+    started = []
+    serve = vs_plain_tune._serve
+    monkeypatch.setattr(vs_plain_tune, "_serve", lambda config, env: started.append(serve(config, env)) or started[-1])
+    configs = {config_key(BASELINE): dict(BASELINE), config_key({"batch_size": 32}): {**BASELINE, "batch_size": 32}}
+    figures, order = judge(configs, rounds=4, smoke=True, mode="windows", blocks=2)
+    assert {key: len(values) for key, values in figures.items()} == {key: 4 for key in configs}
+    assert all(value > 0 for values in figures.values() for value in values)
+    by_round = [[key for number, key in order if number == r] for r in (1, 2, 3, 4)]
+    assert all(sorted(r) == sorted(configs) for r in by_round)
+    assert by_round[0] != by_round[1] and by_round[0] == by_round[2]
+    assert len(started) == 4 and all(process.returncode == 0 for process in started)  # 2 configs x 2 blocks, ended
