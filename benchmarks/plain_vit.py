@@ -131,7 +131,7 @@ def serve(config: dict, model_name: str = "vit-tiny", warmup: int = 5, window_s:
     such processes, one per config, take turns window by window (vs_plain_tune's judge):
     each turn starts with untimed steps that drain what the process's loader workers
     prefetched while it waited, and let its threads wake."""
-    step = trainer({**config}, model_name)
+    step = trainer(config, model_name)
     started = time.perf_counter()
     for _ in range(warmup):
         step()

@@ -4,7 +4,7 @@ in A B B A order, then every run's winner and the baseline re-measured in a plai
 (benchmarks/plain_vit.py, fresh processes, rounds interleaved and rotated; by default one
 process per config taking turns a window each, 30 rounds: judge()).
 
-    .venv/bin/python benchmarks/vs_plain_tune.py                    # 3 seed pairs + 5 rounds: ~50 min on 2 cores
+    .venv/bin/python benchmarks/vs_plain_tune.py                    # 3 seed pairs + 30 window rounds: ~45 min on 2 cores
     .venv/bin/python benchmarks/vs_plain_tune.py --smoke --seeds 0 1 --rounds 2 --out /tmp/x.json   # the harness
     .venv/bin/python benchmarks/vs_plain_tune.py --rejudge benchmarks/results/vs_plain_tune.json   # no runs
     .venv/bin/python benchmarks/vs_plain_tune.py --remeasure benchmarks/results/vs_plain_tune.json --out /tmp/r.json
@@ -175,7 +175,7 @@ def judge(configs: dict[str, dict], rounds: int, smoke: bool, mode: str = "windo
         env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}
         if mode == "processes":
             for round_ in range(rounds):
-                for key in keys[round_ % len(keys):] + keys[:round_ % len(keys)]:
+                for key in _rotated(keys, round_):
                     request = json.dumps({**configs[key], **timing, **({"windows": 2} if smoke else {})})
                     output = subprocess.run([sys.executable, os.path.join(HERE, "plain_vit.py"), request],
                                             capture_output=True, text=True, check=True, env=env).stdout
@@ -187,15 +187,23 @@ def judge(configs: dict[str, dict], rounds: int, smoke: bool, mode: str = "windo
             served = {key: _serve({**configs[key], **timing}, env) for key in keys}  # one at a time: builds apart
             try:
                 for round_ in range(bounds[block], bounds[block + 1]):
-                    for key in keys[round_ % len(keys):] + keys[:round_ % len(keys)]:
+                    for key in _rotated(keys, round_):
                         served[key].stdin.write("window\n")
                         served[key].stdin.flush()
-                        _judged(figures, order, round_, key, json.loads(served[key].stdout.readline())["throughput"])
+                        said = served[key].stdout.readline()
+                        if not said:  # its own traceback is on stderr, above
+                            raise SystemExit(f"the judge's process for {configs[key]} ended in round {round_ + 1}")
+                        _judged(figures, order, round_, key, json.loads(said)["throughput"])
             finally:
                 for process in served.values():
                     process.stdin.close()
                     process.wait(timeout=60)
     return figures, order
+
+
+def _rotated(keys: list[str], round_: int) -> list[str]:
+    """Round ``round_``'s order: the configs rotated by one per round."""
+    return keys[round_ % len(keys):] + keys[:round_ % len(keys)]
 
 
 def _serve(config: dict, env: dict) -> subprocess.Popen:

@@ -40,7 +40,8 @@ __all__ = ["CANDIDATES", "CONFIRMATION", "CONFIRM_BUDGET_SHARE", "Confirmation",
 CANDIDATES = 2  # the search's best configs confirmed against the baseline
 # With a time budget, the search stops at this share short of what is left of it once Ray
 # is up: the rest is the confirmation's (and whatever the search leaves unused). In the
-# main job (480 s) that is about 140 s: three rounds of the baseline and one or two configs.
+# main job (225 s on a CPU) that left 54-67 s in issue 37's recorded runs: three rounds of
+# the baseline and the search's best (40% was tried for two candidates: docs/budget.md).
 CONFIRM_BUDGET_SHARE = 0.3
 MIN_ROUNDS = 2  # fewer pairs decide nothing (a paired interval needs two)
 PHASE_TAG, CONFIRMATION = "phase", "confirmation"
