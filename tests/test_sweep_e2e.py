@@ -67,16 +67,22 @@ def test_main_job_smoke_sweep_lands_in_mlflow(smoke_sweep):
     assert f"mlflow ui --backend-store-uri {uri}" in out
 
     parents, children = mlflow_runs(uri, "X")
-    # The main job confirms its verdict: the baseline and its best configs run again, interleaved.
+    # The main job confirms its verdict: the baseline and its best configs run again, taking
+    # turns a window each (sweeps/driver/confirm.py): a trial per config, its windows the rounds.
     _, confirmations = mlflow_runs(uri, "X", confirmations=True)
     reused = [r for r in children if r.data.tags["status"] == "reused"]  # repeated proposals: answered, not run
     assert all(r.data.tags["reused_from_trial"] for r in reused)
     assert len(parents) == 1 and len(children) - len(reused) == 4
     parent_id = parents[0].info.run_id
-    rounds = sorted(int(r.data.tags["confirm_round"]) for r in confirmations)
-    assert rounds and rounds == sorted([1, 2, 3] * (len(confirmations) // 3)), rounds  # 3 rounds of every config
+    assert 2 <= len(confirmations) <= 3 and {r.data.tags["confirm_round"] for r in confirmations} == {"turns"}
+    assert sum(r.data.tags["baseline"] == "true" for r in confirmations) == 1
+    windows = [json.loads(r.data.tags["turn_figures"]) for r in confirmations]
+    assert [len(w) for w in windows] == [6] * len(confirmations), windows  # 3 rounds x the smoke's 2 windows
+    assert all(figure > 0 for w in windows for figure, _ in w)
     assert parents[0].data.tags["verdict"].startswith(("confirmed: ", "not decided: "))
-    assert "confirmation: 3 interleaved round(s)" in out and "search (one trial per config): " in out
+    assert "take turns" in out and "6 rotated rounds" in out
+    assert f"confirmation: 6 interleaved round(s), {len(confirmations)} trial(s)" in out
+    assert "search (one trial per config): " in out
     searched = ["batch_size", "num_workers", "precision", "patch_embed", "threads", "channels_last"]
     for run in children:
         if run in reused:

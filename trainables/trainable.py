@@ -61,10 +61,12 @@ def metrics_of(base: TrialConfig) -> MetricSet:
     return dataclasses.replace(declared, metrics=declared.metrics + tuple(workload.metrics))
 
 
-# The driver reads a trainable's declared metrics here (Sweep.metrics when not given), and
-# whether it applies the sweep's rejection rule and compile limit (the loop reads them).
+# The driver reads a trainable's declared metrics here (Sweep.metrics when not given),
+# whether it applies the sweep's rejection rule and compile limit (the loop reads them),
 train_trainable.metrics = metrics_of
 train_trainable.reads_trial_limits = True
+# ... and whether its windows can be measured in turns with other trials' (trainables/turns.py).
+train_trainable.takes_turns = True
 
 
 def run_workers(config: TrialConfig, cost: Optional[CostBasis]) -> None:

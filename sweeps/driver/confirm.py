@@ -20,6 +20,7 @@ report shows the search's and the confirmed figures side by side.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -33,6 +34,7 @@ from accelsweep.sweeps.driver.callbacks import SweepCallback, TrialRecord
 from accelsweep.sweeps.driver.records import FAILED, NOT_RANKED
 from accelsweep.sweeps.driver.verdict import RoundsJudged, Verdict, confirmed_verdict
 from accelsweep.trainables.platforms import get_platform
+from accelsweep.trainables.turns import TurnBaton, drain_steps, turn_key
 
 __all__ = ["CANDIDATES", "CONFIRMATION", "CONFIRM_BUDGET_SHARE", "Confirmation", "Judgement", "PHASE_TAG",
            "candidates", "config_key", "fitted", "judge", "measurements", "round_orders", "run_confirmation", "search_budget_s"]
@@ -45,10 +47,11 @@ CANDIDATES = 2  # the search's best configs confirmed against the baseline
 CONFIRM_BUDGET_SHARE = 0.3
 MIN_ROUNDS = 2  # fewer pairs decide nothing (a paired interval needs two)
 PHASE_TAG, CONFIRMATION = "phase", "confirmation"
+TURN_FIGURES = "turn_figures"  # a turn-taking trial's windows: JSON [[figure, contended], ...], a tag of its run
+MAX_TURN_ROUNDS = 30  # enough pairs for a t interval; more only lengthens the phase
 
 
-def config_key(searched: Mapping[str, Any]) -> str:
-    return json.dumps(dict(searched), sort_keys=True, default=str)
+config_key = turn_key  # a config's name in the confirmation (one trial per config)
 
 
 def search_budget_s(time_budget_s: Optional[float], confirm_rounds: int) -> Optional[float]:
@@ -94,9 +97,13 @@ class Confirmation:
 
 def measurements(records: Sequence[TrialRecord], metric: str) -> list[dict[str, tuple[float, bool]]]:
     """The confirmation trials per round: config key -> (its figure, contended); a failed
-    trial's figure is NaN."""
+    trial's figure is NaN. A trial that took turns gives a round per window it measured."""
     rounds: dict[int, dict[str, tuple[float, bool]]] = {}
     for record in records:
+        if TURN_FIGURES in record.result:  # a trial that took turns: one window per round
+            for index, (value, contended) in enumerate(json.loads(record.result[TURN_FIGURES]), start=1):
+                rounds.setdefault(index, {})[config_key(record.searched)] = (float(value), bool(contended))
+            continue
         round_value = record.metric("confirm_round")
         round_index = int(round_value) if math.isfinite(round_value) else 0
         value = record.metric(metric) if record.status != FAILED else float("nan")
@@ -194,12 +201,16 @@ class ConfirmationCallback(SweepCallback):
         return f"{self.label(record)} {head[1] if len(head) == 2 else line}"
 
 
-def run_confirmation(plan, search: SweepCallback, trainable, storage: str, experiment_dir: str, rounds: int,
-                     seconds_left: Optional[float], say: Callable[[str], None]) -> Confirmation:
+def run_confirmation(plan, search: SweepCallback, trainable_for: Callable[..., Any], storage: str,
+                     experiment_dir: str, rounds: int, seconds_left: Optional[float],
+                     say: Callable[[str], None]) -> Confirmation:
     """Measure the baseline and the search's best configs again in ``rounds`` interleaved
-    rounds, within ``seconds_left`` (None: no limit); fewer rounds when they do not fit."""
-    from ray import tune
-
+    rounds, within ``seconds_left`` (None: no limit); fewer rounds when they do not fit.
+    Configs that can take turns (``turns_refused``) do: all alive at once, a window each in
+    turn; the others run a trial per config per round, one at a time.
+    ``trainable_for(turns=None, windows=None, share=1)``: the sweep's trainable as Tune runs
+    it, taking turns at the baton named ``turns`` over ``windows`` windows, holding 1/share
+    of its CPUs."""
     metric, mode = plan.objectives[0]
     records = list(search.records.values())
     baseline = next((r for r in records if r.is_baseline and r.measured(metric)), None)
@@ -209,6 +220,12 @@ def run_confirmation(plan, search: SweepCallback, trainable, storage: str, exper
         confirmation.skipped = ("the baseline was not measured" if baseline is None
                                 else "no config but the baseline's was measured")
         return confirmation
+    refused = turns_refused(plan, [baseline, *chosen], metric)
+    if not refused:
+        return _run_turns(plan, search, trainable_for, storage, experiment_dir, rounds, seconds_left, say,
+                          baseline, chosen, confirmation)
+    if plan.sweep.verbose:
+        say(f"confirmation in rounds of trials, not in turns: {refused}")
     chosen, rounds, confirmation.skipped = fitted(baseline, chosen, records, rounds, seconds_left)
     if confirmation.skipped:
         return confirmation
@@ -224,8 +241,10 @@ def run_confirmation(plan, search: SweepCallback, trainable, storage: str, exper
     say(f"confirming: the baseline and {', '.join(f'trial {r.number}' for r in chosen)} measured again in {rounds} "
         f"interleaved rounds ({len(points)} trials, one at a time, about {pair_s * rounds:.0f} s)")
     started = time.monotonic()
+    from ray import tune
+
     tuner = tune.Tuner(
-        trainable,
+        trainable_for(),
         tune_config=tune.TuneConfig(search_alg=InOrder(points), num_samples=len(points), max_concurrent_trials=1,
                                     time_budget_s=seconds_left,
                                     reuse_actors=get_platform(plan.sweep.base.platform).reuses_processes),
@@ -236,6 +255,177 @@ def run_confirmation(plan, search: SweepCallback, trainable, storage: str, exper
     confirmation.records = sorted(callback.records.values(), key=lambda r: r.number)
     confirmation.seconds = time.monotonic() - started
     return confirmation
+
+
+def turns_refused(plan, configs: Sequence[TrialRecord], metric: str) -> str:
+    """Why ``configs`` cannot take turns ('' when they can): the sweep's trainable must
+    measure windows at the baton (``takes_turns``) and report each window's ``metric``, and
+    each config must run in one process holding only CPUs, which a waiting trial leaves
+    to the one measuring (an accelerator of its own needs no turns)."""
+    if not getattr(plan.sweep.trainable, "takes_turns", False):
+        return "the sweep's trainable does not measure its windows in turns"
+    if not metric.startswith("throughput_"):
+        return f"the training loop reports no per-window figure of {metric}"
+    for record in configs:
+        try:
+            config = plan.config_for(record.searched)
+            resources = get_platform(config.platform).trial_actor_resources(config)
+        except (ValueError, KeyError) as error:
+            return f"trial {record.number}'s config: {error}"
+        if config.workers != 1:
+            return f"trial {record.number}'s config trains on {config.workers} data-parallel workers"
+        held = sorted(set(resources) - {"CPU", "memory"})
+        if held:
+            return f"trial {record.number}'s config holds {', '.join(held)}: it does not share its device"
+    return ""
+
+
+def turn_rounds(configs: Sequence[TrialRecord], records: Sequence[TrialRecord], windows: int, rounds: int,
+                seconds_left: Optional[float]) -> int:
+    """How many windows each config measures in turn: with no time budget, as many as
+    ``rounds`` rounds of whole trials would have (``windows`` each); with one, as many as
+    fit after the configs' start (they warm up together, so their start-up times add up),
+    at most MAX_TURN_ROUNDS."""
+    if seconds_left is None:
+        return max(MIN_ROUNDS, rounds * windows)
+    start_s = sum(_start_seconds(r, records) for r in configs)
+    round_s = sum(_turn_seconds(r) for r in configs)
+    if not (math.isfinite(start_s) and math.isfinite(round_s) and round_s > 0):
+        return max(MIN_ROUNDS, rounds * windows)
+    return max(0, min(MAX_TURN_ROUNDS, int((seconds_left - start_s) // round_s)))
+
+
+def _start_seconds(record: TrialRecord, records: Sequence[TrialRecord]) -> float:
+    """A config's trial time outside its windows (Ray, setup, warm-up, compile) in the search."""
+    spent = record.wall_s - record.metric("measured_s")
+    if math.isfinite(spent) and spent > 0:
+        return spent
+    others = [r.wall_s - r.metric("measured_s") for r in records]
+    return max([o for o in others if math.isfinite(o)], default=float("nan"))
+
+
+def _turn_seconds(record: TrialRecord) -> float:
+    """One window of ``record``'s config and the untimed steps before it."""
+    windows = record.metric("windows_done")
+    window_s = record.metric("measured_s") / windows if windows > 0 else float("nan")
+    drain = drain_steps(int(record.config.get("num_workers", 0) or 0)) * record.metric("step_time_p50_s")
+    return window_s + (drain if math.isfinite(drain) else 0.0)
+
+
+def _run_turns(plan, search: SweepCallback, trainable_for, storage: str, experiment_dir: str, rounds: int,
+               seconds_left: Optional[float], say: Callable[[str], None], baseline: TrialRecord,
+               chosen: list[TrialRecord], confirmation: Confirmation) -> Confirmation:
+    """The confirmation in turns (trainables/turns.py): the baseline and the candidates
+    each in a trial of its own, all alive, measuring a window each in rotated rounds."""
+    import uuid
+
+    from ray import tune
+
+    records = list(search.records.values())
+    windows = int(baseline.config.get("windows", 3) or 3)
+    turns = turn_rounds([baseline, *chosen], records, windows, rounds, seconds_left)
+    if turns < 2 * MIN_ROUNDS and len(chosen) > 1:  # the best candidate alone, measured more often
+        chosen = chosen[:1]
+        turns = turn_rounds([baseline, *chosen], records, windows, rounds, seconds_left)
+    if turns < MIN_ROUNDS:
+        confirmation.skipped = (f"{seconds_left:.0f} s were left of the time budget: too little for the baseline "
+                                f"and the best config to start and measure {MIN_ROUNDS} windows each in turn "
+                                f"(a longer --time-budget-s makes room)")
+        return confirmation
+    confirmation.baseline_key = config_key(baseline.searched)
+    confirmation.stands_for = {confirmation.baseline_key: baseline, **{config_key(r.searched): r for r in chosen}}
+    confirmation.rounds_planned = turns
+    keys = list(confirmation.stands_for)
+    orders = round_orders(keys, turns)
+    baton_name = f"accelsweep-turns-{uuid.uuid4().hex[:12]}"
+    baton = TurnBaton.start(baton_name, [key for order in orders for key in order])
+    points = [dict(confirmation.stands_for[key].searched) for key in keys]
+    callback = TurnsCallback(search, keys, confirmation.stands_for, confirmation.baseline_key, turns, baton_name,
+                             time_budget_s=seconds_left)
+    window_s = baseline.metric("measured_s") / max(1.0, baseline.metric("windows_done"))
+    say(f"confirming: the baseline and {', '.join(f'trial {r.number}' for r in chosen)} take turns: each alive in "
+        f"a trial of its own, one {window_s:.2g} s window at a time, {turns} rotated rounds (the host's speed "
+        f"drifts; each round compares them within seconds)")
+    started = time.monotonic()
+    tuner = tune.Tuner(
+        trainable_for(turns=baton_name, windows=turns, share=len(keys)),
+        tune_config=tune.TuneConfig(search_alg=InOrder(points), num_samples=len(points),
+                                    max_concurrent_trials=len(points), time_budget_s=seconds_left,
+                                    reuse_actors=False),
+        run_config=tune.RunConfig(name=os.path.basename(experiment_dir) + "-confirm", storage_path=storage,
+                                  callbacks=[callback], verbose=0),
+    )
+    try:
+        tuner.fit()
+    finally:
+        import ray
+
+        ray.kill(baton)
+    confirmation.records = sorted(callback.records.values(), key=lambda r: r.number)
+    confirmation.seconds = time.monotonic() - started
+    return confirmation
+
+
+def _with_windows(complete_config: Callable[[Mapping], dict], windows: int, searched: Mapping) -> dict:
+    return {**complete_config(searched), "windows": windows}
+
+
+class TurnsCallback(ConfirmationCallback):
+    """SweepCallback for a confirmation in turns: a trial per config, each window of it
+    a round (its figures kept as the run's ``turn_figures`` tag, where the report reads
+    them), and a trial that ends given up at the baton at once."""
+
+    def __init__(self, search: SweepCallback, keys: Sequence[str], stands_for: Mapping[str, TrialRecord],
+                 baseline_key: str, turns: int, baton_name: str, time_budget_s: Optional[float] = None):
+        super().__init__(search, [list(keys)], stands_for, baseline_key, time_budget_s=time_budget_s)
+        self.complete_config = functools.partial(_with_windows, search.complete_config, turns)
+        self.round_count, self.baton_name = turns, baton_name
+        self.window_metric = f"window_{search.measured_by}"
+        self.figures: dict[str, list[list]] = {}
+
+    def _record(self, trial) -> TrialRecord:
+        record = SweepCallback._record(self, trial)
+        record.is_baseline = config_key(record.searched) == self.baseline_key
+        record.result["confirm_round"] = 0
+        return record
+
+    def run_name(self, record: TrialRecord) -> str:
+        of = self.stands_for.get(config_key(record.searched))
+        what = "baseline" if record.is_baseline else f"trial {of.number}" if of else "config"
+        return f"confirm-{record.number:03d} (turns, {what})"
+
+    def run_tags(self, record: TrialRecord) -> dict[str, str]:
+        return {**super().run_tags(record), "confirm_round": "turns"}
+
+    def label(self, record: TrialRecord) -> str:
+        of = self.stands_for.get(config_key(record.searched))
+        what = "the baseline" if record.is_baseline else f"trial {of.number}'s config" if of else "a config"
+        done = len(self.figures.get(record.trial_id, []))
+        return f"[confirm in turns, {done}/{self.round_count} windows: {what}]"
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        SweepCallback.on_trial_result(self, iteration, trials, trial, {**result, "confirm_round": 0}, **info)
+        record = self.records[trial.trial_id]
+        figures = self.figures.setdefault(trial.trial_id, [])
+        if not result.get("trial_failed") and self.window_metric in result:
+            figures.append([float(result[self.window_metric]), bool(result.get("window_contended"))])
+        record.result[TURN_FIGURES] = json.dumps(figures)
+
+    def _leave(self, trial) -> None:
+        import ray
+
+        try:
+            ray.get_actor(self.baton_name).leave.remote(config_key(dict(trial.config)))
+        except ValueError:  # the baton is gone: the phase is over
+            pass
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        self._leave(trial)
+        super().on_trial_complete(iteration, trials, trial, **info)
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        self._leave(trial)
+        super().on_trial_error(iteration, trials, trial, **info)
 
 
 class InOrder(Searcher):

@@ -377,7 +377,8 @@ def _run(plan: Plan, started: float, stop: StopSignals) -> SweepResult:
             seconds_left = sweep.time_budget_s - (time.monotonic() - started) if sweep.time_budget_s else None
             with stop.through_tune(), tracker.buffer.stopping_tune(), watch.stopping_tune():
                 # No board: a confirmation trial is measured whole, never rejected.
-                confirmation = run_confirmation(plan, run.callback, _tune_trainable(plan, None, progress_name),
+                confirmation = run_confirmation(plan, run.callback,
+                                                functools.partial(_tune_trainable, plan, None, progress_name),
                                                 storage, run.experiment_dir, sweep.confirm_rounds, seconds_left, say)
             interrupted = stop.requested or tracker.buffer.gave_up or watch.tripped
         status = "KILLED" if interrupted else "FINISHED"
@@ -459,19 +460,36 @@ def _connect_and_announce(plan: Plan, say: Callable[[str], None]) -> int:
     return concurrency
 
 
-def _tune_trainable(plan: Plan, board_name: Optional[str], progress_name: Optional[str] = None):
+def _tune_trainable(plan: Plan, board_name: Optional[str], progress_name: Optional[str] = None,
+                    turns: Optional[str] = None, windows: Optional[int] = None, share: int = 1):
     """The sweep's trainable as Tune runs it: isolated (its failures become results),
-    with the base config and cost basis bound, and each trial's own resources."""
+    with the base config and cost basis bound, and each trial's own resources. In a
+    confirmation that takes turns (confirm.py): at the baton named ``turns``, ``windows``
+    windows each, ``share`` trials holding the CPUs of one (only one measures at a time)."""
     from ray import tune
 
     sweep = plan.sweep
     objective_metrics = [o.metric for o in sweep.objectives]
     limits = BoardLimits(board_name, trial_limits_of(sweep))
     isolated = functools.partial(run_isolated, trainable=sweep.trainable, objective_metrics=objective_metrics,
-                                 limits=limits, progress=progress_name)
+                                 limits=limits, progress=progress_name, turns=turns)
     baseline_actor = _trial_resources(plan.config_for, {}, plan.baseline_point)
     resources = functools.partial(_trial_resources, plan.config_for, baseline_actor)
-    return tune.with_resources(tune.with_parameters(isolated, base=plan.base_dict, cost=sweep.cost), resources)
+    if share > 1:
+        resources = functools.partial(_shared_resources, resources, share)
+    base = plan.base_dict if windows is None else {**plan.base_dict, "windows": windows}
+    return tune.with_resources(tune.with_parameters(isolated, base=base, cost=sweep.cost), resources)
+
+
+def _shared_resources(resources_of: Callable[[Mapping[str, Any]], dict], share: int,
+                      searched: Mapping[str, Any]) -> dict[str, float]:
+    """A trial's resources with its CPUs split ``share`` ways: Ray takes whole numbers
+    above one CPU and fractions below it."""
+    resources = dict(resources_of(searched))
+    if "CPU" in resources:
+        part = resources["CPU"] / share
+        resources["CPU"] = float(math.floor(part)) if part >= 1 else math.floor(part * 10000) / 10000
+    return resources
 
 
 def _resume(plan: Plan, trainable, storage: str, tracker, say: Callable[[str], None]) -> _Run:

@@ -316,7 +316,9 @@ def _confirmation_lines(judged: Judgement, search: Sequence[TrialRecord], confir
     """The confirmation's rounds beside the search's figures, and the sweep's verdict."""
     fmt = metrics[metric].fmt if metric in metrics.names else "{:.4g}"
     contended = sum(r.contended for r in confirmations)
-    spent = sum(r.wall_s for r in confirmations if math.isfinite(r.wall_s))
+    # From the first trial's start to the last one's end (trials that take turns run at once).
+    timed = [r for r in confirmations if math.isfinite(r.wall_s)]
+    spent = max(r.created_at + r.wall_s for r in timed) - min(r.created_at for r in timed) if timed else 0.0
     lines: list[Block] = [f"confirmation: {judged.rounds} interleaved round(s), {len(confirmations)} trial(s), "
                           f"{spent:.0f} s" + (f", {contended} contended (left out of the pairs)" if contended else "")]
     by_key = {j.key: j for j in judged.candidates}

@@ -77,7 +77,8 @@ def one_line(error: BaseException) -> str:
     return type(error).__name__
 
 
-def run_isolated(searched, *, trainable, objective_metrics, limits=None, progress=None, **parameters) -> None:
+def run_isolated(searched, *, trainable, objective_metrics, limits=None, progress=None, turns=None,
+                 **parameters) -> None:
     """Run a Tune trainable so that its own errors end the trial as a reported failure.
 
     An exception in the trial (an OOM, a non-finite loss, a compile failure, a bad
@@ -92,6 +93,8 @@ def run_isolated(searched, *, trainable, objective_metrics, limits=None, progres
     ``progress``: the name of the sweep's TrialProgress actor (trainables/trial_progress.py),
     which gets the trial's phases and output; its output is sent there before a failure
     is reported, so the driver has it when it records the failure.
+    ``turns``: the name of the confirmation's TurnBaton actor (trainables/turns.py) when
+    this trial measures its windows in turn with others; None otherwise.
     Every report gets the contention of its window (trainables/contention.py), measured
     here for a trainable that does not measure its own.
     """
@@ -101,10 +104,11 @@ def run_isolated(searched, *, trainable, objective_metrics, limits=None, progres
     from accelsweep.trainables.loop.rejection import trial_limits
     from accelsweep.trainables.loop.watchdog import TrialAborted
     from accelsweep.trainables.trial_progress import trial_progress
+    from accelsweep.trainables.turns import trial_turns
 
     try:
         with trial_progress(progress), trial_limits(limits.for_trial() if limits is not None else None), \
-                trial_contention():
+                trial_contention(), trial_turns(turns, searched):
             try:
                 trainable(searched, **parameters)
             except Exception:

@@ -36,6 +36,7 @@ from accelsweep.trainables.platforms import get_platform
 from accelsweep.trainables.loop.precision import get_precision
 from accelsweep.trainables.loop.rejection import SlowTrial, StepGuard, TrialLimits, current_limits
 from accelsweep.trainables.loop.watchdog import TrialAborted
+from accelsweep.trainables.turns import current_turns, drain_steps
 from accelsweep.trainables.workloads.base import Workload, load_workload
 
 __all__ = ["NonFiniteGradient", "NonFiniteLoss", "run_training"]
@@ -147,9 +148,20 @@ def _measure(config: TrialConfig, report, usd_per_hour: float, platform, workloa
     # (trainables/contention.py): the trial's figures come from its trustworthy windows.
     windows = _Windows()
     meter = ContentionMeter()
-    trial.counting = True  # the workload's counts cover the measured steps only
+    turns = current_turns()  # a confirmation that takes turns (trainables/turns.py): warmed up, so ready
+    if turns is not None:
+        turns.ready()
+    result: dict = {}
     for index in range(1, config.windows + 1):
+        if turns is not None and not turns.take():
+            break  # no turn left for this config (the confirmation's time is up)
         phase(f"window {index} of {config.windows}")
+        if turns is not None:  # what the loader prefetched while this trial waited is not timed
+            trial.counting = False
+            for _ in range(drain_steps(config.num_workers)):
+                trial.step()
+            trial.sync()
+        trial.counting = True  # the workload's counts cover the measured steps only
         units_before = trial.units_done
         # Only the first window can still reject the trial (a hopeless one never gets further).
         step = guard.watching(trial.step) if index == 1 else trial.step
@@ -159,6 +171,8 @@ def _measure(config: TrialConfig, report, usd_per_hour: float, platform, workloa
             contention = meter.stop()
         stats.add(window)
         probes.append(host_probe_s())
+        if turns is not None:
+            turns.done()
         final_loss = float(trial.last_loss[0])  # the window already synced: this read waits for nothing
         if not math.isfinite(final_loss):
             raise NonFiniteLoss(f"loss is {final_loss} after window {index} ({stats.steps} measured steps)")

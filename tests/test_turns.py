@@ -1,0 +1,160 @@
+"""The confirmation in turns (trainables/turns.py, sweeps/driver/confirm.py): configs alive
+at once, one measuring a window at a time, in rotated rounds; nobody measures before all
+are ready; a trial that ends or goes silent gives up its turns; the rounds are read back
+from the trials' records alone."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+from accelsweep.sweeps.driver.confirm import (TURN_FIGURES, judge, measurements, round_orders, turn_rounds,
+                                              turns_refused)
+from accelsweep.sweeps.driver.lifecycle import _shared_resources
+from accelsweep.sweeps.driver.records import FINISHED, TrialRecord
+from accelsweep.trainables.turns import TurnBaton, drain_steps, trial_turns, current_turns, turn_key
+
+
+def test_the_baton_gives_no_turn_before_every_config_is_ready_then_follows_the_order():
+    baton = TurnBaton(["a", "b", "b", "a"])
+    baton.ready("a")
+    assert baton.turn("a") == "wait"  # b still warms up: a's window would run beside it
+    baton.ready("b")
+    assert [baton.turn("a"), baton.turn("b")] == ["go", "wait"]
+    baton.done("a")
+    baton.done("a")  # not a's turn: it moves nothing
+    assert [baton.turn("a"), baton.turn("b")] == ["wait", "go"]
+    baton.done("b")
+    baton.done("b")
+    assert baton.turn("a") == "go"
+    baton.done("a")
+    assert [baton.turn("a"), baton.turn("b")] == ["over", "over"]
+    assert baton.state()["measured"] == ["a", "b", "b", "a"]
+
+
+def test_a_config_that_leaves_gives_up_its_turns_and_a_silent_one_is_passed_over():
+    baton = TurnBaton(["a", "b", "c", "b", "c", "a"])
+    for key in "abc":
+        baton.ready(key)
+    baton.done("a")
+    baton.leave("b")  # its trial failed: the others go on without it
+    assert baton.turn("c") == "go" and baton.turn("b") == "over"
+    baton.done("c")
+    assert baton.turn("c") == "go"
+    silent = TurnBaton(["a", "b", "a", "b"], stall_s=0.05)
+    silent.ready("a")  # b never starts (not placed, or died before a word)
+    time.sleep(0.1)
+    assert silent.turn("a") == "go" and silent.state()["passed_over"] == ["b"]
+
+
+def test_the_configs_turns_in_rounds_are_rotated_and_the_drain_covers_the_prefetch():
+    assert round_orders(["base", "x", "y"], 3) == [["base", "x", "y"], ["x", "y", "base"], ["y", "base", "x"]]
+    assert drain_steps(0) == 1 and drain_steps(2) == 5  # torch's DataLoader prefetches 2 batches a worker
+
+
+def record(number, knob, value, *, baseline=False, figures=None, wall_s=20.0, measured_s=6.0, **config):
+    result = {"score": value, "windows_done": 3, "measured_s": measured_s, "step_time_p50_s": 0.1}
+    if figures is not None:
+        result[TURN_FIGURES] = json.dumps(figures)
+    return TrialRecord(number=number, trial_id=f"t{number}", searched={"knob": knob}, config={"knob": knob, **config},
+                       resources={}, is_baseline=baseline, created_at=0.0, status=FINISHED, measured_by="score",
+                       result=result, wall_s=wall_s)
+
+
+def test_turn_figures_are_rounds_a_window_each_and_the_verdict_is_read_from_them():
+    search = [record(1, 2, 100.0, baseline=True), record(2, 1, 190.0)]
+    # Both drift together (the host's level), the candidate stays ~2x the baseline in each round.
+    base = record(10, 2, 0.0, baseline=True, figures=[[100, False], [80, False], [120, False], [90, True]])
+    fast = record(11, 1, 0.0, figures=[[200, False], [161, False], [238, False]])
+    rounds = measurements([base, fast], "score")
+    assert rounds == [{base_key(2): (100.0, False), base_key(1): (200.0, False)},
+                      {base_key(2): (80.0, False), base_key(1): (161.0, False)},
+                      {base_key(2): (120.0, False), base_key(1): (238.0, False)},
+                      {base_key(2): (90.0, True)}]
+    judged = judge(search, [base, fast], "score", "max")
+    assert judged.rounds == 4 and judged.verdict.beats_baseline and "trial 2's config" in judged.verdict.text
+    assert 0.95 < judged.verdict.change < 1.05  # +100%: the drift of the baseline's level cancels in each round
+
+
+def base_key(knob):
+    return turn_key({"knob": knob})
+
+
+def test_turns_fill_the_time_left_after_the_configs_start_together():
+    configs = [record(1, 2, 100.0, baseline=True, wall_s=14.0, measured_s=6.0),  # 8 s to start, 2 s windows
+               record(2, 1, 190.0, wall_s=10.0, measured_s=6.0, num_workers=2)]  # 4 s; 2 s + 5 steps of 0.1 s
+    # 60 s left: 12 s to start both, then rounds of 2.1 + 2.5 s.
+    assert turn_rounds(configs, configs, windows=3, rounds=3, seconds_left=60.0) == 10
+    assert turn_rounds(configs, configs, windows=3, rounds=3, seconds_left=600.0) == 30  # capped
+    assert turn_rounds(configs, configs, windows=3, rounds=3, seconds_left=None) == 9  # as many windows as rounds
+
+
+def test_a_trials_cpus_are_split_as_ray_takes_them():
+    whole = lambda searched: {"CPU": 2.0, "memory": 1.0}
+    assert _shared_resources(whole, 2, {}) == {"CPU": 1.0, "memory": 1.0}
+    assert _shared_resources(whole, 3, {}) == {"CPU": 0.6666, "memory": 1.0}
+    assert _shared_resources(lambda s: {"CPU": 8.0}, 3, {}) == {"CPU": 2.0}  # Ray refuses 2.67
+
+
+class _Plan:
+    def __init__(self, trainable, workers=1, platform="cpu"):
+        from accelsweep.trainables.config import TrialConfig
+
+        self.sweep = type("S", (), {"trainable": trainable})()
+        self.config = TrialConfig.make(model="vit-micro", workers=workers, platform=platform)
+
+    def config_for(self, searched):
+        return self.config
+
+
+def test_turns_are_refused_where_a_trial_cannot_share_or_does_not_measure_at_the_baton():
+    from accelsweep.trainables.trainable import train_trainable
+
+    configs = [record(1, 2, 100.0, baseline=True)]
+    assert turns_refused(_Plan(train_trainable), configs, "throughput_samples_per_s") == ""
+    assert "does not measure its windows in turns" in turns_refused(_Plan(lambda s: None), configs,
+                                                                    "throughput_samples_per_s")
+    assert "no per-window figure of usd_per_1m_samples" in turns_refused(_Plan(train_trainable), configs,
+                                                                         "usd_per_1m_samples")
+    assert "2 data-parallel workers" in turns_refused(_Plan(train_trainable, workers=2), configs,
+                                                      "throughput_samples_per_s")
+
+
+def _taker(name, key, windows, log, lock, warm_up_s):
+    """A trial's side as the training loop takes it: warm up, say ready, then a window per turn."""
+    with trial_turns(name, {"key": key}):
+        turns = current_turns()
+        time.sleep(warm_up_s)
+        turns.ready()
+        for _ in range(windows):
+            if not turns.take():
+                break
+            with lock:
+                log.append((key, "start", time.monotonic()))
+            time.sleep(0.05)
+            with lock:
+                log.append((key, "end", time.monotonic()))
+            turns.done()
+
+
+@pytest.mark.slow
+def test_trials_at_a_real_baton_measure_one_at_a_time_in_rotated_rounds(ray_session):
+    keys = [turn_key({"key": k}) for k in ("base", "x", "y")]
+    order = [key for round_ in round_orders(keys, 4) for key in round_]
+    baton = TurnBaton.start("test-turns-baton", order)
+    log, lock = [], threading.Lock()
+    takers = [threading.Thread(target=_taker, args=("test-turns-baton", k, 4, log, lock, warm))
+              for k, warm in (("base", 0.6), ("x", 0.0), ("y", 0.3))]  # the slowest to warm up holds all back
+    for taker in takers:
+        taker.start()
+    for taker in takers:
+        taker.join(timeout=60)
+    starts = [entry for entry in log if entry[1] == "start"]
+    assert [turn_key({"key": key}) for key, _, _ in starts] == order
+    for (_, what, _), (_, next_what, _) in zip(log, log[1:]):  # never two windows at once
+        assert (what, next_what) in {("start", "end"), ("end", "start")}
+    state = ray_session.get(baton.state.remote())
+    assert state["measured"] == order and state["left"] == [] and sorted(state["gone"]) == sorted(keys)

@@ -1,0 +1,170 @@
+"""Trials that take turns: several configs alive at once on one host, one measuring at a time.
+
+Why: on a shared or virtualised host the machine's own speed drifts. On this project's
+2-core VM a bf16 config's throughput holds one level for 10-40 s and then moves by up to
+25% (benchmarks/host_drift.py), and the fp32 baseline barely moves with it. Trials run one
+after another each see one moment of the host: a config measured in a fast minute beats one
+measured in a slow minute, and a gain over a baseline measured a minute apart is the drift's
+as much as the config's. So the confirmation phase keeps every config it compares alive in
+its own trial process and lets them measure one window each in turn, round after round
+(rotated: A B C, B C A, C A B): each round compares the configs within seconds, and the
+rounds together span the host's levels.
+
+The baton is a small named Ray actor (``TurnBaton``, started by the driver). A trial that
+takes turns (``trial_turns``, set by the sweep's trainable wrapper; the training loop reads
+``current_turns``):
+- says it is ready once its warm-up is done; no window is measured until every config is
+  ready (or gone), so nobody's timed window runs beside another's compile or warm-up;
+- waits for its turn before each window, runs a few untimed steps first (what its data
+  loader's workers prefetched while it waited would flatter its first steps), measures
+  its window, and passes the baton on;
+- leaves when it ends, in any way: the driver also says so for a trial that died, and a
+  holder that neither measures nor leaves for ``stall_s`` is passed over.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from typing import Any, Iterator, Mapping, Optional, Sequence
+
+__all__ = ["TurnBaton", "Turns", "current_turns", "drain_steps", "trial_turns", "turn_key"]
+
+STALL_S = 180.0  # a trial that holds the baton (or the start) this long without a word is passed over
+POLL_S = 0.2
+
+
+def turn_key(searched: Mapping[str, Any]) -> str:
+    """The name a config takes turns under: its searched values (one trial per config)."""
+    return json.dumps(dict(searched), sort_keys=True, default=str)
+
+
+def drain_steps(num_workers: int, prefetch_factor: int = 2) -> int:
+    """Untimed steps before a turn's window: every batch the loader's workers prefetched
+    while the trial waited (torch's DataLoader keeps ``prefetch_factor`` per worker), and
+    one more so the window starts on a step like the ones it times."""
+    return max(0, num_workers) * prefetch_factor + 1
+
+
+class TurnBaton:
+    """Whose turn it is. ``order``: the configs' keys, one entry per window, in the order
+    they measure; ``stall_s``: how long a silent holder keeps the baton."""
+
+    def __init__(self, order: Sequence[str], stall_s: float = STALL_S):
+        self.order = list(order)
+        self.position = 0
+        self.waiting_for = set(self.order)  # not ready yet
+        self.gone: set[str] = set()
+        self.measured: list[str] = []  # the keys in the order their windows ran
+        self.stall_s = stall_s
+        self.last_word = time.monotonic()
+        self.passed_over: list[str] = []
+
+    def ready(self, key: str) -> None:
+        self.waiting_for.discard(key)
+        self.last_word = time.monotonic()
+
+    def leave(self, key: str) -> None:
+        """``key`` measures no more: its turns still to come are dropped."""
+        if key in self.gone:
+            return
+        self.gone.add(key)
+        self.waiting_for.discard(key)
+        self.order = self.order[:self.position] + [k for k in self.order[self.position:] if k != key]
+        self.last_word = time.monotonic()
+
+    def done(self, key: str) -> None:
+        if self.position < len(self.order) and self.order[self.position] == key:
+            self.measured.append(key)
+            self.position += 1
+        self.last_word = time.monotonic()
+
+    def turn(self, key: str) -> str:
+        """'go' (``key``'s turn now), 'wait' or 'over' (no turn of ``key``'s is left)."""
+        self._pass_over_the_silent()
+        if key in self.gone or key not in self.order[self.position:]:
+            return "over"
+        if self.waiting_for:
+            return "wait"
+        return "go" if self.order[self.position] == key else "wait"
+
+    def _pass_over_the_silent(self) -> None:
+        if time.monotonic() - self.last_word < self.stall_s:
+            return
+        silent = set(self.waiting_for) or ({self.order[self.position]} if self.position < len(self.order) else set())
+        for key in silent:
+            self.passed_over.append(key)
+            self.leave(key)
+
+    def state(self) -> dict[str, Any]:
+        return {"measured": list(self.measured), "left": self.order[self.position:], "gone": sorted(self.gone),
+                "passed_over": list(self.passed_over), "waiting_for": sorted(self.waiting_for)}
+
+    @classmethod
+    def start(cls, name: str, order: Sequence[str], stall_s: float = STALL_S) -> Any:
+        """The baton as a named Ray actor beside the driver (no CPU: it holds a list). Ray
+        ends a named actor with its last handle: the caller keeps this one."""
+        import ray
+
+        from accelsweep.trainables.ray_adapter import on_this_node
+
+        return ray.remote(num_cpus=0)(cls).options(name=name, **on_this_node()).remote(order, stall_s)
+
+
+class Turns:
+    """A trial's side of the baton."""
+
+    def __init__(self, baton: Any, key: str):
+        self.baton, self.key = baton, key
+
+    def _call(self, method: str, *args) -> Any:
+        import ray
+
+        return ray.get(getattr(self.baton, method).remote(*args), timeout=60)
+
+    def ready(self) -> None:
+        self._call("ready", self.key)
+
+    def take(self) -> bool:
+        """Wait for this trial's turn: True when it has one, False when none is left."""
+        while True:
+            answer = self._call("turn", self.key)
+            if answer != "wait":
+                return answer == "go"
+            time.sleep(POLL_S)
+
+    def done(self) -> None:
+        self._call("done", self.key)
+
+    def leave(self) -> None:
+        self._call("leave", self.key)
+
+
+_current: Optional[Turns] = None
+
+
+@contextlib.contextmanager
+def trial_turns(baton_name: Optional[str], searched: Mapping[str, Any]) -> Iterator[None]:
+    """The turns of the trial this process runs now (None: it does not take turns). Its
+    remaining turns are given up when it ends, however it ends."""
+    global _current
+    if baton_name is None:
+        yield
+        return
+    import ray
+
+    turns = Turns(ray.get_actor(baton_name), turn_key(searched))
+    saved, _current = _current, turns
+    try:
+        yield
+    finally:
+        _current = saved
+        try:
+            turns.leave()
+        except Exception:  # noqa: BLE001 - the baton gone (the sweep ended): there is nobody to tell
+            pass
+
+
+def current_turns() -> Optional[Turns]:
+    return _current
