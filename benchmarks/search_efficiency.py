@@ -76,11 +76,19 @@ class Grid:
         return self.base.replace(**point)
 
 
-def main_job_grid(tiny: bool = False) -> Grid:
+GRIDS = ("main", "large", "tiny")
+
+
+def main_job_grid(tiny: bool = False, name: str = "main") -> Grid:
     """The main job's knobs (sweeps/neuron_vit.py's make_space on a CPU, less the loader
     workers, channels_last and torch.compile) at its measurement settings (base_config:
-    vit-tiny, 3 warm-up steps, 3 windows of >= 5 steps and >= 2 s). ``tiny``: its smoke
-    settings (vit-micro, short windows) and four configs, for tests and a quick try."""
+    vit-tiny, 3 warm-up steps, 3 windows of >= 5 steps and >= 2 s): 48 configs. ``large``:
+    with the loader workers (0 or 2) and channels_last too, 192 configs (issue 31's larger
+    space; torch.compile and the allocator stay out: a compile's cost depends on the caches
+    earlier configs of one recording process left, and an allocator is preloaded into a
+    process at its start). ``tiny``: the smoke settings (vit-micro, short windows) and four
+    configs, for tests and a quick try."""
+    tiny = tiny or name == "tiny"
     from accelsweep.sweeps.neuron_vit import base_config, batch_sizes
 
     if (os.cpu_count() or 1) < CPUS:
@@ -89,9 +97,11 @@ def main_job_grid(tiny: bool = False) -> Grid:
     if tiny:
         return Grid("tiny", base, {"batch_size": (8, 16), "precision": ("fp32", "bf16"), "threads": (CPUS,),
                                    "patch_embed": ("conv",)})
-    return Grid("main", base, {"batch_size": tuple(batch_sizes("cpu", smoke=False)),
-                               "precision": ("fp32", "bf16-autocast", "bf16"), "threads": (1, CPUS),
-                               "patch_embed": ("conv", "linear")})
+    space = {"batch_size": tuple(batch_sizes("cpu", smoke=False)), "precision": ("fp32", "bf16-autocast", "bf16"),
+             "threads": (1, CPUS), "patch_embed": ("conv", "linear")}
+    if name == "large":
+        space.update({"num_workers": (0, 2), "channels_last": (False, True)})
+    return Grid(name, base, space)
 
 
 # --------------------------------------------------------------------------- record
@@ -769,6 +779,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     record_parser.add_argument("--out", required=True, help="the table's JSON file")
     record_parser.add_argument("--tiny", action="store_true",
                                help="vit-micro, short windows, 4 configs: seconds, for a quick try")
+    record_parser.add_argument("--grid", choices=GRIDS, default="main",
+                               help="main: the main job's 48 configs (~6 min); large: with loader workers and "
+                                    "channels_last, 192 configs (~30 min); tiny: as --tiny")
     record_parser.add_argument("--order-seed", type=int, default=0, help="seed of the shuffled config order")
     replay_parser = commands.add_parser("replay", help="replay searchers against a recorded table")
     replay_parser.add_argument("table", help="a table written by record")
@@ -791,7 +804,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                                     "baseline (guess_replay.py), at each --concurrency (default 1)")
     args = parser.parse_args(argv)
     if args.command == "record":
-        grid = main_job_grid(tiny=args.tiny)
+        grid = main_job_grid(tiny=args.tiny, name=args.grid)
         print(f"Recording {len(grid.points())} configs ({grid.name} grid) into {args.out}", flush=True)
         record(grid, args.out, args.order_seed, progress=lambda line: print(line, flush=True))
         return

@@ -212,6 +212,14 @@ def test_a_table_missing_a_config_is_refused():
         table_of(rows, {"x": [0, 1]}, {"x": 0})
 
 
+def test_the_large_grid_adds_loader_workers_and_channels_last_to_the_main_ones():
+    main, large = main_job_grid(), main_job_grid(name="large")
+    assert len(main.points()) == 48 and len(large.points()) == 192
+    assert large.space["num_workers"] == (0, 2) and large.space["channels_last"] == (False, True)
+    assert large.baseline() == {**main.baseline(), "num_workers": 0, "channels_last": False}  # the main job's
+    assert len({tuple(sorted(p.items())) for p in large.points()}) == 192
+
+
 @pytest.mark.slow
 def test_record_two_configs_and_replay_them(tmp_path):
     tiny = main_job_grid(tiny=True)

@@ -31,6 +31,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 from ray.tune.search import Searcher
 
 from accelsweep.sweeps.driver.callbacks import SweepCallback, TrialRecord
+from accelsweep.sweeps.driver.plan import _as_sized
 from accelsweep.sweeps.driver.records import FAILED, NOT_RANKED
 from accelsweep.sweeps.driver.verdict import RoundsJudged, Verdict, confirmed_verdict
 from accelsweep.trainables.platforms import get_platform
@@ -268,11 +269,11 @@ def turns_refused(plan, configs: Sequence[TrialRecord], metric: str) -> str:
         return f"the training loop reports no per-window figure of {metric}"
     for record in configs:
         try:
-            config = plan.config_for(record.searched)
+            config = _as_sized(plan.config_for(record.searched))
             resources = get_platform(config.platform).trial_actor_resources(config)
         except (ValueError, KeyError) as error:
             return f"trial {record.number}'s config: {error}"
-        if config.workers != 1:
+        if getattr(config, "workers", 1) != 1:
             return f"trial {record.number}'s config trains on {config.workers} data-parallel workers"
         held = sorted(set(resources) - {"CPU", "memory"})
         if held:
@@ -285,14 +286,15 @@ def turn_rounds(configs: Sequence[TrialRecord], records: Sequence[TrialRecord], 
     """How many windows each config measures in turn: with no time budget, as many as
     ``rounds`` rounds of whole trials would have (``windows`` each); with one, as many as
     fit after the configs' start (they warm up together, so their start-up times add up),
-    at most MAX_TURN_ROUNDS."""
+    less one round (the start is estimated from trials that started alone: issue 37's
+    runs overran 225 s by 6 s without it), at most MAX_TURN_ROUNDS."""
     if seconds_left is None:
         return max(MIN_ROUNDS, rounds * windows)
     start_s = sum(_start_seconds(r, records) for r in configs)
     round_s = sum(_turn_seconds(r) for r in configs)
     if not (math.isfinite(start_s) and math.isfinite(round_s) and round_s > 0):
         return max(MIN_ROUNDS, rounds * windows)
-    return max(0, min(MAX_TURN_ROUNDS, int((seconds_left - start_s) // round_s)))
+    return max(0, min(MAX_TURN_ROUNDS, int((seconds_left - start_s) // round_s) - 1))
 
 
 def _start_seconds(record: TrialRecord, records: Sequence[TrialRecord]) -> float:
