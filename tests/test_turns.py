@@ -74,6 +74,8 @@ def test_turn_figures_are_rounds_a_window_each_and_the_verdict_is_read_from_them
                       {base_key(2): (80.0, False), base_key(1): (161.0, False)},
                       {base_key(2): (120.0, False), base_key(1): (238.0, False)},
                       {base_key(2): (90.0, True)}]
+    never = record(12, 3, float("nan"), figures=[])  # started, never got a turn: no round of its own
+    assert measurements([base, fast, never], "score") == rounds
     judged = judge(search, [base, fast], "score", "max")
     assert judged.rounds == 4 and judged.verdict.beats_baseline and "trial 2's config" in judged.verdict.text
     assert 0.95 < judged.verdict.change < 1.05  # +100%: the drift of the baseline's level cancels in each round
@@ -108,6 +110,11 @@ class _Plan:
 
     def config_for(self, searched):
         return self.config
+
+    def resources_of(self, searched):
+        from accelsweep.trainables.platforms import get_platform
+
+        return get_platform(self.config.platform).resources(self.config)
 
 
 def test_turns_are_refused_where_a_trial_cannot_share_or_does_not_measure_at_the_baton():

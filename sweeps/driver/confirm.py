@@ -31,7 +31,6 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 from ray.tune.search import Searcher
 
 from accelsweep.sweeps.driver.callbacks import SweepCallback, TrialRecord
-from accelsweep.sweeps.driver.plan import _as_sized
 from accelsweep.sweeps.driver.records import FAILED, NOT_RANKED
 from accelsweep.sweeps.driver.verdict import RoundsJudged, Verdict, confirmed_verdict
 from accelsweep.trainables.platforms import get_platform
@@ -171,10 +170,21 @@ class ConfirmationCallback(SweepCallback):
         record.result["confirm_round"] = round_index
         return record
 
-    def run_name(self, record: TrialRecord) -> str:
+    def repeats(self, record: TrialRecord, short: bool = True) -> str:
+        """Which config ``record`` measures again: "baseline", "trial 7" (short), or "the
+        baseline", "trial 7's config"."""
         of = self.stands_for.get(config_key(record.searched))
-        what = "baseline" if record.is_baseline else f"trial {of.number}" if of else "config"
-        return f"confirm-{record.number:03d} (round {record.result.get('confirm_round')}, {what})"
+        if record.is_baseline:
+            return "baseline" if short else "the baseline"
+        if of is None:
+            return "config" if short else "a config"
+        return f"trial {of.number}" if short else f"trial {of.number}'s config"
+
+    def round_text(self, record: TrialRecord) -> str:
+        return f"round {record.result.get('confirm_round')}"
+
+    def run_name(self, record: TrialRecord) -> str:
+        return f"confirm-{record.number:03d} ({self.round_text(record)}, {self.repeats(record)})"
 
     def run_tags(self, record: TrialRecord) -> dict[str, str]:
         of = self.stands_for.get(config_key(record.searched))
@@ -192,9 +202,7 @@ class ConfirmationCallback(SweepCallback):
         pass
 
     def label(self, record: TrialRecord) -> str:
-        of = self.stands_for.get(config_key(record.searched))
-        what = "the baseline" if record.is_baseline else f"trial {of.number}'s config" if of else "a config"
-        return f"[confirm round {record.result.get('confirm_round')}/{self.round_count}: {what}]"
+        return f"[confirm {self.round_text(record)}/{self.round_count}: {self.repeats(record, short=False)}]"
 
     def progress_line(self, record: TrialRecord) -> str:
         line = super().progress_line(record)
@@ -269,8 +277,7 @@ def turns_refused(plan, configs: Sequence[TrialRecord], metric: str) -> str:
         return f"the training loop reports no per-window figure of {metric}"
     for record in configs:
         try:
-            config = _as_sized(plan.config_for(record.searched))
-            resources = get_platform(config.platform).trial_actor_resources(config)
+            config, resources = plan.config_for(record.searched), plan.resources_of(record.searched)
         except (ValueError, KeyError) as error:
             return f"trial {record.number}'s config: {error}"
         if getattr(config, "workers", 1) != 1:
@@ -388,22 +395,18 @@ class TurnsCallback(ConfirmationCallback):
     def _record(self, trial) -> TrialRecord:
         record = SweepCallback._record(self, trial)
         record.is_baseline = config_key(record.searched) == self.baseline_key
-        record.result["confirm_round"] = 0
+        record.result.update({"confirm_round": 0, TURN_FIGURES: "[]"})  # a trial that never measured: no round
         return record
 
-    def run_name(self, record: TrialRecord) -> str:
-        of = self.stands_for.get(config_key(record.searched))
-        what = "baseline" if record.is_baseline else f"trial {of.number}" if of else "config"
-        return f"confirm-{record.number:03d} (turns, {what})"
+    def round_text(self, record: TrialRecord) -> str:
+        return "turns"
 
     def run_tags(self, record: TrialRecord) -> dict[str, str]:
         return {**super().run_tags(record), "confirm_round": "turns"}
 
     def label(self, record: TrialRecord) -> str:
-        of = self.stands_for.get(config_key(record.searched))
-        what = "the baseline" if record.is_baseline else f"trial {of.number}'s config" if of else "a config"
         done = len(self.figures.get(record.trial_id, []))
-        return f"[confirm in turns, {done}/{self.round_count} windows: {what}]"
+        return f"[confirm in turns, {done}/{self.round_count} windows: {self.repeats(record, short=False)}]"
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         SweepCallback.on_trial_result(self, iteration, trials, trial, {**result, "confirm_round": 0}, **info)
