@@ -134,6 +134,7 @@ def _taker(name, key, windows, log, lock, warm_up_s):
     """A trial's side as the training loop takes it: warm up, say ready, then a window per turn."""
     with trial_turns(name, {"key": key}):
         turns = current_turns()
+        assert turns is not None and turns.key == turn_key({"key": key})  # this thread's own
         time.sleep(warm_up_s)
         turns.ready()
         for _ in range(windows):
@@ -165,3 +166,5 @@ def test_trials_at_a_real_baton_measure_one_at_a_time_in_rotated_rounds(ray_sess
         assert (what, next_what) in {("start", "end"), ("end", "start")}
     state = ray_session.get(baton.state.remote())
     assert state["measured"] == order and state["left"] == [] and sorted(state["gone"]) == sorted(keys)
+    assert current_turns() is None  # the takers' turns were theirs: nothing is left for a later trial here
+    ray_session.kill(baton)

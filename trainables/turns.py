@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 import time
 from typing import Any, Iterator, Mapping, Optional, Sequence
 
@@ -141,25 +142,26 @@ class Turns:
         self._call("leave", self.key)
 
 
-_current: Optional[Turns] = None
+# Per thread: a trial runs its loop in the thread that entered trial_turns; another thread
+# of the same process (a test's, a second trainable's) must not find its turns.
+_current = threading.local()
 
 
 @contextlib.contextmanager
 def trial_turns(baton_name: Optional[str], searched: Mapping[str, Any]) -> Iterator[None]:
-    """The turns of the trial this process runs now (None: it does not take turns). Its
+    """The turns of the trial this thread runs now (None: it does not take turns). Its
     remaining turns are given up when it ends, however it ends."""
-    global _current
     if baton_name is None:
         yield
         return
     import ray
 
     turns = Turns(ray.get_actor(baton_name), turn_key(searched))
-    saved, _current = _current, turns
+    saved, _current.turns = current_turns(), turns
     try:
         yield
     finally:
-        _current = saved
+        _current.turns = saved
         try:
             turns.leave()
         except Exception:  # noqa: BLE001 - the baton gone (the sweep ended): there is nobody to tell
@@ -167,4 +169,4 @@ def trial_turns(baton_name: Optional[str], searched: Mapping[str, Any]) -> Itera
 
 
 def current_turns() -> Optional[Turns]:
-    return _current
+    return getattr(_current, "turns", None)
