@@ -7,6 +7,7 @@ import threading
 import time
 
 import pytest
+import torch
 
 from accelsweep.sweeps.driver.callbacks import REJECTED, REUSED, TrialRecord
 from accelsweep.sweeps.driver.verdict import verdict
@@ -133,6 +134,9 @@ def test_a_hopeless_config_is_rejected_in_its_first_steps_with_its_projection():
     free = run_training(TrialConfig.make(**QUICK))
     assert not free.get("rejected") and free["windows_done"] == 2
     assert free["throughput_cv"] >= 0 and free["host_probe_s"] > 0 and free["warmup_step_s"] > 0
+    # The host's speed at the trial's math, on a CPU: an fp32 matmul on the trial's threads.
+    assert free["speed_probe_gflops"] > 0
+    assert free["speed_probe_kind"] == f"float32 matmul, {torch.get_num_threads()} threads"
 
     best = free["throughput_samples_per_s"]
     limits = TrialLimits("throughput_samples_per_s", "max", best=best)
@@ -144,6 +148,17 @@ def test_a_hopeless_config_is_rejected_in_its_first_steps_with_its_projection():
     # The same config against a best it can reach runs to its end.
     reachable = run_training(TrialConfig.make(**QUICK), limits=limits.with_board(best * 1.2, None))
     assert not reachable.get("rejected") and reachable["windows_done"] == 2
+
+
+def test_the_speed_probe_times_a_matmul_in_the_dtype_asked_for(monkeypatch):
+    from accelsweep.trainables.loop import measure
+
+    seen = []
+    monkeypatch.setattr(measure, "time_window", lambda step, sync, steps, seconds: seen.append(step()) or
+                        measure.Window(steps=1, seconds=0.01, step_seconds=[0.01]))
+    assert measure.matmul_probe_gflops("bfloat16", size=64) == pytest.approx(2 * 64 ** 3 / 0.01 / 1e9)
+    assert seen[0].dtype == torch.bfloat16 and seen[0].shape == (64, 64)
+    assert measure.matmul_probe_gflops("float32", seconds=0.005, size=64) > 0  # and for real
 
 
 # ---- no config twice -------------------------------------------------------------------

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import pytest
 
 from accelsweep.sweeps.driver.api import Objective, Sweep, SweepConfig, declare_metrics, run_sweep
-from accelsweep.sweeps.driver.confirm import candidates, fitted, judge, round_orders, search_budget_s
+from accelsweep.sweeps.driver.confirm import at_typical_speed, candidates, fitted, judge, round_orders, search_budget_s
 from accelsweep.sweeps.driver.records import FINISHED, TrialRecord
 from accelsweep.sweeps.driver.verdict import EQUAL_WITHIN, confirmed_verdict, verdict
 from accelsweep.trainables.errors import ConfigError
@@ -105,6 +105,27 @@ def test_confirmation_candidates_prefer_figures_from_quiet_windows_and_skip_the_
     assert [r.number for r in candidates(records, "score", "max", count=3)] == [4, 5, 3]
     assert round_orders(["a", "b", "c"], 4) == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"], ["a", "b", "c"]]
     assert search_budget_s(480, 3) == pytest.approx(336) and search_budget_s(480, 0) == 480 and search_budget_s(None, 3) is None
+
+
+def test_candidates_are_ranked_at_the_hosts_typical_speed_for_their_math_when_every_trial_probed_it():
+    bf16, fp32 = "bfloat16 matmul, 2 threads", "float32 matmul, 2 threads"
+
+    def probed(number, knob, value, gflops, kind=bf16, **kwargs):
+        return record(number, knob, value, speed_probe_gflops=gflops, speed_probe_kind=kind, **kwargs)
+
+    records = [probed(1, 1, 200.0, 220.0, fp32, baseline=True),
+               probed(2, 2, 380.0, 950.0),  # a fast moment of the host: 380 x 900/950 = 360
+               probed(3, 3, 340.0, 800.0),  # a slow one: 340 x 900/800 = 382.5
+               probed(4, 4, 350.0, 900.0),
+               probed(5, 5, 300.0, 200.0, fp32)]  # fp32's typical speed is its own: 300 x 210/200 = 315
+    assert [r.number for r in candidates(records, "score", "max", count=4)] == [3, 2, 4, 5]
+    scaled = at_typical_speed(records, "score", "max")
+    assert scaled["t3"] == pytest.approx(382.5) and scaled["t5"] == pytest.approx(315.0)
+    # A minimised figure (a latency, a cost) shrinks on a slow moment's behalf instead.
+    assert at_typical_speed(records, "score", "min")["t3"] == pytest.approx(340.0 * 800 / 900)
+    # One trial without a probe (a user's trainable, an older record): raw figures for all.
+    records.append(record(6, 6, 345.0))
+    assert [r.number for r in candidates(records, "score", "max", count=3)] == [2, 4, 6]
 
 
 def test_the_confirmation_fits_the_budget_left_one_candidate_before_fewer_rounds():

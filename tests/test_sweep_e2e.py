@@ -74,7 +74,7 @@ def test_main_job_smoke_sweep_lands_in_mlflow(smoke_sweep):
     assert all(r.data.tags["reused_from_trial"] for r in reused)
     assert len(parents) == 1 and len(children) - len(reused) == 4
     parent_id = parents[0].info.run_id
-    assert 2 <= len(confirmations) <= 3 and {r.data.tags["confirm_round"] for r in confirmations} == {"turns"}
+    assert 2 <= len(confirmations) <= 4 and {r.data.tags["confirm_round"] for r in confirmations} == {"turns"}
     assert sum(r.data.tags["baseline"] == "true" for r in confirmations) == 1
     windows = [json.loads(r.data.tags["turn_figures"]) for r in confirmations]
     assert [len(w) for w in windows] == [6] * len(confirmations), windows  # 3 rounds x the smoke's 2 windows

@@ -164,6 +164,10 @@ TRAINING_METRICS = MetricSet(
         # precision (on a CPU measured here; elsewhere the datasheet's), and of the CPU's
         # theoretical one.
         Metric("model_tflops", "TFLOP/s", "max", label="model TFLOP/s", fmt="{:.4g}"),
+        # On a CPU, the host's speed at the trial's math between its windows (a matmul in its
+        # compute dtype; speed_probe_kind): the confirmation's candidates are ranked by
+        # throughput over it, so a figure from a fast moment of the host is not a fast config.
+        Metric("speed_probe_gflops", "GFLOP/s"),
         Metric("mfu", "", "max", label="utilisation (MFU)", fmt="{:.1%}", progress="{:.1f}% of peak",
                progress_scale=100.0, progress_if_known=True),
         Metric("mfu_theoretical", "", "max"),

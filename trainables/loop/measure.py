@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-__all__ = ["Window", "WindowStats", "coefficient_of_variation", "percentile", "time_window", "torch_compile_seconds"]
+__all__ = ["Window", "WindowStats", "coefficient_of_variation", "matmul_probe_gflops", "percentile", "time_window", "torch_compile_seconds"]
 
 # torch.compile's own timers (torch._dynamo.utils.compilation_time_metrics): the
 # forward graph compile and the backward graph compile, which runs on first backward.
@@ -124,6 +124,23 @@ def host_probe_s(seconds: float = 0.02) -> float:
     windows, the probes' spread tells a kernel's own noise from the machine's: on a shared
     VM the host's speed can change by half within a second, and every timing with it."""
     return percentile(time_window(fixed_cpu_work, lambda: None, 5, seconds).step_seconds, 50)
+
+
+def matmul_probe_gflops(dtype: str, seconds: float = 0.02, size: int = 512) -> float:
+    """The machine's speed at the math a trial runs: GFLOP/s of a fixed ``size`` square
+    matmul in ``dtype`` (a torch dtype name), the median call over ``seconds``, on this
+    process's threads. On the project's shared VM a bf16 config's throughput moves by
+    +-10% over tens of seconds with the host, and a bf16 matmul moves with it where the
+    Python probe (``host_probe_s``) does not (benchmarks/data/host_drift_0457.jsonl): a
+    trial's figure over this probe ranks configs measured minutes apart on one footing."""
+    import torch
+
+    generator = torch.Generator().manual_seed(0)
+    left = torch.randn(size, size, generator=generator).to(getattr(torch, dtype))
+    right = torch.randn(size, size, generator=generator).to(getattr(torch, dtype))
+    left @ right  # first call: the kernel's own set-up, not timed
+    window = time_window(lambda: left @ right, lambda: None, 5, seconds)
+    return 2 * size ** 3 / percentile(window.step_seconds, 50) / 1e9
 
 
 def coefficient_of_variation(values: Sequence[float]) -> float:

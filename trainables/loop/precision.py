@@ -42,6 +42,11 @@ class Precision:
         return _torch_dtype(self.inputs)
 
     @property
+    def compute(self) -> str:
+        """The dtype the matmuls run in: autocast's, else the weights'."""
+        return self.autocast or self.parameters
+
+    @property
     def autocasts(self) -> bool:
         return self.autocast is not None
 

@@ -29,8 +29,9 @@ from accelsweep.trainables.cost import usd_per_1m_samples
 from accelsweep.trainables.utilisation import TrialUtilisation
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.loop.failures import NonFiniteGradient, NonFiniteLoss
-from accelsweep.trainables.loop.measure import (WindowStats, coefficient_of_variation, host_probe_s, percentile,
-                                           time_window, torch_compile_seconds)
+from accelsweep.trainables.loop.measure import (WindowStats, coefficient_of_variation, host_probe_s,
+                                                matmul_probe_gflops, percentile, time_window,
+                                                torch_compile_seconds)
 from accelsweep.trainables.metrics import DRIVER_METRICS, TRAINING_METRICS
 from accelsweep.trainables.platforms import get_platform
 from accelsweep.trainables.loop.precision import get_precision
@@ -144,6 +145,9 @@ def _measure(config: TrialConfig, report, usd_per_hour: float, platform, workloa
     # The machine's own speed, probed between windows (outside them): a figure taken
     # while the host was loaded shows as a slow probe, not only as a slow trial.
     probes = [host_probe_s()]
+    # And at the trial's own math (a matmul in its precision's compute dtype), where the
+    # host's regime shows on a CPU: the search ranks its candidates by figure over probe.
+    speed = _SpeedProbe(config, device)
     # Each window's samples, units, seconds and whether other processes took cores from it
     # (trainables/contention.py): the trial's figures come from its trustworthy windows.
     windows = _Windows()
@@ -171,6 +175,7 @@ def _measure(config: TrialConfig, report, usd_per_hour: float, platform, workloa
             contention = meter.stop()
         stats.add(window)
         probes.append(host_probe_s())
+        speed.probe()
         if turns is not None:
             turns.done()
         final_loss = float(trial.last_loss[0])  # the window already synced: this read waits for nothing
@@ -199,6 +204,7 @@ def _measure(config: TrialConfig, report, usd_per_hour: float, platform, workloa
             "contended_windows": windows.contended,
             "host_probe_s": percentile(probes, 50),
             "host_cv": coefficient_of_variation(probes),
+            **speed.fields(),
             "step_time_p50_s": stats.step_time(50),
             "step_time_p90_s": stats.step_time(90),
             "first_step_s": first_step_s,
@@ -237,6 +243,29 @@ def _measure(config: TrialConfig, report, usd_per_hour: float, platform, workloa
         latest.clear()
         latest.update(result)
     return result
+
+
+class _SpeedProbe:
+    """The host's speed at the trial's math, probed before the first window and after
+    each (outside them): ``matmul_probe_gflops`` in the precision's compute dtype. On a
+    CPU only: elsewhere a host matmul says nothing of the device's speed."""
+
+    def __init__(self, config: TrialConfig, device):
+        self.dtype = get_precision(config.precision).compute if device.type == "cpu" else None
+        self.figures: list[float] = []
+        self.probe()
+
+    def probe(self) -> None:
+        if self.dtype is not None:
+            self.figures.append(matmul_probe_gflops(self.dtype))
+
+    def fields(self) -> dict[str, Any]:
+        if self.dtype is None:
+            return {}
+        import torch
+
+        return {"speed_probe_gflops": percentile(self.figures, 50),
+                "speed_probe_kind": f"{self.dtype} matmul, {torch.get_num_threads()} threads"}
 
 
 class _Windows:
