@@ -105,8 +105,11 @@ class _Plan:
     def __init__(self, trainable, workers=1, platform="cpu"):
         from accelsweep.trainables.config import TrialConfig
 
+        from accelsweep.trainables.metrics import TRAINING_METRICS
+
         self.sweep = type("S", (), {"trainable": trainable})()
         self.config = TrialConfig.make(model="vit-micro", workers=workers, platform=platform)
+        self.metrics = TRAINING_METRICS
 
     def config_for(self, searched):
         return self.config
@@ -124,7 +127,7 @@ def test_turns_are_refused_where_a_trial_cannot_share_or_does_not_measure_at_the
     assert turns_refused(_Plan(train_trainable), configs, "throughput_samples_per_s") == ""
     assert "does not measure its windows in turns" in turns_refused(_Plan(lambda s: None), configs,
                                                                     "throughput_samples_per_s")
-    assert "no per-window figure of usd_per_1m_samples" in turns_refused(_Plan(train_trainable), configs,
+    assert "declares no per-window figure of usd_per_1m_samples" in turns_refused(_Plan(train_trainable), configs,
                                                                          "usd_per_1m_samples")
     assert "2 data-parallel workers" in turns_refused(_Plan(train_trainable, workers=2), configs,
                                                       "throughput_samples_per_s")

@@ -98,6 +98,13 @@ class MetricSet:
     def curves(self) -> tuple[str, ...]:
         return tuple(m.name for m in self.metrics if m.curve)
 
+    def per_window(self, name: str) -> Optional[str]:
+        """The metric giving each window's own figure of ``name`` (which is over all the
+        trial's windows so far): ``window_<name>`` where the set declares it as a curve,
+        else None. A confirmation in turns compares configs window by window on it."""
+        windowed = f"window_{name}"
+        return windowed if windowed in self.curves else None
+
     def replace(self, name: str, **changes) -> "MetricSet":
         """This set with one metric changed, e.g. its label, or ``label=None`` to leave it
         out of the summary (a sweep's variant of its trainable's set)."""

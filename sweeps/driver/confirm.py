@@ -268,24 +268,38 @@ def run_confirmation(plan, search: SweepCallback, trainable_for: Callable[..., A
     if confirmation.skipped:
         return confirmation
     pair_s = _round_seconds([baseline, *chosen], records)
-    confirmation.baseline_key = config_key(baseline.searched)
-    confirmation.stands_for = {confirmation.baseline_key: baseline, **{config_key(r.searched): r for r in chosen}}
-    confirmation.rounds_planned = rounds
-    keys = list(confirmation.stands_for)
-    orders = round_orders(keys, rounds)
+    orders = _planned(confirmation, baseline, chosen, rounds)
     points = [dict(confirmation.stands_for[key].searched) for order in orders for key in order]
     callback = ConfirmationCallback(search, orders, confirmation.stands_for, confirmation.baseline_key,
                                     time_budget_s=seconds_left)
     say(f"confirming: the baseline and {', '.join(f'trial {r.number}' for r in chosen)} measured again in {rounds} "
         f"interleaved rounds ({len(points)} trials, one at a time, about {pair_s * rounds:.0f} s)")
-    started = time.monotonic()
+    return _fit(confirmation, trainable_for(), points, callback, storage, experiment_dir, seconds_left,
+                concurrency=1, reuse_actors=get_platform(plan.sweep.base.platform).reuses_processes)
+
+
+def _planned(confirmation: Confirmation, baseline: TrialRecord, chosen: Sequence[TrialRecord],
+             rounds: int) -> list[list[str]]:
+    """The configs ``confirmation`` stands for (the baseline's first) and their ``rounds``
+    rotated orders."""
+    confirmation.baseline_key = config_key(baseline.searched)
+    confirmation.stands_for = {confirmation.baseline_key: baseline, **{config_key(r.searched): r for r in chosen}}
+    confirmation.rounds_planned = rounds
+    return round_orders(list(confirmation.stands_for), rounds)
+
+
+def _fit(confirmation: Confirmation, trainable, points: list[dict], callback, storage: str, experiment_dir: str,
+         seconds_left: Optional[float], concurrency: int, reuse_actors: bool) -> Confirmation:
+    """The confirmation's trials, ``points`` in their order, as Tune runs them: their
+    records and the phase's seconds into ``confirmation``."""
     from ray import tune
 
+    started = time.monotonic()
     tuner = tune.Tuner(
-        trainable_for(),
-        tune_config=tune.TuneConfig(search_alg=InOrder(points), num_samples=len(points), max_concurrent_trials=1,
-                                    time_budget_s=seconds_left,
-                                    reuse_actors=get_platform(plan.sweep.base.platform).reuses_processes),
+        trainable,
+        tune_config=tune.TuneConfig(search_alg=InOrder(points), num_samples=len(points),
+                                    max_concurrent_trials=concurrency, time_budget_s=seconds_left,
+                                    reuse_actors=reuse_actors),
         run_config=tune.RunConfig(name=os.path.basename(experiment_dir) + "-confirm", storage_path=storage,
                                   callbacks=[callback], verbose=0),
     )
@@ -302,8 +316,8 @@ def turns_refused(plan, configs: Sequence[TrialRecord], metric: str) -> str:
     to the one measuring (an accelerator of its own needs no turns)."""
     if not getattr(plan.sweep.trainable, "takes_turns", False):
         return "the sweep's trainable does not measure its windows in turns"
-    if not metric.startswith("throughput_"):
-        return f"the training loop reports no per-window figure of {metric}"
+    if plan.metrics.per_window(metric) is None:
+        return f"the sweep's trainable declares no per-window figure of {metric}"
     for record in configs:
         try:
             config, resources = plan.config_for(record.searched), plan.resources_of(record.searched)
@@ -357,8 +371,6 @@ def _run_turns(plan, search: SweepCallback, trainable_for, storage: str, experim
     each in a trial of its own, all alive, measuring a window each in rotated rounds."""
     import uuid
 
-    from ray import tune
-
     records = list(search.records.values())
     windows = int(baseline.config.get("windows", 3) or 3)
     turns = turn_rounds([baseline, *chosen], records, windows, rounds, seconds_left)
@@ -370,11 +382,8 @@ def _run_turns(plan, search: SweepCallback, trainable_for, storage: str, experim
                                 f"and the best config to start and measure {MIN_ROUNDS} windows each in turn "
                                 f"(a longer --time-budget-s makes room)")
         return confirmation
-    confirmation.baseline_key = config_key(baseline.searched)
-    confirmation.stands_for = {confirmation.baseline_key: baseline, **{config_key(r.searched): r for r in chosen}}
-    confirmation.rounds_planned = turns
+    orders = _planned(confirmation, baseline, chosen, turns)
     keys = list(confirmation.stands_for)
-    orders = round_orders(keys, turns)
     baton_name = f"accelsweep-turns-{uuid.uuid4().hex[:12]}"
     baton = TurnBaton.start(baton_name, [key for order in orders for key in order])
     points = [dict(confirmation.stands_for[key].searched) for key in keys]
@@ -384,24 +393,13 @@ def _run_turns(plan, search: SweepCallback, trainable_for, storage: str, experim
     say(f"confirming: the baseline and {', '.join(f'trial {r.number}' for r in chosen)} take turns: each alive in "
         f"a trial of its own, one {window_s:.2g} s window at a time, {turns} rotated rounds (the host's speed "
         f"drifts; each round compares them within seconds)")
-    started = time.monotonic()
-    tuner = tune.Tuner(
-        trainable_for(turns=baton_name, windows=turns, share=len(keys)),
-        tune_config=tune.TuneConfig(search_alg=InOrder(points), num_samples=len(points),
-                                    max_concurrent_trials=len(points), time_budget_s=seconds_left,
-                                    reuse_actors=False),
-        run_config=tune.RunConfig(name=os.path.basename(experiment_dir) + "-confirm", storage_path=storage,
-                                  callbacks=[callback], verbose=0),
-    )
-    try:
-        tuner.fit()
+    try:  # all alive at once, each in a process of its own
+        return _fit(confirmation, trainable_for(turns=baton_name, windows=turns, share=len(keys)), points,
+                    callback, storage, experiment_dir, seconds_left, concurrency=len(points), reuse_actors=False)
     finally:
         import ray
 
         ray.kill(baton)
-    confirmation.records = sorted(callback.records.values(), key=lambda r: r.number)
-    confirmation.seconds = time.monotonic() - started
-    return confirmation
 
 
 def _with_windows(complete_config: Callable[[Mapping], dict], windows: int, searched: Mapping) -> dict:
@@ -418,7 +416,7 @@ class TurnsCallback(ConfirmationCallback):
         super().__init__(search, [list(keys)], stands_for, baseline_key, time_budget_s=time_budget_s)
         self.complete_config = functools.partial(_with_windows, search.complete_config, turns)
         self.round_count, self.baton_name = turns, baton_name
-        self.window_metric = f"window_{search.measured_by}"
+        self.window_metric = search.metrics.per_window(search.measured_by)
         self.figures: dict[str, list[list]] = {}
 
     def _record(self, trial) -> TrialRecord:

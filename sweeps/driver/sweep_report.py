@@ -163,8 +163,7 @@ def _curve_metric(history: SweepHistory) -> str:
     """The per-window figure the curves show: the declared window curve of the first
     objective's kind (window_throughput_... for throughput_...), else the objective."""
     metric = history.objectives[0][0]
-    windowed = f"window_{metric}"
-    return windowed if windowed in history.metrics.curves else metric
+    return history.metrics.per_window(metric) or metric
 
 
 def log_report(tracker, parent_run_id: str, study=None,
