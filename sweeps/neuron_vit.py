@@ -46,8 +46,8 @@ from accelsweep.trainables.platforms.neuron_standin import STANDIN_NAME
 from accelsweep.trainables.trainable import train_trainable
 
 DEFAULT_SAMPLES = 24
-# The verdict is confirmed: the baseline and the two best configs measured again in three
-# interleaved rounds (sweeps/driver/confirm.py), within the time budget.
+# The verdict is confirmed: the baseline and the search's best configs measured again, in
+# turns on a CPU (sweeps/driver/confirm.py), within the time budget.
 CONFIRM_ROUNDS = 3
 # With Ray's start and the summary, the local default run ends within 4 minutes: ahead of a
 # plain Ray Tune script on the same knobs (benchmarks/vs_plain_tune.py, issue 37), whose

@@ -50,6 +50,31 @@ def test_a_config_that_leaves_gives_up_its_turns_and_a_silent_one_is_passed_over
     assert silent.turn("a") == "go" and silent.state()["passed_over"] == ["b"]
 
 
+def test_a_waiting_trial_is_answered_when_the_baton_moves_without_asking_again():
+    import asyncio
+
+    baton = TurnBaton(["a", "b"])
+    baton.ready("a")
+    baton.ready("b")
+
+    async def waits():
+        b_waits = asyncio.ensure_future(baton.wait_turn("b", longest_s=10.0))
+        await asyncio.sleep(0.05)
+        assert not b_waits.done()  # a's window is on
+        started = time.monotonic()
+        baton.done("a")  # the baton moves: b is answered at once, not at a poll
+        return await asyncio.wait_for(b_waits, timeout=1.0), time.monotonic() - started
+
+    answer, after_s = asyncio.run(waits())
+    assert answer == "go" and after_s < 0.5
+    # Unanswered, the call returns 'wait' after its longest (the trial calls again)...
+    assert asyncio.run(TurnBaton(["a", "b"]).wait_turn("b", longest_s=0.05)) == "wait"
+    # ... and a holder silent past the stall is passed over while others wait.
+    silent = TurnBaton(["a", "b"], stall_s=0.1)
+    silent.ready("b")
+    assert asyncio.run(silent.wait_turn("b", longest_s=1.0)) == "go" and silent.passed_over == ["a"]
+
+
 def test_the_configs_turns_in_rounds_are_rotated_and_the_drain_covers_the_prefetch():
     assert round_orders(["base", "x", "y"], 3) == [["base", "x", "y"], ["x", "y", "base"], ["y", "base", "x"]]
     assert drain_steps(0) == 1 and drain_steps(2) == 5  # torch's DataLoader prefetches 2 batches a worker

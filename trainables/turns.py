@@ -15,7 +15,9 @@ takes turns (``trial_turns``, set by the sweep's trainable wrapper; the training
 ``current_turns``):
 - says it is ready once its warm-up is done; no window is measured until every config is
   ready (or gone), so nobody's timed window runs beside another's compile or warm-up;
-- waits for its turn before each window, runs a few untimed steps first (what its data
+- waits for its turn before each window, blocked in one call to the baton that returns
+  when the turn comes (not polling: on a 2-core host every wake-up of a waiting process
+  preempts a thread of the one measuring), runs a few untimed steps first (what its data
   loader's workers prefetched while it waited would flatter its first steps), measures
   its window, and passes the baton on;
 - leaves when it ends, in any way: the driver also says so for a trial that died, and a
@@ -33,7 +35,10 @@ from typing import Any, Iterator, Mapping, Optional, Sequence
 __all__ = ["TurnBaton", "Turns", "current_turns", "drain_steps", "trial_turns", "turn_key"]
 
 STALL_S = 180.0  # a trial that holds the baton (or the start) this long without a word is passed over
-POLL_S = 0.2
+# A waiting trial's call returns after this long at most ('wait': it calls again), so a
+# baton that died leaves no trial blocked for good; the baton looks for silent holders
+# at least this often while anyone waits.
+WAIT_S = 5.0
 
 
 def turn_key(searched: Mapping[str, Any]) -> str:
@@ -61,10 +66,18 @@ class TurnBaton:
         self.stall_s = stall_s
         self.last_word = time.monotonic()
         self.passed_over: list[str] = []
+        self._moved = None  # an asyncio.Event while trials wait (wait_turn): set when the baton moves
+
+    def _heard(self) -> None:
+        """A word from a trial: the stall clock restarts, and waiting trials look again."""
+        self.last_word = time.monotonic()
+        if self._moved is not None:
+            self._moved.set()
+            self._moved = None
 
     def ready(self, key: str) -> None:
         self.waiting_for.discard(key)
-        self.last_word = time.monotonic()
+        self._heard()
 
     def leave(self, key: str) -> None:
         """``key`` measures no more: its turns still to come are dropped."""
@@ -73,13 +86,13 @@ class TurnBaton:
         self.gone.add(key)
         self.waiting_for.discard(key)
         self.order = self.order[:self.position] + [k for k in self.order[self.position:] if k != key]
-        self.last_word = time.monotonic()
+        self._heard()
 
     def done(self, key: str) -> None:
         if self.position < len(self.order) and self.order[self.position] == key:
             self.measured.append(key)
             self.position += 1
-        self.last_word = time.monotonic()
+        self._heard()
 
     def turn(self, key: str) -> str:
         """'go' (``key``'s turn now), 'wait' or 'over' (no turn of ``key``'s is left)."""
@@ -89,6 +102,25 @@ class TurnBaton:
         if self.waiting_for:
             return "wait"
         return "go" if self.order[self.position] == key else "wait"
+
+    async def wait_turn(self, key: str, longest_s: float = WAIT_S) -> str:
+        """``turn(key)``, answered as soon as it is not 'wait', or 'wait' after
+        ``longest_s``. Ray runs the baton as an async actor for this method: many trials
+        wait at once, each in one call, and the baton wakes them only when it moves."""
+        import asyncio
+
+        deadline = time.monotonic() + longest_s
+        while True:
+            answer = self.turn(key)
+            left = deadline - time.monotonic()
+            if answer != "wait" or left <= 0:
+                return answer
+            if self._moved is None:
+                self._moved = asyncio.Event()
+            try:  # the timeout: the stall rule is a matter of time, not of a word
+                await asyncio.wait_for(self._moved.wait(), timeout=left)
+            except asyncio.TimeoutError:
+                pass
 
     def _pass_over_the_silent(self) -> None:
         if time.monotonic() - self.last_word < self.stall_s:
@@ -130,10 +162,9 @@ class Turns:
     def take(self) -> bool:
         """Wait for this trial's turn: True when it has one, False when none is left."""
         while True:
-            answer = self._call("turn", self.key)
+            answer = self._call("wait_turn", self.key)
             if answer != "wait":
                 return answer == "go"
-            time.sleep(POLL_S)
 
     def done(self) -> None:
         self._call("done", self.key)

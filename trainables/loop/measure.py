@@ -13,7 +13,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-__all__ = ["Window", "WindowStats", "coefficient_of_variation", "matmul_probe_gflops", "percentile", "time_window", "torch_compile_seconds"]
+__all__ = ["Window", "WindowStats", "coefficient_of_variation", "matmul_probe_gflops", "percentile", "time_window",
+           "torch_compile_seconds"]
 
 # torch.compile's own timers (torch._dynamo.utils.compilation_time_metrics): the
 # forward graph compile and the backward graph compile, which runs on first backward.
