@@ -114,6 +114,9 @@ DESCRIPTIONS = {
     "host_cv": "the machine's own steadiness: window-to-window cv of a fixed pure-Python loop timed between "
                "windows",
     "host_probe_s": "the median time of that fixed loop: a host slower than the sweep's typical was loaded",
+    "speed_probe_gflops": "on a CPU, the host's speed at the trial's math between its windows: a 512x512 matmul in "
+                          "the precision's compute dtype on the trial's threads (which: the speed_probe_kind tag); "
+                          "the confirmation ranks its candidates by throughput at the typical probe of their kind",
     "other_cpus": "cores other processes (and a VM's steal) kept busy during the window, from /proc/stat less the "
                   "trial's own process tree ([contention](../budget.md#verdicts-that-hold-on-a-shared-machine))",
     "contention_cpus": "the part of `other_cpus` beyond the cores the trial left free (the machine's less those it "
