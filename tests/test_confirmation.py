@@ -18,7 +18,8 @@ from dataclasses import dataclass
 import pytest
 
 from accelsweep.sweeps.driver.api import Objective, Sweep, SweepConfig, declare_metrics, run_sweep
-from accelsweep.sweeps.driver.confirm import at_typical_speed, candidates, fitted, judge, round_orders, search_budget_s
+from accelsweep.sweeps.driver.confirm import (at_typical_speed, candidates, config_key, fitted, judge, knobs_changed,
+                                             round_orders, search_budget_s)
 from accelsweep.sweeps.driver.records import FINISHED, TrialRecord
 from accelsweep.sweeps.driver.verdict import EQUAL_WITHIN, confirmed_verdict, verdict
 from accelsweep.trainables.errors import ConfigError
@@ -71,6 +72,53 @@ def test_a_candidate_confirmed_better_is_the_call_though_another_has_a_higher_un
     # No candidate above no change, one too wide to call: not decided, naming the best.
     unsure, _ = confirmed_verdict(rounds((100, 150), (100, 80), (100, 125)), "base", {"cand": "trial 3"}, "max")
     assert not unsure.decided
+
+
+def test_of_candidates_the_rounds_cannot_separate_the_one_changing_fewer_knobs_is_the_call():
+    """Issue 37's record (12:08, seed 0): trial 14 (a linear patch-embed twin) +99.9%
+    (+89.4% to +111.0%), trial 2 +95.5% (+93.6% to +97.3%); a plain loop in fresh
+    processes measured trial 2's config 5% faster. The twin's lead was inside the noise."""
+    measured = [{"base": (180.0, False), "twin": (362.0, False), "simple": (352.0, False)},
+                {"base": (185.0, False), "twin": (345.0, False), "simple": (360.0, False)},
+                {"base": (182.0, False), "twin": (390.0, False), "simple": (356.0, False)}]
+    names = {"twin": "trial 14", "simple": "trial 2"}
+    changed = {"twin": ("batch_size", "patch_embed", "precision"), "simple": ("batch_size", "precision")}
+    judged, by_key = confirmed_verdict(measured, "base", names, "max", changed)
+    twin, simple = by_key
+    assert twin.gain > simple.gain and twin.low <= simple.high  # the twin leads, inside the noise
+    assert judged.subject == "trial 2" and judged.beats_baseline and judged.change == pytest.approx(simple.gain)
+    assert "; trial 14's +" in judged.text and ("is not separated from it and changes more knobs (3 to its 2: "
+                                                "patch_embed): the simpler config is the call") in judged.text
+    # Without the knobs (a caller that does not know them), the leader.
+    assert confirmed_verdict(measured, "base", names, "max")[0].subject == "trial 14"
+    # Rounds that separate them: the leader, though it changes more.
+    apart = [{"base": (180.0, False), "twin": (400.0, False), "simple": (300.0, False)},
+             {"base": (185.0, False), "twin": (410.0, False), "simple": (310.0, False)},
+             {"base": (182.0, False), "twin": (405.0, False), "simple": (305.0, False)}]
+    assert confirmed_verdict(apart, "base", names, "max", changed)[0].subject == "trial 14"
+    # Equally simple and tied: the higher gain.
+    even = {"twin": ("batch_size", "patch_embed"), "simple": ("batch_size", "precision")}
+    assert confirmed_verdict(measured, "base", names, "max", even)[0].subject == "trial 14"
+
+
+def test_the_knobs_a_config_changes_are_read_from_its_searched_values():
+    def trial(number, searched, baseline=False, **result):
+        return TrialRecord(number=number, trial_id=f"t{number}", searched=searched, config=dict(searched),
+                           resources={}, is_baseline=baseline, created_at=0.0, status=FINISHED, measured_by="score",
+                           result={"score": 0.0, "windows_done": 3, "contended_windows": 0, **result})
+
+    base = {"batch_size": 16, "precision": "fp32", "patch_embed": "conv"}
+    twin = {"batch_size": 64, "precision": "bf16", "patch_embed": "linear"}
+    simple = {"batch_size": 64, "precision": "bf16", "patch_embed": "conv"}
+    search = [trial(1, base, baseline=True), trial(2, simple), trial(14, twin)]
+    figures = {"base": (180, 185, 182), "twin": (362, 345, 390), "simple": (352, 360, 356)}
+    confirmations = [trial(20 + len(figures) * index + column, config, baseline=name == "base", score=float(value),
+                           confirm_round=index + 1)
+                     for column, (name, config) in enumerate((("base", base), ("twin", twin), ("simple", simple)))
+                     for index, value in enumerate(figures[name])]
+    assert knobs_changed(search[0], confirmations)[config_key(twin)] == ("batch_size", "patch_embed", "precision")
+    judged = judge(search, confirmations, "score", "max")
+    assert judged.verdict.subject == "trial 2" and "changes more knobs (3 to its 2: patch_embed)" in judged.verdict.text
 
 
 def test_for_a_minimised_objective_lower_is_the_gain():

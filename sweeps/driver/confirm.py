@@ -38,7 +38,8 @@ from accelsweep.trainables.platforms import get_platform
 from accelsweep.trainables.turns import TurnBaton, drain_steps, turn_key
 
 __all__ = ["CANDIDATES", "CONFIRMATION", "CONFIRM_BUDGET_SHARE", "Confirmation", "Judgement", "PHASE_TAG",
-           "TURN_CANDIDATES", "at_typical_speed", "candidates", "config_key", "fitted", "judge", "measurements",
+           "TURN_CANDIDATES", "at_typical_speed", "candidates", "config_key", "fitted", "judge", "knobs_changed",
+           "measurements",
            "round_orders", "run_confirmation", "search_budget_s"]
 
 CANDIDATES = 2  # the search's best configs confirmed against the baseline
@@ -167,8 +168,16 @@ def judge(search: Sequence[TrialRecord], confirmations: Sequence[TrialRecord], m
             best = max(same, key=lambda r: r.metric(metric) if mode == "max" else -r.metric(metric), default=None)
             names[key] = f"trial {best.number}" if best else "a config"
     rounds = measurements(confirmations, metric)
-    verdict, judged = confirmed_verdict(rounds, baseline_key, names, mode)
+    verdict, judged = confirmed_verdict(rounds, baseline_key, names, mode, knobs_changed(base, confirmations))
     return Judgement(verdict, judged, {baseline_key: "the baseline", **names}, baseline_key, len(rounds))
+
+
+def knobs_changed(baseline: TrialRecord, records: Sequence[TrialRecord]) -> dict[str, tuple[str, ...]]:
+    """Config key -> the searched knobs whose value differs from the baseline's, per config
+    of ``records`` (what the verdict weighs when the rounds cannot separate two configs)."""
+    base = dict(baseline.searched)
+    return {config_key(r.searched): tuple(sorted(k for k, v in r.searched.items() if base.get(k) != v))
+            for r in records}
 
 
 class ConfirmationCallback(SweepCallback):
