@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import pytest
 
 from accelsweep.sweeps.driver.api import Objective, Sweep, SweepConfig, declare_metrics, run_sweep
-from accelsweep.sweeps.driver.confirm import (at_typical_speed, candidates, config_key, fitted, judge, knobs_changed,
-                                             round_orders, search_budget_s)
+from accelsweep.sweeps.driver.confirm import (NEAR_BEST, at_typical_speed, candidates, config_key, fitted, judge,
+                                             knobs_changed, round_orders, search_budget_s)
 from accelsweep.sweeps.driver.records import FINISHED, TrialRecord
 from accelsweep.sweeps.driver.verdict import EQUAL_WITHIN, confirmed_verdict, verdict
 from accelsweep.trainables.errors import ConfigError
@@ -101,12 +101,14 @@ def test_of_candidates_the_rounds_cannot_separate_the_one_changing_fewer_knobs_i
     assert confirmed_verdict(measured, "base", names, "max", even)[0].subject == "trial 14"
 
 
-def test_the_knobs_a_config_changes_are_read_from_its_searched_values():
-    def trial(number, searched, baseline=False, **result):
-        return TrialRecord(number=number, trial_id=f"t{number}", searched=searched, config=dict(searched),
-                           resources={}, is_baseline=baseline, created_at=0.0, status=FINISHED, measured_by="score",
-                           result={"score": 0.0, "windows_done": 3, "contended_windows": 0, **result})
+def trial(number, searched, baseline=False, contended_windows=0, **result):
+    """A trial of a config of several knobs (``record``'s have one)."""
+    return TrialRecord(number=number, trial_id=f"t{number}", searched=searched, config=dict(searched),
+                       resources={}, is_baseline=baseline, created_at=0.0, status=FINISHED, measured_by="score",
+                       result={"score": 0.0, "windows_done": 3, "contended_windows": contended_windows, **result})
 
+
+def test_the_knobs_a_config_changes_are_read_from_its_searched_values():
     base = {"batch_size": 16, "precision": "fp32", "patch_embed": "conv"}
     twin = {"batch_size": 64, "precision": "bf16", "patch_embed": "linear"}
     simple = {"batch_size": 64, "precision": "bf16", "patch_embed": "conv"}
@@ -174,6 +176,31 @@ def test_candidates_are_ranked_at_the_hosts_typical_speed_for_their_math_when_ev
     # One trial without a probe (a user's trainable, an older record): raw figures for all.
     records.append(record(6, 6, 345.0))
     assert [r.number for r in candidates(records, "score", "max", count=3)] == [2, 4, 6]
+
+
+def test_the_simplest_config_near_the_best_is_confirmed_second():
+    """Issue 37's 15:01 record, seed 1: the first guess (b64, bf16) searched 9.5% below a
+    two-loader-worker variant of it and was not confirmed; a plain loop in fresh processes
+    measured it best, the 1-worker variant the verdict named at 97.1% of it."""
+    base = {"batch_size": 16, "num_workers": 0, "precision": "fp32"}
+    search = [trial(1, base, baseline=True, score=192.0),
+              trial(2, {"batch_size": 64, "num_workers": 0, "precision": "bf16"}, score=336.2),
+              trial(9, {"batch_size": 64, "num_workers": 1, "precision": "bf16"}, score=366.7),
+              trial(12, {"batch_size": 64, "num_workers": 2, "precision": "bf16"}, score=371.5),
+              trial(15, {"batch_size": 64, "num_workers": 2, "precision": "bf16-autocast"}, score=363.1)]
+    assert [r.number for r in candidates(search, "score", "max", count=3)] == [12, 2, 9]
+    assert [r.number for r in candidates(search, "score", "max", count=2)] == [12, 2]
+    # Further below the best than NEAR_BEST: the ranking alone.
+    search[1].result["score"] = 371.5 * (1 - NEAR_BEST) - 1
+    assert [r.number for r in candidates(search, "score", "max", count=3)] == [12, 9, 15]
+    # A contended figure is not trusted to be near: the simplest of the quiet ones.
+    search[1].result.update(score=340.0, contended_windows=3)
+    assert [r.number for r in candidates(search, "score", "max", count=3)] == [12, 9, 15]
+    # Minimised (a latency): near is within NEAR_BEST above the lowest.
+    latency = [trial(1, base, baseline=True, score=10.0), trial(2, {"batch_size": 64, "num_workers": 0,
+               "precision": "fp32"}, score=5.4), trial(3, search[3].searched, score=5.0),
+               trial(4, search[4].searched, score=5.1)]
+    assert [r.number for r in candidates(latency, "score", "min", count=2)] == [3, 2]
 
 
 def test_the_confirmation_fits_the_budget_left_one_candidate_before_fewer_rounds():
