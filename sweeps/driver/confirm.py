@@ -47,8 +47,9 @@ CANDIDATES = 2  # the search's best configs confirmed against the baseline
 TURN_CANDIDATES = 3
 # With a time budget, the search stops at this share short of what is left of it once Ray
 # is up: the rest is the confirmation's (and whatever the search leaves unused). In the
-# main job (225 s on a CPU) that left 54-67 s in issue 37's recorded runs: three rounds of
-# the baseline and the search's best (40% was tried for two candidates: docs/budget.md).
+# main job (195 s on a CPU) its turns took 45-55 s in issue 37's records of 2026-11-27
+# 12:08-15:56: 4-5 rounds of the baseline and two or three candidates (40% was tried for
+# rounds of whole trials: docs/budget.md).
 CONFIRM_BUDGET_SHARE = 0.3
 # How far below the search's best a config's figure may be and still be confirmed as the
 # simplest near it: two standard deviations of the 5.3% by which a config's one-trial search
