@@ -101,11 +101,12 @@ def test_of_candidates_the_rounds_cannot_separate_the_one_changing_fewer_knobs_i
     assert confirmed_verdict(measured, "base", names, "max", even)[0].subject == "trial 14"
 
 
-def trial(number, searched, baseline=False, contended_windows=0, **result):
-    """A trial of a config of several knobs (``record``'s have one)."""
+def trial(number, searched, *, baseline=False, contended_windows=0, windows=3, status=FINISHED, **result):
+    """A trial of the config ``searched``, scored by ``result["score"]`` (0 unless given)."""
     return TrialRecord(number=number, trial_id=f"t{number}", searched=searched, config=dict(searched),
-                       resources={}, is_baseline=baseline, created_at=0.0, status=FINISHED, measured_by="score",
-                       result={"score": 0.0, "windows_done": 3, "contended_windows": contended_windows, **result})
+                       resources={}, is_baseline=baseline, created_at=0.0, status=status, measured_by="score",
+                       result={"score": 0.0, "windows_done": windows, "contended_windows": contended_windows,
+                               **result})
 
 
 def test_the_knobs_a_config_changes_are_read_from_its_searched_values():
@@ -128,11 +129,9 @@ def test_for_a_minimised_objective_lower_is_the_gain():
     assert judged.beats_baseline and judged.change > 0.8
 
 
-def record(number, knob, value, *, baseline=False, contended_windows=0, windows=3, status=FINISHED, **result):
-    return TrialRecord(number=number, trial_id=f"t{number}", searched={"knob": knob}, config={"knob": knob},
-                       resources={}, is_baseline=baseline, created_at=0.0, status=status, measured_by="score",
-                       result={"score": value, "windows_done": windows, "contended_windows": contended_windows,
-                               **result})
+def record(number, knob, value, **options):
+    """A trial of a config of one knob, scored ``value``."""
+    return trial(number, {"knob": knob}, score=value, **options)
 
 
 def test_the_search_verdict_does_not_trust_a_trial_every_window_of_which_was_contended():
