@@ -1,5 +1,6 @@
 """Packaging: the folders ``sweeps/``, ``trainables/`` and ``kernels/`` install as
-``accelsweep.sweeps``, ``accelsweep.trainables`` and ``accelsweep.kernels``.
+``accelsweep.sweeps``, ``accelsweep.trainables`` and ``accelsweep.kernels``, under the
+front door ``accelsweep/`` (the public names, and the paths of the previous release).
 
 pyproject.toml holds the metadata. This file exists only because a prefix cannot be
 added by pyproject's package discovery: every subpackage would have to be listed by hand
@@ -20,6 +21,7 @@ def subpackages(root: str) -> list[str]:
 
 
 setup(
-    package_dir={f"accelsweep.{root}": root for root in ROOTS},
-    packages=[f"accelsweep.{root}" + (f".{sub}" if sub else "") for root in ROOTS for sub in ("", *subpackages(root))],
+    package_dir={"accelsweep": "accelsweep", **{f"accelsweep.{root}": root for root in ROOTS}},
+    packages=["accelsweep",
+              *(f"accelsweep.{root}" + (f".{sub}" if sub else "") for root in ROOTS for sub in ("", *subpackages(root)))],
 )

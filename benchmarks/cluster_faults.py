@@ -1,4 +1,4 @@
-"""Faults only a cluster has, on the namespace hosts (sweeps/driver/cluster_hosts.py):
+"""Faults only a cluster has, on the namespace hosts (sweeps/driver/ops/cluster_hosts.py):
 two small sweeps, each with its driver in the head's namespace, trials on the worker hosts.
 
     sudo .venv/bin/python benchmarks/cluster_faults.py            # ~4-6 minutes on 2 cores
@@ -38,8 +38,8 @@ import tempfile
 import time
 from typing import Callable, Optional
 
-from accelsweep.sweeps.driver import cluster_hosts
-from accelsweep.sweeps.driver.cluster_hosts import HostsCluster, hosts_cluster
+from accelsweep.sweeps.driver.ops import cluster_hosts
+from accelsweep.sweeps.driver.ops.cluster_hosts import HostsCluster, hosts_cluster
 from accelsweep.trainables.processes import command_line
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

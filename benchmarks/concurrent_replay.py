@@ -132,7 +132,7 @@ def replay_at(table: Table, policy: Policy, seed: int, concurrency: int, reject_
     or a grid's worth of trials has run, or the searcher is searched out."""
     from ray.tune.schedulers import TrialScheduler
 
-    from accelsweep.sweeps.driver.searchers import MAX_REPEATED_PROPOSALS, MAX_RUNNING_REPEATS
+    from accelsweep.sweeps.driver.run.searchers import MAX_REPEATED_PROPOSALS, MAX_RUNNING_REPEATS
 
     if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
         raise ConfigError("concurrency", "an integer >= 1 (trials running at once)", concurrency)

@@ -1,5 +1,5 @@
 """The platform's first guess, replayed: what proposing it right after the baseline
-(sweeps/driver/first_guess.py) does to a search of a recorded grid.
+(sweeps/driver/define/first_guess.py) does to a search of a recorded grid.
 
     python benchmarks/search_efficiency.py replay TABLE.json --first-guess --concurrency 1,4,16,32 --seeds 50
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
-from accelsweep.sweeps.driver.first_guess import guess_from_rules
+from accelsweep.sweeps.driver.define.first_guess import guess_from_rules
 from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.platforms.cpu import CpuPlatform, cpu_capabilities
 from benchmarks.search_efficiency import Policy, Searcher, Table, make_searcher

@@ -10,7 +10,7 @@ The stores:
 - ``server-sqlite``: a local ``mlflow server`` on a sqlite file (2 workers, as the team
   store's), the study in a sqlite file (a server store's default: ``optuna.db`` under the
   storage path);
-- ``team-store``: ``accelsweep team-store up`` (sweeps/driver/team_store.py): the MLflow
+- ``team-store``: ``accelsweep team-store up`` (sweeps/driver/ops/team_store.py): the MLflow
   server on PostgreSQL, the study on PostgreSQL (``--study-storage postgresql://...``,
   the password from PGPASSFILE).
 
@@ -98,7 +98,7 @@ class WriteMeter:
     def installed(self) -> Iterator["WriteMeter"]:
         from accelsweep.sweeps.driver.record.tracking import SweepTracker
         from accelsweep.sweeps.driver.record.tracking_buffer import TrackingBuffer
-        from accelsweep.sweeps.driver.study import SweepStudy
+        from accelsweep.sweeps.driver.record.optuna_study import SweepStudy
 
         patched = [(SweepTracker, name, "mlflow_s") for name in
                    ("start_trial", "log_metrics", "finish", "reopen", "log_artifact")]
@@ -245,7 +245,7 @@ def open_store(kind: str, folder: str, say: Callable[[str], None]) -> Store:
     os.makedirs(folder, exist_ok=True)
     if kind == "sqlite":
         uri = f"sqlite:///{folder}/mlflow.db"
-        from accelsweep.sweeps.driver.study import default_study_storage
+        from accelsweep.sweeps.driver.record.optuna_study import default_study_storage
 
         study = default_study_storage(uri, folder)  # mlflow.optuna.db beside it
         return Store(kind, uri, lambda name: study, note="mlflow.db and mlflow.optuna.db")
@@ -259,7 +259,7 @@ def open_store(kind: str, folder: str, say: Callable[[str], None]) -> Store:
             cwd=folder, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
             env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
         uri = f"http://127.0.0.1:{port}"
-        from accelsweep.sweeps.driver.team_store import _answers, _stop_group
+        from accelsweep.sweeps.driver.ops.team_store import _answers, _stop_group
 
         while not _answers(uri):
             if process.poll() is not None or time.monotonic() - started > 180:
@@ -276,7 +276,7 @@ def open_store(kind: str, folder: str, say: Callable[[str], None]) -> Store:
         return Store(kind, uri, lambda name: study, pids=lambda: [process.pid], stop=stop,
                      note=f"mlflow server --workers {SERVER_WORKERS} on sqlite; study in a sqlite file")
     if kind == "team-store":
-        from accelsweep.sweeps.driver import team_store
+        from accelsweep.sweeps.driver.ops import team_store
 
         started = time.monotonic()
         store = team_store.up(folder, pg_port=free_port(), mlflow_port=free_port(), say=lambda line: say("  " + line))
@@ -301,7 +301,7 @@ def unrecorded(tracking_uri: str, experiment: str, parent_run_id: str, study_url
     import optuna
     from mlflow.tracking import MlflowClient
 
-    from accelsweep.sweeps.driver.study import shared_storage
+    from accelsweep.sweeps.driver.record.optuna_study import shared_storage
 
     client = MlflowClient(tracking_uri)
     experiment_id = client.get_experiment_by_name(experiment).experiment_id
@@ -332,10 +332,10 @@ def measure_writes(store: Store, concurrency: int, trials: int, windows: int, sc
     ``concurrency``; no Ray. All the time taken is the driver's recording."""
     from optuna.distributions import FloatDistribution
 
-    from accelsweep.sweeps.driver.callbacks import SweepCallback
-    from accelsweep.sweeps.driver.lifecycle import sweep_settings
+    from accelsweep.sweeps.driver.run.callbacks import SweepCallback
+    from accelsweep.sweeps.driver.run.lifecycle import sweep_settings
     from accelsweep.sweeps.driver.record.tracking import open_tracker
-    from accelsweep.sweeps.driver.study import SweepStudy
+    from accelsweep.sweeps.driver.record.optuna_study import SweepStudy
     from benchmarks.tool_cost import _small_metrics
 
     name = f"recording-writes-{store.name}-c{concurrency}-{time.strftime('%H%M%S')}"
@@ -391,7 +391,7 @@ def measure_sweep(store: Store, concurrency: int, trials: int, scratch: str) -> 
     the Ray instance this process started (LOGICAL_CPUS logical CPUs)."""
     from ray import tune
 
-    from accelsweep.sweeps.driver.api import Objective, Sweep
+    from accelsweep import Objective, Sweep
     from benchmarks.tool_cost import (TrivialConfig, _small_metrics, peak_overlap, run_timed, trial_end,
                                       trivial_trainable)
 
@@ -675,6 +675,6 @@ def default_out(quick: bool) -> str:
 
 if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from accelsweep.sweeps.driver.cli import main_guard
+    from accelsweep.sweeps.driver.define.cli import main_guard
 
     main_guard(lambda: main(sys.argv[1:]))

@@ -387,7 +387,7 @@ class ShuffledGrid:
 
 def make_searcher(sampler: str, table: Table, seed: int, num_samples: int, warm_points: Sequence[Mapping] = (),
                   told: Sequence[tuple[Mapping, float]] = (), guess: Optional[Mapping] = None) -> Searcher:
-    """``tpe`` as the tool builds it (sweeps/driver/lifecycle.py: _searcher: the constant
+    """``tpe`` as the tool builds it (sweeps/driver/run/lifecycle.py: _searcher: the constant
     liar), with the baseline first; ``tpe-plain``, the same without the liar; ``grid``,
     every config in a seeded random order; ``random`` (Optuna's RandomSampler), a
     reference the tool does not offer. A warm start (TPE only, as in the tool):
@@ -396,9 +396,9 @@ def make_searcher(sampler: str, table: Table, seed: int, num_samples: int, warm_
     first guess, proposed right after the baseline (guess_replay.py; TPE only, as in the tool)."""
     import optuna
 
-    from accelsweep.sweeps.driver.plan import startup_trials
-    from accelsweep.sweeps.driver.searchers import concurrency_aware_tpe
-    from accelsweep.sweeps.driver.warm_start import unique_points, warm_trials
+    from accelsweep.sweeps.driver.define.plan import startup_trials
+    from accelsweep.sweeps.driver.run.searchers import concurrency_aware_tpe
+    from accelsweep.sweeps.driver.define.warm_start import unique_points, warm_trials
 
     startup = startup_trials(SimpleNamespace(num_samples=num_samples))
     if sampler not in ("tpe", "tpe-plain") and (warm_points or told or guess):
@@ -419,7 +419,7 @@ def make_searcher(sampler: str, table: Table, seed: int, num_samples: int, warm_
 
 
 def make_asha(windows: int):
-    """Ray Tune's ASHA as the tool configures it (sweeps/driver/lifecycle.py: _scheduler): the
+    """Ray Tune's ASHA as the tool configures it (sweeps/driver/run/lifecycle.py: _scheduler): the
     scheduler itself, so its cutoff rule is Ray's and not a copy (at a rung, a trial
     below the median of the values recorded there stops)."""
     from ray.tune.schedulers import ASHAScheduler
@@ -574,7 +574,7 @@ def replay(table: Table, policy: Policy, seed: int, reject_ratio: Optional[float
     config it would name best (the best value it measured) is truly within ``tolerance``
     of the grid's best (``until_reached``), or the grid's worth of trials is run.
     ``reject_ratio``: the rejection rule's, when ``policy.reject`` (default REJECT_RATIO)."""
-    from accelsweep.sweeps.driver.searchers import MAX_REPEATED_PROPOSALS
+    from accelsweep.sweeps.driver.run.searchers import MAX_REPEATED_PROPOSALS
 
     if policy.reject and reject_ratio is None:
         from accelsweep.trainables.loop.rejection import REJECT_RATIO
@@ -692,8 +692,8 @@ def rejected_once_best_known(table: Table, ratio: float) -> int:
 
 def format_report(table: Table, summaries: Mapping[str, Summary], reject_ratio: float, seeds: int,
                   num_samples: int) -> str:
-    from accelsweep.sweeps.driver.plan import startup_trials
-    from accelsweep.sweeps.driver.searchers import MAX_REPEATED_PROPOSALS
+    from accelsweep.sweeps.driver.define.plan import startup_trials
+    from accelsweep.sweeps.driver.run.searchers import MAX_REPEATED_PROPOSALS
     from accelsweep.trainables.loop.rejection import FIRST_STEP_ALLOWANCE
 
     machine = table.machine
@@ -899,6 +899,6 @@ if __name__ == "__main__":
     # Run as a script, the repository root is not on the path: --concurrency imports
     # benchmarks.concurrent_replay from it.
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from accelsweep.sweeps.driver.cli import main_guard
+    from accelsweep.sweeps.driver.define.cli import main_guard
 
     main_guard(lambda: main(sys.argv[1:]))

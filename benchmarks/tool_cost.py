@@ -62,7 +62,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from accelsweep.sweeps.driver.api import SweepConfig
+from accelsweep import SweepConfig
 from accelsweep.trainables.processes import ProcessStat, descendants, process_table, stat_of
 
 FORMAT = 1
@@ -394,7 +394,7 @@ class SweepClock:
 
     @property
     def trials(self) -> list:
-        from accelsweep.sweeps.driver.callbacks import REUSED
+        from accelsweep.sweeps.driver.run.callbacks import REUSED
 
         return sorted((r for r in self.result.records if r.status != REUSED), key=lambda r: r.created_at) \
             if self.result else []
@@ -409,7 +409,7 @@ def run_timed(sweep, marks_dir: Optional[str] = None) -> SweepClock:
     Tune's fit, returned; and the stopwatch marks its trials left in ``marks_dir``."""
     from ray import tune
 
-    from accelsweep.sweeps.driver.api import run_sweep
+    from accelsweep import run_sweep
 
     clock = SweepClock()
     sweep = dataclasses.replace(sweep, print_line=lambda line: clock.lines.append((time.monotonic(), line)))
@@ -453,7 +453,7 @@ def later_trial_parts(clock: SweepClock) -> list[dict]:
 
 
 def failed_trials(clock: SweepClock) -> list[str]:
-    from accelsweep.sweeps.driver.callbacks import FINISHED, STOPPED_EARLY
+    from accelsweep.sweeps.driver.run.callbacks import FINISHED, STOPPED_EARLY
 
     return [f"trial {r.number}: {r.status} {r.error_class} {r.error}".strip() for r in clock.trials
             if r.status not in (FINISHED, STOPPED_EARLY)]
@@ -497,7 +497,7 @@ def measuring_sweep(name: str, base, scratch: str, marks_dir: str, num_samples: 
     report; the stopwatch around the real trainable."""
     from ray import tune
 
-    from accelsweep.sweeps.driver.api import Sweep
+    from accelsweep import Sweep
     from accelsweep.trainables.trainable import metrics_of
 
     return Sweep(name=name, trainable=functools.partial(stopwatch_trainable, marks_dir=marks_dir),
@@ -620,7 +620,7 @@ def _beside_words(beside: Mapping[str, list]) -> str:
 def measure_repeats(counts: Counts, scratch: str, say: Callable[[str], None], window_factor: float = 1.0) -> dict:
     """The config as ``counts.repeats`` trials of one sweep (``remeasure``), on the Ray
     instance this process holds; ``window_factor`` scales its window length."""
-    from accelsweep.sweeps.driver.api import remeasure
+    from accelsweep import remeasure
 
     config = main_job_config(counts)
     if window_factor != 1.0:
@@ -751,7 +751,7 @@ def measure_driver(counts: Counts, scratch: str, say: Callable[[str], None]) -> 
     knob (every proposal new), ASHA over 2 windows, MLflow into sqlite, the report."""
     from ray import tune
 
-    from accelsweep.sweeps.driver.api import Objective, Sweep
+    from accelsweep import Objective, Sweep
 
     uri = f"sqlite:///{scratch}/mlflow.db"
     sweep = Sweep(name="tool-cost-driver", trainable=trivial_trainable, base=TrivialConfig(),
@@ -808,7 +808,7 @@ def figures_driver(measured: dict) -> list[Figure]:
 def measure_concurrency(counts: Counts, scratch: str, say: Callable[[str], None]) -> dict:
     from ray import tune
 
-    from accelsweep.sweeps.driver.api import Objective, Sweep, remeasure
+    from accelsweep import Objective, Sweep, remeasure
 
     sweep = Sweep(name="tool-cost-sleep", trainable=sleeping_trainable, base=SleepConfig(seconds=counts.sleep_s),
                   metrics=_small_metrics("slept_s", "s"), space={"seconds": tune.choice([counts.sleep_s])},
@@ -861,7 +861,7 @@ def measure_compile(counts: Counts, scratch: str, say: Callable[[str], None], ca
     empty before the first."""
     from ray import tune
 
-    from accelsweep.sweeps.driver.api import remeasure
+    from accelsweep import remeasure
 
     config = main_job_config(QUICK).replace(torch_compile="inductor", batch_size=counts.compile_batches[0],
                                             **cache_changes)
@@ -1116,6 +1116,6 @@ if __name__ == "__main__":
     # Run as a script, the repository root is not on the path: benchmarks.search_efficiency
     # (describe_machine, _write_json) is imported from it.
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from accelsweep.sweeps.driver.cli import main_guard
+    from accelsweep.sweeps.driver.define.cli import main_guard
 
     main_guard(lambda: main(sys.argv[1:]))

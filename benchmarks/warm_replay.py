@@ -4,7 +4,7 @@ another grid's results, as ``--warm-start SWEEP`` begins a sweep from an earlier
     python benchmarks/search_efficiency.py replay TARGET.json --warm-start SOURCE.json \\
         --concurrency 1,4,16,32 --seeds 50
 
-What the tool does (sweeps/driver/warm_start.py), done to the recordings: the source's
+What the tool does (sweeps/driver/define/warm_start.py), done to the recordings: the source's
 WARM_START_CONFIGS best configs that are points of the target's space are proposed
 first, before the baseline; the source's results are told to TPE as completed trials
 only where both grids measured the same thing (the same CPU, ISA limit, versions and
@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
-from accelsweep.sweeps.driver.warm_start import NOT_WORKLOAD_FIELDS, WARM_START_CONFIGS
+from accelsweep.sweeps.driver.define.warm_start import NOT_WORKLOAD_FIELDS, WARM_START_CONFIGS
 from accelsweep.trainables.errors import ConfigError
 from benchmarks.search_efficiency import Policy, Searcher, Table, make_searcher
 

@@ -70,7 +70,7 @@ UNUSED = {
         "ray/jars/": "Java workers (Ray's cross-language API): Ray starts them only where java and these jars "
                      "exist, and a Python sweep needs none",
         "ray/dashboard/client/build/": "the dashboard's web page: a local sweep starts Ray with "
-                                       "include_dashboard=False (sweeps/driver/lifecycle.py connect_ray)",
+                                       "include_dashboard=False (sweeps/driver/run/lifecycle.py connect_ray)",
         "ray/rllib/": "RLlib: Tune imports it only to look up a trainable given by name, and takes an "
                       "ImportError as 'not an RLlib trainable' (ray/tune/registry.py)",
     },

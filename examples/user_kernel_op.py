@@ -10,10 +10,9 @@ one's own package: "package.module:SPEC", or a name under entry point group acce
 
 import numpy as np
 
-from accelsweep.kernels.registry import KernelImpl, OpSpec, importable_module
-from accelsweep.sweeps.driver.api import plan_sweep, run_sweep
-from accelsweep.sweeps.driver.cli import common_parser, main_guard, sweep_options
-from accelsweep.sweeps.driver.kernel_sweep import build_kernel_sweep
+from accelsweep import (
+    KernelImpl, OpSpec, build_kernel_sweep, common_parser, importable_module, main_guard, plan_sweep,
+    run_sweep, sweep_options)
 
 HERE = importable_module(__name__)  # "user_kernel_op", also when run as a script
 

@@ -4,11 +4,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from accelsweep.sweeps.driver.api import Objective, Sweep, plan_sweep, run_sweep
-from accelsweep.sweeps.driver.cli import common_parser, main_guard, platform_from_args, sweep_options
-from accelsweep.trainables.config import TrialConfig
-from accelsweep.trainables.trainable import train_trainable
-from accelsweep.trainables.workloads.base import Workload, WorkloadKnobs, import_path, knob
+from accelsweep import (
+    Objective, Sweep, TrialConfig, Workload, WorkloadKnobs, common_parser, import_path, knob, main_guard,
+    plan_sweep, platform_from_args, run_sweep, sweep_options, train_trainable)
 
 VOCAB = 512
 

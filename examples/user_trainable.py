@@ -8,10 +8,9 @@ from dataclasses import dataclass
 import numpy as np
 from ray import tune
 
-from accelsweep.sweeps.driver.api import Objective, Sweep, SweepConfig, declare_metrics, plan_sweep, run_sweep
-from accelsweep.sweeps.driver.cli import common_parser, main_guard, sweep_options
-from accelsweep.trainables.errors import one_of
-from accelsweep.trainables.metrics import Metric, MetricSet
+from accelsweep import (
+    Metric, MetricSet, Objective, Sweep, SweepConfig, common_parser, declare_metrics, main_guard, one_of,
+    plan_sweep, run_sweep, sweep_options)
 
 SIZES, DTYPES = (64, 128, 256, 512), ("float32", "float64")
 

@@ -1,2 +1,2 @@
-"""accelsweep sweeps: the runnable studies (one module each, read like the seed's
-experiment table) and, in ``accelsweep.sweeps.driver``, the sweep-building library."""
+"""accelsweep sweeps: the runnable studies, one module each, read like the seed's
+experiment table; the sweep-building library is ``accelsweep.sweeps.driver``."""

@@ -24,7 +24,7 @@ Transformer Engine were not installed there. Implementations that
 lack the variant's options or the dtype are listed as skipped, with the reason.
 """
 
-from accelsweep.sweeps.driver.kernel_sweep import run
+from accelsweep.sweeps.driver.run.kernel_sweep import run
 
 SHAPES = {"batch": [8], "heads": [12], "seq": [196, 3136], "head_dim": [64]}
 SMOKE_SHAPES = {"batch": [2], "heads": [4], "seq": [64], "head_dim": [32]}

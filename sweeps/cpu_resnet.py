@@ -58,8 +58,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from accelsweep.sweeps.driver.api import Objective, Sweep, plan_sweep, run_sweep
-from accelsweep.sweeps.driver.cli import common_parser, cost_basis, main_guard, platform_from_args, sweep_options
+from accelsweep import Objective, Sweep, plan_sweep, run_sweep
+from accelsweep.sweeps.driver.define.cli import common_parser, cost_basis, main_guard, platform_from_args, sweep_options
 from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.fresh_process import fresh_process_trainable

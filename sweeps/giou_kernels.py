@@ -16,7 +16,7 @@ ours. --platform xla runs the PyTorch baseline on torch-xla's CPU client (a test
 path, not a speed figure).
 """
 
-from accelsweep.sweeps.driver.kernel_sweep import run
+from accelsweep.sweeps.driver.run.kernel_sweep import run
 
 if __name__ == "__main__":
     run("giou", __doc__.split("\n\n")[0], shapes={"batch": [64, 1024], "boxes": [256]},

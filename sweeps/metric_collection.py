@@ -80,8 +80,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.weak import WeakTensorKeyDictionary
 
-from accelsweep.sweeps.driver.api import Objective, Sweep, plan_sweep, run_sweep
-from accelsweep.sweeps.driver.cli import common_parser, main_guard, platform_from_args, sweep_options
+from accelsweep import Objective, Sweep, plan_sweep, run_sweep
+from accelsweep.sweeps.driver.define.cli import common_parser, main_guard, platform_from_args, sweep_options
 from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.trainable import train_trainable

@@ -31,11 +31,11 @@ from __future__ import annotations
 import functools
 import os
 
-from accelsweep.sweeps.driver.api import Objective, Sweep, plan_sweep, run_sweep
-from accelsweep.sweeps.driver.cli import (at_least_one, common_parser, cost_basis, main_guard, platform_from_args,
+from accelsweep import Objective, Sweep, plan_sweep, run_sweep
+from accelsweep.sweeps.driver.define.cli import (at_least_one, common_parser, cost_basis, main_guard, platform_from_args,
                                           sweep_options)
-from accelsweep.sweeps.driver.precompile import check_precompile, describe_plan, first_proposals, run_precompile
-from accelsweep.sweeps.measurement_flags import add_measurement_flags, with_measurement_flags
+from accelsweep.sweeps.driver.run.neuron_precompile import check_precompile, describe_plan, first_proposals, run_precompile
+from accelsweep.sweeps.driver.define.measurement_flags import add_measurement_flags, with_measurement_flags
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.metrics import TRAINING_METRICS
 from accelsweep.trainables.config import TrialConfig
@@ -47,7 +47,7 @@ from accelsweep.trainables.trainable import train_trainable
 
 DEFAULT_SAMPLES = 24
 # The verdict is confirmed: the baseline and the search's best configs measured again, in
-# turns on a CPU (sweeps/driver/confirm.py), within the time budget.
+# turns on a CPU (sweeps/driver/run/confirm.py), within the time budget.
 CONFIRM_ROUNDS = 3
 # With Ray's start and the summary, the local default run ends within 4 minutes: ahead of a
 # plain Ray Tune script on the same knobs (benchmarks/vs_plain_tune.py, issue 37), whose

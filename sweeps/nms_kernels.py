@@ -7,7 +7,7 @@ The seed measured 2.99 ms (numpy) and 1.231 ms (JAX) on a CPU, 0.416 ms and 0.13
 (Pallas) on a TPU. The sequential Pallas kernel is not written yet.
 """
 
-from accelsweep.sweeps.driver.kernel_sweep import run
+from accelsweep.sweeps.driver.run.kernel_sweep import run
 
 if __name__ == "__main__":
     run("nms", __doc__.split("\n\n")[0], shapes={"boxes": [256, 1024]}, smoke_shapes={"boxes": [128]})

@@ -28,9 +28,9 @@ import itertools
 import os
 from typing import Any, Mapping, Optional, Sequence
 
-from accelsweep.sweeps.driver.api import Objective, Sweep, plan_sweep, run_sweep
-from accelsweep.sweeps.driver.cli import common_parser, main_guard, platform_from_args, sweep_options
-from accelsweep.sweeps.driver.kernel_sweep import SMOKE_MEASUREMENT
+from accelsweep import Objective, Sweep, plan_sweep, run_sweep
+from accelsweep.sweeps.driver.define.cli import common_parser, main_guard, platform_from_args, sweep_options
+from accelsweep.sweeps.driver.run.kernel_sweep import SMOKE_MEASUREMENT
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.metrics import KERNEL_METRICS
 from accelsweep.trainables.harness.microbench import KernelConfig, kernel_trainable
@@ -52,7 +52,7 @@ METRICS = KERNEL_METRICS.replace("tflops", label="TFLOP/s (int8: TOP/s)")
 
 def library_then_blocks(blocks: Mapping[str, Sequence[int]], defaults: Mapping[str, int]):
     """A define-by-run space whose first trial may be the library and whose others are
-    all the kernel. sweeps/driver/lifecycle.py enqueues the baseline as the study's first trial
+    all the kernel. sweeps/driver/run/lifecycle.py enqueues the baseline as the study's first trial
     (trial.number 0); were ``impl`` a knob of every trial, TPE would learn that the
     library is the fastest and keep proposing it instead of searching blocks."""
 

@@ -76,8 +76,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from accelsweep.sweeps.driver.api import Objective, Sweep, plan_sweep, run_sweep
-from accelsweep.sweeps.driver.cli import common_parser, cost_basis, main_guard, platform_from_args, sweep_options
+from accelsweep import Objective, Sweep, plan_sweep, run_sweep
+from accelsweep.sweeps.driver.define.cli import common_parser, cost_basis, main_guard, platform_from_args, sweep_options
 from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.errors import ConfigError, positive_int
 from accelsweep.trainables.metrics import Metric

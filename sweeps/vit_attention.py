@@ -57,8 +57,8 @@ from __future__ import annotations
 import os
 
 from accelsweep.kernels.registry import KernelUnavailable, get_op
-from accelsweep.sweeps.driver.api import Objective, Sweep, plan_sweep, run_sweep
-from accelsweep.sweeps.driver.cli import common_parser, cost_basis, main_guard, platform_from_args, sweep_options
+from accelsweep import Objective, Sweep, plan_sweep, run_sweep
+from accelsweep.sweeps.driver.define.cli import common_parser, cost_basis, main_guard, platform_from_args, sweep_options
 from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.metrics import TRAINING_METRICS

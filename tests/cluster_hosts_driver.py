@@ -1,5 +1,5 @@
 """Drivers that tests/test_cluster_hosts.py runs inside the head's network namespace of a
-hosts cluster (sweeps/driver/cluster_hosts.py): Ray attaches a driver to the raylet of
+hosts cluster (sweeps/driver/ops/cluster_hosts.py): Ray attaches a driver to the raylet of
 its own host, and the head is the driver's host, as on a real cluster. Each prints one
 JSON line last.
 
@@ -40,7 +40,7 @@ def nodes(head_address: str, worker_hosts: list[str]) -> dict:
 def data_parallel(head_address: str, tracking_uri: str, storage: str, placement: str = "STRICT_SPREAD") -> dict:
     """One trial of the CPU training loop with two workers, DDP over gloo; STRICT_SPREAD puts
     one on each worker host. The smallest model and measurement of tests/test_workers.py."""
-    from accelsweep.sweeps.driver.api import Sweep, run_sweep
+    from accelsweep import Sweep, run_sweep
     from accelsweep.trainables.config import TrialConfig
     from accelsweep.trainables.trainable import train_trainable
 

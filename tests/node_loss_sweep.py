@@ -58,7 +58,7 @@ def main(tracking_uri: str, marker_dir: str) -> None:
     import ray.cloudpickle
     from ray.cluster_utils import Cluster
 
-    from accelsweep.sweeps.driver.api import Objective, Sweep, run_sweep
+    from accelsweep import Objective, Sweep, run_sweep
     from accelsweep.trainables.metrics import TRAINING_METRICS
 
     os.environ["NODE_LOSS_MARKERS"] = marker_dir  # nodes started below inherit it

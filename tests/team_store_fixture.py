@@ -1,5 +1,5 @@
 """The ``store`` fixture of the team-store tests (tests/test_team_store.py,
-tests/test_team_store_faults.py): a team store (sweeps/driver/team_store.py) of the
+tests/test_team_store_faults.py): a team store (sweeps/driver/ops/team_store.py) of the
 module's own in a folder under /tmp, on free ports, stopped and removed after it;
 ``running_store`` makes one bound to another address (tests/test_team_store_writers.py).
 
@@ -18,7 +18,7 @@ import tempfile
 
 import pytest
 
-from accelsweep.sweeps.driver import team_store
+from accelsweep.sweeps.driver.ops import team_store
 from tests.mlflow_server import free_port
 
 LOGIN_VARIABLES = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")

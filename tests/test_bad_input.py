@@ -52,7 +52,7 @@ def categorical(name, choices):
 
 
 def plan(base=None, tracking_uri=None, **sweep):
-    from accelsweep.sweeps.driver.api import Sweep, plan_sweep
+    from accelsweep import Sweep, plan_sweep
 
     sweep.setdefault("space", categorical("batch_size", [16, 32]))
     return plan_sweep(Sweep(name="bad_input", trainable=no_trainable, base=base or TrialConfig.make(**MICRO),
@@ -60,13 +60,13 @@ def plan(base=None, tracking_uri=None, **sweep):
 
 
 def fits_locally(base, space, local):
-    from accelsweep.sweeps.driver.preflight import check_fits_locally
+    from accelsweep.sweeps.driver.define.preflight import check_fits_locally
 
     check_fits_locally(plan(base=base, space=space), local=local)
 
 
 def local_cpus() -> int:
-    from accelsweep.sweeps.driver.preflight import local_resources
+    from accelsweep.sweeps.driver.define.preflight import local_resources
 
     return int(local_resources()["CPU"])
 
@@ -90,19 +90,19 @@ def tracking(uri):
 
 
 def tracking_store(uri):
-    from accelsweep.sweeps.driver.store_checks import check_tracking_store
+    from accelsweep.sweeps.driver.define.store_checks import check_tracking_store
 
     check_tracking_store(uri)
 
 
 def storage_path(path):
-    from accelsweep.sweeps.driver.store_checks import check_storage_path
+    from accelsweep.sweeps.driver.define.store_checks import check_storage_path
 
     check_storage_path(path)
 
 
 def ray_address(address):
-    from accelsweep.sweeps.driver.preflight import check_ray_address
+    from accelsweep.sweeps.driver.define.preflight import check_ray_address
 
     check_ray_address(address)
 
@@ -258,7 +258,7 @@ def test_bad_input_is_refused_with_the_whole_message(make_error, expected):
 
 def test_an_unreachable_address_is_refused_in_seconds_not_minutes():
     # ray.init on this address retries for minutes (still retrying after 170 s here).
-    from accelsweep.sweeps.driver.preflight import CONNECT_TIMEOUT_S
+    from accelsweep.sweeps.driver.define.preflight import CONNECT_TIMEOUT_S
 
     started = time.monotonic()
     with pytest.raises(ConfigError):
@@ -269,7 +269,7 @@ def test_an_unreachable_address_is_refused_in_seconds_not_minutes():
 def test_connect_ray_checks_the_address_before_ray_init(monkeypatch):
     import ray
 
-    from accelsweep.sweeps.driver.lifecycle import connect_ray
+    from accelsweep.sweeps.driver.run.lifecycle import connect_ray
 
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "init", lambda *a, **k: pytest.fail("ray.init called with an unreachable address"))
@@ -283,7 +283,7 @@ def test_run_sweep_checks_where_it_runs_before_anything_starts(case, monkeypatch
     forever, no Ray instance starts, no MLflow store is opened."""
     import ray
 
-    from accelsweep.sweeps.driver.api import Sweep, run_sweep
+    from accelsweep import Sweep, run_sweep
 
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "init", lambda *a, **k: pytest.fail("ray.init called before the checks"))
@@ -302,8 +302,8 @@ def test_run_sweep_checks_where_it_runs_before_anything_starts(case, monkeypatch
 
 def test_a_cluster_run_is_not_limited_by_this_machine():
     """The local fit check is for local runs: on a cluster the autoscaler adds nodes."""
-    from accelsweep.sweeps.driver.api import Sweep, preflight
-    from accelsweep.sweeps.driver.preflight import check_fits_locally
+    from accelsweep import Sweep, preflight
+    from accelsweep.sweeps.driver.define.preflight import check_fits_locally
 
     too_big = TrialConfig.make(**MICRO, workers=local_cpus() + 1)
     with pytest.raises(ConfigError, match=r"^cpus_per_worker x workers must be at most"):
@@ -319,11 +319,11 @@ def test_a_cluster_run_is_not_limited_by_this_machine():
 
 
 def test_auto_with_no_platform_present_that_the_study_supports_is_refused():
-    """--platform auto means the same in every study (sweeps/driver/cli.py): the best
+    """--platform auto means the same in every study (sweeps/driver/define/cli.py): the best
     platform present, among those the study has implementations for."""
     from types import SimpleNamespace
 
-    from accelsweep.sweeps.driver.cli import platform_from_args
+    from accelsweep.sweeps.driver.define.cli import platform_from_args
 
     args = SimpleNamespace(platform="auto", address=None, dry_run=False)
     assert platform_from_args(args, ("cpu", "tpu"), "implementations of x")[0] == "cpu"  # no TPU here

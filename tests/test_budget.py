@@ -9,8 +9,8 @@ import time
 import pytest
 import torch
 
-from accelsweep.sweeps.driver.callbacks import REJECTED, REUSED, TrialRecord
-from accelsweep.sweeps.driver.verdict import verdict
+from accelsweep.sweeps.driver.run.callbacks import REJECTED, REUSED, TrialRecord
+from accelsweep.sweeps.driver.reporting.verdict import verdict
 from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.loop.rejection import CompileTimeout, SlowTrial, StepGuard, TrialLimits
@@ -168,7 +168,7 @@ def test_the_speed_probe_times_a_matmul_in_the_dtype_asked_for(monkeypatch):
 def test_a_repeated_proposal_is_answered_from_its_first_result():
     import optuna
 
-    from accelsweep.sweeps.driver.searchers import FailureAwareOptunaSearch, config_key, searched_out, take_reuses
+    from accelsweep.sweeps.driver.run.searchers import FailureAwareOptunaSearch, config_key, searched_out, take_reuses
 
     def space(trial):
         trial.suggest_categorical("a", [1, 2])
@@ -196,7 +196,7 @@ def test_a_repeated_proposal_is_answered_from_its_first_result():
 def test_a_used_up_grid_ends_the_search_instead_of_failing():
     import optuna
 
-    from accelsweep.sweeps.driver.searchers import FailureAwareOptunaSearch, searched_out
+    from accelsweep.sweeps.driver.run.searchers import FailureAwareOptunaSearch, searched_out
 
     def space(trial):
         trial.suggest_categorical("a", [1, 2])
@@ -217,7 +217,7 @@ def test_a_used_up_grid_ends_the_search_instead_of_failing():
 def test_a_proposal_of_a_config_still_running_waits_for_its_result():
     import optuna
 
-    from accelsweep.sweeps.driver.searchers import FailureAwareOptunaSearch
+    from accelsweep.sweeps.driver.run.searchers import FailureAwareOptunaSearch
 
     def space(trial):
         trial.suggest_categorical("a", [1])
@@ -235,7 +235,7 @@ def test_a_proposal_of_a_config_still_running_waits_for_its_result():
 def test_neighbours_are_one_choice_away_on_one_knob():
     from optuna.distributions import CategoricalDistribution, IntDistribution
 
-    from accelsweep.sweeps.driver.searchers import neighbours
+    from accelsweep.sweeps.driver.run.searchers import neighbours
 
     distributions = {"batch_size": CategoricalDistribution([8, 16, 32, 64]),
                      "num_workers": CategoricalDistribution([0, 1, 2]),
@@ -252,7 +252,7 @@ def test_the_last_proposals_step_from_the_leader_to_unmeasured_neighbours():
     one choice at a time, from whichever config leads at its turn."""
     import optuna
 
-    from accelsweep.sweeps.driver.searchers import FailureAwareOptunaSearch, config_key, local_proposals
+    from accelsweep.sweeps.driver.run.searchers import FailureAwareOptunaSearch, config_key, local_proposals
 
     def space(trial):
         trial.suggest_categorical("batch_size", [8, 16, 32, 64])
@@ -288,7 +288,7 @@ def test_the_local_search_begins_early_when_its_time_comes():
 
     import optuna
 
-    from accelsweep.sweeps.driver.searchers import FailureAwareOptunaSearch
+    from accelsweep.sweeps.driver.run.searchers import FailureAwareOptunaSearch
 
     def space(trial):
         trial.suggest_categorical("batch_size", [8, 16, 32, 64])
@@ -340,8 +340,8 @@ def test_a_figure_taken_on_a_loaded_host_is_not_trusted():
 @pytest.mark.host_timing
 @pytest.mark.slow
 def test_a_tiny_sweep_rejects_the_slow_config_and_runs_no_config_twice(tmp_path):
-    from accelsweep.sweeps.driver.api import Objective, Sweep, run_sweep
-    from accelsweep.sweeps.driver.searchers import config_key
+    from accelsweep import Objective, Sweep, run_sweep
+    from accelsweep.sweeps.driver.run.searchers import config_key
     from accelsweep.trainables.trainable import train_trainable
     from tests.test_sweep_e2e import mlflow_runs
 

@@ -18,10 +18,10 @@ import optuna
 import pytest
 from ray import tune
 
-from accelsweep.sweeps.driver.api import Objective, Sweep, SweepConfig, declare_metrics, plan_sweep
-from accelsweep.sweeps.driver.lifecycle import _searcher
-from accelsweep.sweeps.driver.cli import common_parser, sweep_options
-from accelsweep.sweeps.driver.space import SearchSpace
+from accelsweep import Objective, Sweep, SweepConfig, declare_metrics, plan_sweep
+from accelsweep.sweeps.driver.run.lifecycle import _searcher
+from accelsweep.sweeps.driver.define.cli import common_parser, sweep_options
+from accelsweep.sweeps.driver.define.space import SearchSpace
 from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.metrics import Metric, MetricSet

@@ -1,13 +1,13 @@
-"""A change against the baseline (sweeps/driver/changes.py): relative where the baseline
+"""A change against the baseline (sweeps/driver/reporting/changes.py): relative where the baseline
 is far from zero next to the figures, absolute otherwise; and the summary's table uses it."""
 
 from __future__ import annotations
 
 import pytest
 
-from accelsweep.sweeps.driver.changes import describe_change, is_relative
-from accelsweep.sweeps.driver.records import TrialRecord
-from accelsweep.sweeps.driver.report import summary
+from accelsweep.sweeps.driver.reporting.changes import describe_change, is_relative
+from accelsweep.sweeps.driver.record.trial_record import TrialRecord
+from accelsweep.sweeps.driver.reporting.summary import summary
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.metrics import Metric, MetricSet
 

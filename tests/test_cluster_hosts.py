@@ -1,4 +1,4 @@
-"""Several hosts on one machine (sweeps/driver/cluster_hosts.py): a head and two worker
+"""Several hosts on one machine (sweeps/driver/ops/cluster_hosts.py): a head and two worker
 hosts, each in its own network namespace with its own address, Ray token auth on. One
 cluster for the module; its drivers run in the head's namespace (tests/cluster_hosts_driver.py).
 
@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from accelsweep.sweeps.driver import cluster_hosts
+from accelsweep.sweeps.driver.ops import cluster_hosts
 from accelsweep.trainables.processes import stat_of
 from tests.conftest import REPO
 
@@ -101,7 +101,7 @@ def test_a_two_worker_trial_runs_one_rank_per_host_over_gloo(cluster, tmp_path):
 
 def test_a_second_up_is_refused_and_leaves_the_first_alone(cluster):
     with pytest.raises(cluster_hosts.HostsUnavailable, match="exist already .* run `python -m "
-                                                             "accelsweep.sweeps.driver.cluster_hosts down` first"):
+                                                             "accelsweep.sweeps.driver.ops.cluster_hosts down` first"):
         cluster_hosts.up()
     assert cluster_hosts.existing_namespaces() == sorted(host.name for host in cluster.hosts)
     assert all(cluster.processes().values())

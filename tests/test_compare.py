@@ -1,4 +1,4 @@
-"""Comparing sweeps (sweeps/driver/compare.py, sweeps/compare.py): the sentence and the
+"""Comparing sweeps (sweeps/driver/reporting/comparison.py, sweeps/driver/reporting/compare_command.py): the sentence and the
 table on hand-built sweep histories, bad input, and the command on two real CPU smoke
 sweeps priced differently, its verdict checked against the trial runs in MLflow."""
 
@@ -11,11 +11,11 @@ import sys
 
 import pytest
 
-from accelsweep.sweeps.driver.callbacks import TrialRecord
-from accelsweep.sweeps.driver.compare import (COMPARISON_FILES, cheaper_sentence, compare_histories, compare_sweeps,
+from accelsweep.sweeps.driver.run.callbacks import TrialRecord
+from accelsweep.sweeps.driver.reporting.comparison import (COMPARISON_FILES, cheaper_sentence, compare_histories, compare_sweeps,
                                               comparison_plot, entry)
-from accelsweep.sweeps.driver.history import SweepHistory
-from accelsweep.sweeps.driver.report import plain
+from accelsweep.sweeps.driver.record.history import SweepHistory
+from accelsweep.sweeps.driver.reporting.summary import plain
 from accelsweep.trainables.cost import NO_BASIS_HINT
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.metrics import KERNEL_METRICS, TRAINING_METRICS, training_metrics
@@ -187,7 +187,7 @@ def test_bad_refs_are_refused_before_reading_the_store(refs, hint):
 
 
 def run_compare(*args, env=None):
-    return subprocess.run([sys.executable, "sweeps/compare.py", *args], cwd=REPO, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "sweeps/driver/reporting/compare_command.py", *args], cwd=REPO, capture_output=True, text=True,
                           timeout=300, env=env)
 
 
@@ -289,7 +289,7 @@ def test_an_unknown_sweep_ends_the_command_with_status_2(two_sweeps):
 def test_a_base_field_an_older_sweep_did_not_record_is_its_default_not_a_different_workload():
     """Two H100 sweeps compared: the older one, recorded before placement_strategy existed,
     read as '(none) vs PACK', a different workload, though it ran with PACK."""
-    from accelsweep.sweeps.driver.compare import _base_param
+    from accelsweep.sweeps.driver.reporting.comparison import _base_param
 
     older, newer = {"base.batch_size": "16"}, {"base.batch_size": "16", "base.placement_strategy": "PACK"}
     assert _base_param(older, "base.placement_strategy") == _base_param(newer, "base.placement_strategy") == "PACK"

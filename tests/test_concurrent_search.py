@@ -23,7 +23,7 @@ def _score(config) -> float:
 
 
 def _searcher(sampler, token: str):
-    from accelsweep.sweeps.driver.searchers import FailureAwareOptunaSearch
+    from accelsweep.sweeps.driver.run.searchers import FailureAwareOptunaSearch
 
     return FailureAwareOptunaSearch(_space, metric="score", mode="max", sweep_token=token, sampler=sampler)
 
@@ -38,7 +38,7 @@ def _propose_while_running(searcher, finished: int, running: int) -> list:
 
 
 def test_the_sweep_sampler_is_the_constant_liar():
-    from accelsweep.sweeps.driver.searchers import concurrency_aware_tpe
+    from accelsweep.sweeps.driver.run.searchers import concurrency_aware_tpe
 
     assert concurrency_aware_tpe(0, 4)._constant_liar is True  # not left to Optuna's version default
 
@@ -47,7 +47,7 @@ def test_the_sweep_sampler_is_the_constant_liar():
 def test_sixteen_proposals_made_while_all_run_are_sixteen_different_configs(seed):
     """Past TPE's start-up trials, 16 slots free at once: the constant liar has each
     proposal avoid the 15 running before it; every slot gets a config, no two alike."""
-    from accelsweep.sweeps.driver.searchers import concurrency_aware_tpe, config_key
+    from accelsweep.sweeps.driver.run.searchers import concurrency_aware_tpe, config_key
 
     searcher = _searcher(concurrency_aware_tpe(seed, 4), f"liar-{seed}")
     proposals = _propose_while_running(searcher, finished=8, running=16)
@@ -61,7 +61,7 @@ def test_without_the_liar_concurrent_proposals_cluster_and_slots_wait():
     liar fixes, measured on the same seeds."""
     import optuna
 
-    from accelsweep.sweeps.driver.searchers import config_key
+    from accelsweep.sweeps.driver.run.searchers import config_key
 
     waiting = 0
     for seed in range(3):
@@ -77,13 +77,13 @@ def test_without_the_liar_concurrent_proposals_cluster_and_slots_wait():
 def test_more_slots_than_configs_every_config_runs_once_and_the_rest_wait():
     """A 4-config space and 6 free slots: 4 distinct proposals, then the slots wait
     (None), never FINISHED (the configs are running, not measured) and never a repeat."""
-    from accelsweep.sweeps.driver.searchers import concurrency_aware_tpe, config_key, searched_out
+    from accelsweep.sweeps.driver.run.searchers import concurrency_aware_tpe, config_key, searched_out
 
     def small(trial):
         trial.suggest_categorical("a", [1, 2])
         trial.suggest_categorical("b", [1, 2])
 
-    from accelsweep.sweeps.driver.searchers import FailureAwareOptunaSearch
+    from accelsweep.sweeps.driver.run.searchers import FailureAwareOptunaSearch
 
     searcher = FailureAwareOptunaSearch(small, metric="score", mode="max", sweep_token="small-slots",
                                         sampler=concurrency_aware_tpe(0, 2))

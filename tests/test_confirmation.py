@@ -1,6 +1,6 @@
 """Verdicts that hold on a shared machine: contention is measured in every window of a
 user's own trainable, a disturbed trial is tagged and not trusted, and the sweep's verdict
-comes from the confirmation rounds (sweeps/driver/confirm.py), or says "not decided".
+comes from the confirmation rounds (sweeps/driver/run/confirm.py), or says "not decided".
 
 The sweeps here use a user's trainable whose config ``work=1`` is twice as fast as the
 baseline's ``work=2`` (half the matrix products per sample): the right verdict is known."""
@@ -17,11 +17,11 @@ from dataclasses import dataclass
 
 import pytest
 
-from accelsweep.sweeps.driver.api import Objective, Sweep, SweepConfig, declare_metrics, run_sweep
-from accelsweep.sweeps.driver.confirm import (NEAR_BEST, at_typical_speed, candidates, config_key, fitted, judge,
+from accelsweep import Objective, Sweep, SweepConfig, declare_metrics, run_sweep
+from accelsweep.sweeps.driver.run.confirm import (NEAR_BEST, at_typical_speed, candidates, config_key, fitted, judge,
                                              knobs_changed, round_orders, search_budget_s)
-from accelsweep.sweeps.driver.records import FINISHED, TrialRecord
-from accelsweep.sweeps.driver.verdict import EQUAL_WITHIN, confirmed_verdict, verdict
+from accelsweep.sweeps.driver.record.trial_record import FINISHED, TrialRecord
+from accelsweep.sweeps.driver.reporting.verdict import EQUAL_WITHIN, confirmed_verdict, verdict
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.metrics import Metric, MetricSet
 
@@ -218,7 +218,7 @@ def test_the_confirmation_fits_the_budget_left_one_candidate_before_fewer_rounds
 
 
 def test_confirm_rounds_must_pair_at_least_twice():
-    from accelsweep.sweeps.driver.api import plan_sweep
+    from accelsweep import plan_sweep
 
     for bad in (1, -1, 2.5, True):
         with pytest.raises(ConfigError, match=r"^confirm_rounds must be 0 \(no confirmation\), or an integer >= 2"):
@@ -377,9 +377,9 @@ def test_a_disturbed_trial_is_tagged_contended_and_no_confident_wrong_verdict_is
 # ---- a sweep that measured nothing ends non-zero ------------------------------------------
 
 def test_a_study_whose_every_trial_failed_or_none_measured_exits_non_zero(capsys):
-    from accelsweep.sweeps.driver.cli import NOTHING_MEASURED_EXIT, main_guard
-    from accelsweep.sweeps.driver.records import FAILED
-    from accelsweep.sweeps.driver.sweep import SweepResult
+    from accelsweep.sweeps.driver.define.cli import NOTHING_MEASURED_EXIT, main_guard
+    from accelsweep.sweeps.driver.record.trial_record import FAILED
+    from accelsweep.sweeps.driver.define.sweep import SweepResult
 
     def result(*records):
         measured = [r for r in records if r.measured("score")]

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from accelsweep.sweeps.driver.cli import common_parser
-from accelsweep.sweeps.driver.studies import STUDIES, flags_of, study_parser
+from accelsweep.sweeps.driver.define.cli import common_parser
+from accelsweep.sweeps.driver.define.studies import STUDIES, flags_of, study_parser
 from accelsweep.trainables import trial_progress
 from accelsweep.trainables.trial_progress import OUTPUT_LIMIT_BYTES, TAIL_BYTES, TrialProgress, captured_output
 

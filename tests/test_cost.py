@@ -49,8 +49,8 @@ def test_a_sweep_run_from_python_is_told_how_to_price_it_in_the_apis_terms():
     them, and the CLI's cost_basis keeps the flags."""
     import argparse
 
-    from accelsweep.sweeps.driver.api import Sweep
-    from accelsweep.sweeps.driver.cli import cost_basis
+    from accelsweep import Sweep
+    from accelsweep.sweeps.driver.define.cli import cost_basis
 
     _, note = resolve_cost_basis(detect=False)
     default_note = next(f.default for f in dataclasses.fields(Sweep) if f.name == "cost_note")
@@ -124,7 +124,7 @@ def test_imds_timeout_gives_none():
 
 
 def test_a_sweep_given_a_basis_without_its_note_says_the_basis_not_that_there_is_none():
-    from accelsweep.sweeps.driver.api import Sweep
+    from accelsweep import Sweep
     from accelsweep.trainables.config import TrialConfig
     from accelsweep.trainables.cost import NO_BASIS, CostBasis
 

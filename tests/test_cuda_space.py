@@ -7,7 +7,7 @@ import argparse
 import pytest
 
 from accelsweep.sweeps import neuron_vit
-from accelsweep.sweeps.measurement_flags import add_measurement_flags, with_measurement_flags
+from accelsweep.sweeps.driver.define.measurement_flags import add_measurement_flags, with_measurement_flags
 from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.errors import ConfigError
 

@@ -61,7 +61,7 @@ def test_the_site_builds_strict(site):
 
 @pytest.mark.slow
 def test_every_flag_of_every_study_is_in_the_reference(site):
-    from accelsweep.sweeps.driver.studies import STUDIES, study_parser
+    from accelsweep.sweeps.driver.define.studies import STUDIES, study_parser
 
     html = (site / "reference" / "flags" / "index.html").read_text()
     assert len(STUDIES) >= 9

@@ -19,9 +19,9 @@ from types import SimpleNamespace
 import optuna
 import pytest
 
-from accelsweep.sweeps.driver.api import Objective, Sweep, SweepConfig, declare_metrics, plan_sweep
-from accelsweep.sweeps.driver.callbacks import TrialRecord
-from accelsweep.sweeps.driver.report import best_record, pareto_set, summary
+from accelsweep import Objective, Sweep, SweepConfig, declare_metrics, plan_sweep
+from accelsweep.sweeps.driver.run.callbacks import TrialRecord
+from accelsweep.sweeps.driver.reporting.summary import best_record, pareto_set, summary
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.metrics import Metric, MetricSet
 from tests.conftest import REPO
@@ -84,7 +84,7 @@ def plan(trainable=tiny_trainable, base=None, **options):
 # ---- checked before anything starts -------------------------------------------------
 
 def test_the_local_search_takes_a_quarter_of_a_tpe_search_by_default():
-    from accelsweep.sweeps.driver.plan import LOCAL_SEARCH_MAX, local_search_trials
+    from accelsweep.sweeps.driver.define.plan import LOCAL_SEARCH_MAX, local_search_trials
 
     def sweep(**options):
         options.setdefault("objectives", [Objective("score", "max")])
@@ -138,8 +138,8 @@ def test_an_objective_is_checked_against_the_declared_metrics():
 
 
 def test_a_config_without_resource_fields_is_planned_and_sized():
-    from accelsweep.sweeps.driver.lifecycle import _trial_resources
-    from accelsweep.sweeps.driver.preflight import check_fits_locally
+    from accelsweep.sweeps.driver.run.lifecycle import _trial_resources
+    from accelsweep.sweeps.driver.define.preflight import check_fits_locally
 
     bare = plan(base=BareConfig())
     assert bare.resources_of(bare.baseline_point) == {"CPU": 1}
@@ -223,7 +223,7 @@ def test_the_pareto_set_is_every_measured_trial_none_beats_on_all_objectives():
 def test_pareto_stopping_stops_a_trial_only_when_most_beat_it_on_every_objective():
     from ray.tune.schedulers import TrialScheduler
 
-    from accelsweep.sweeps.driver.schedulers import ParetoStoppingRule
+    from accelsweep.sweeps.driver.run.schedulers import ParetoStoppingRule
 
     rule = ParetoStoppingRule(BOTH, max_t=4)
     assert rule.rungs == [1, 2]
@@ -247,8 +247,8 @@ def test_pareto_stopping_stops_a_trial_only_when_most_beat_it_on_every_objective
 def test_several_objectives_get_the_pareto_rule_one_gets_asha():
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 
-    from accelsweep.sweeps.driver.lifecycle import _scheduler
-    from accelsweep.sweeps.driver.schedulers import ParetoStoppingRule
+    from accelsweep.sweeps.driver.run.lifecycle import _scheduler
+    from accelsweep.sweeps.driver.run.schedulers import ParetoStoppingRule
 
     assert isinstance(_scheduler(plan()).scheduler, ASHAScheduler)
     both = plan(objectives=[Objective(*o) for o in BOTH])
@@ -265,7 +265,7 @@ def test_a_contended_window_stops_no_trial_the_next_trustworthy_one_is_judged():
 
     from ray.tune.schedulers import ASHAScheduler, TrialScheduler
 
-    from accelsweep.sweeps.driver.schedulers import TrustedWindowsOnly
+    from accelsweep.sweeps.driver.run.schedulers import TrustedWindowsOnly
 
     class Trial:
         def __init__(self, trial_id):
@@ -305,7 +305,7 @@ def test_asha_stops_no_trial_within_the_noise_of_the_best():
     works the other way round."""
     from ray.tune.schedulers import ASHAScheduler, TrialScheduler
 
-    from accelsweep.sweeps.driver.schedulers import NEAR_BEST, TrustedWindowsOnly
+    from accelsweep.sweeps.driver.run.schedulers import NEAR_BEST, TrustedWindowsOnly
 
     class Trial:
         def __init__(self, trial_id):
@@ -334,7 +334,7 @@ def test_asha_stops_no_trial_within_the_noise_of_the_best():
 # ---- process-wide settings and Ray ---------------------------------------------------
 
 def test_sweep_settings_are_put_back(monkeypatch):
-    from accelsweep.sweeps.driver.lifecycle import sweep_settings
+    from accelsweep.sweeps.driver.run.lifecycle import sweep_settings
 
     monkeypatch.delenv("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", raising=False)
     monkeypatch.setenv("TUNE_GLOBAL_CHECKPOINT_S", "60")  # the caller's own
@@ -352,7 +352,7 @@ def test_sweep_settings_are_put_back(monkeypatch):
 
 
 def test_an_address_other_than_the_running_instances_is_refused():
-    from accelsweep.sweeps.driver.preflight import check_running_ray
+    from accelsweep.sweeps.driver.define.preflight import check_running_ray
 
     running = "10.1.2.3:6379"
     for same in (None, "local", "auto", "10.1.2.3:6379", "ray://10.1.2.3:10001"):
@@ -374,7 +374,7 @@ def test_an_address_other_than_the_running_instances_is_refused():
 def test_preflight_refuses_a_mismatched_address_before_anything_starts(monkeypatch, tmp_path):
     import ray
 
-    from accelsweep.sweeps.driver.api import run_sweep
+    from accelsweep import run_sweep
 
     monkeypatch.setattr(ray, "is_initialized", lambda: True)
     monkeypatch.setattr(ray, "get_runtime_context", lambda: SimpleNamespace(gcs_address="10.1.2.3:6379"))
@@ -390,7 +390,7 @@ NOTEBOOK = """
 import json, os, sys
 import ray, ray.cloudpickle
 import tests.test_driver_api as here
-from accelsweep.sweeps.driver.api import Objective, run_sweep
+from accelsweep import Objective, run_sweep
 from accelsweep.trainables.errors import ConfigError
 
 ray.cloudpickle.register_pickle_by_value(here)  # Ray's workers cannot import tests/
@@ -471,7 +471,7 @@ def test_run_sweep_twice_in_one_process_leaves_two_sweeps_and_no_ray_of_its_own(
 
 
 def test_remeasure_runs_each_config_the_times_asked_interleaved_and_checks_them():
-    from accelsweep.sweeps.driver.api import plan_sweep, remeasure
+    from accelsweep import plan_sweep, remeasure
 
     sweep = tiny_sweep("r", "sqlite:///unused.db", None)
     again = remeasure(sweep, [{"knob": 3}, {"knob": 1}], times=3)
@@ -493,7 +493,7 @@ def test_what_a_sweep_sets_in_the_environment_does_not_outlive_it(tmp_path, ray_
     process's environment is as it was, whatever set what in between."""
     import os
 
-    from accelsweep.sweeps.driver.api import run_sweep
+    from accelsweep import run_sweep
 
     monkeypatch.delenv("KMP_DUPLICATE_LIB_OK", raising=False)
     monkeypatch.setenv("ACCELSWEEP_TEST_VARIABLE", "as the caller set it")

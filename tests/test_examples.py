@@ -17,13 +17,13 @@ EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
 README = (ROOT / "README.md").read_text()
 # The modules whose __all__ is the public API (README: "Write your own sweep").
 PUBLIC_MODULES = (
-    "accelsweep.sweeps.driver.api", "accelsweep.sweeps.driver.cli", "accelsweep.sweeps.driver.kernel_sweep",
+    "accelsweep", "accelsweep.sweeps.driver.define.cli", "accelsweep.sweeps.driver.run.kernel_sweep",
     "accelsweep.trainables.workloads.base", "accelsweep.trainables.config", "accelsweep.trainables.trainable",
     "accelsweep.trainables.metrics", "accelsweep.trainables.errors", "accelsweep.trainables.loop.measure",
     "accelsweep.trainables.loop.train_loop", "accelsweep.trainables.fresh_process",
     "accelsweep.trainables.harness.microbench", "accelsweep.trainables.loop.rejection", "accelsweep.kernels.registry",
-    "accelsweep.sweeps.driver.history", "accelsweep.sweeps.driver.sweep_report", "accelsweep.sweeps.driver.study",
-    "accelsweep.sweeps.driver.compare", "accelsweep.trainables.cost",
+    "accelsweep.sweeps.driver.record.history", "accelsweep.sweeps.driver.reporting.report_artifacts", "accelsweep.sweeps.driver.record.optuna_study",
+    "accelsweep.sweeps.driver.reporting.comparison", "accelsweep.trainables.cost",
 )
 
 

@@ -70,7 +70,7 @@ def faulty_trainable(searched, base, cost=None):
 def test_each_failure_kind_is_a_failed_run_and_the_sweep_goes_on(ray_session, tracking_uri):
     import ray.cloudpickle
 
-    from accelsweep.sweeps.driver.api import Objective, Sweep, run_sweep
+    from accelsweep import Objective, Sweep, run_sweep
     from accelsweep.trainables.metrics import TRAINING_METRICS
 
     import tests.test_nan_capture
@@ -124,7 +124,7 @@ def test_each_failure_kind_is_a_failed_run_and_the_sweep_goes_on(ray_session, tr
 def test_the_searcher_is_told_a_reported_failure_is_a_failure():
     import optuna
 
-    from accelsweep.sweeps.driver.searchers import FailureAwareOptunaSearch
+    from accelsweep.sweeps.driver.run.searchers import FailureAwareOptunaSearch
 
     searcher = FailureAwareOptunaSearch(lambda trial: {"x": trial.suggest_categorical("x", [1, 2])},
                                         metric="throughput_samples_per_s", mode="max", seed=0)

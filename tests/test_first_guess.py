@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import pytest
 
-from accelsweep.sweeps.driver.api import Objective, Sweep, plan_sweep
-from accelsweep.sweeps.driver.cli import common_parser, sweep_options
-from accelsweep.sweeps.driver.first_guess import LABEL
-from accelsweep.sweeps.driver.lifecycle import _searcher
-from accelsweep.sweeps.driver.searchers import local_proposals
+from accelsweep import Objective, Sweep, plan_sweep
+from accelsweep.sweeps.driver.define.cli import common_parser, sweep_options
+from accelsweep.sweeps.driver.define.first_guess import LABEL
+from accelsweep.sweeps.driver.run.lifecycle import _searcher
+from accelsweep.sweeps.driver.run.searchers import local_proposals
 from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.platforms.capabilities import not_known
 from accelsweep.trainables.platforms.cpu import CpuPlatform, cpu_capabilities

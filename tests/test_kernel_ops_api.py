@@ -13,8 +13,8 @@ import pytest
 
 from accelsweep.kernels import registry
 from accelsweep.kernels.registry import ENTRY_POINT_GROUP, OPS, KernelImpl, OpSpec, get_op, importable_module
-from accelsweep.sweeps.driver.api import plan_sweep
-from accelsweep.sweeps.driver.kernel_sweep import SMOKE_MEASUREMENT, build_kernel_sweep, kernel_main
+from accelsweep import plan_sweep
+from accelsweep.sweeps.driver.run.kernel_sweep import SMOKE_MEASUREMENT, build_kernel_sweep, kernel_main
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.harness.microbench import KernelConfig, kernel_metrics, kernel_trainable, run_microbench
 
@@ -248,7 +248,7 @@ def test_the_trainable_declares_its_metrics_per_op():
 
 
 @pytest.mark.parametrize("module", ["accelsweep.kernels.registry", "accelsweep.trainables.harness.microbench",
-                                    "accelsweep.sweeps.driver.kernel_sweep"])
+                                    "accelsweep.sweeps.driver.run.kernel_sweep"])
 def test_public_names_are_listed_and_exist(module):
     import importlib
 

@@ -1,11 +1,11 @@
-"""A kernel grid over several shapes in the summary (sweeps/driver/report.py): each shape
+"""A kernel grid over several shapes in the summary (sweeps/driver/reporting/summary.py): each shape
 ranked apart, its best implementation named and set against the baseline's implementation
 at that shape; the baseline's own table compares within its shape."""
 
 from __future__ import annotations
 
-from accelsweep.sweeps.driver.records import TrialRecord
-from accelsweep.sweeps.driver.report import kernel_shapes, summary
+from accelsweep.sweeps.driver.record.trial_record import TrialRecord
+from accelsweep.sweeps.driver.reporting.summary import kernel_shapes, summary
 from accelsweep.trainables.metrics import KERNEL_METRICS
 from tests.test_kernel_ops_api import ROW_SUM_PATH
 

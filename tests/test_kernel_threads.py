@@ -9,8 +9,8 @@ import os
 
 import pytest
 
-from accelsweep.sweeps.driver.api import plan_sweep
-from accelsweep.sweeps.driver.kernel_sweep import build_kernel_sweep, kernel_main
+from accelsweep import plan_sweep
+from accelsweep.sweeps.driver.run.kernel_sweep import build_kernel_sweep, kernel_main
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.harness.microbench import KernelConfig, run_microbench
 from tests.test_kernel_ops_api import FAST, ROW_SUM_PATH

@@ -230,8 +230,8 @@ def test_dtypes_are_checked_per_implementation():
 
 
 def test_noisy_kernel_figures_are_flagged_in_progress_and_summary():
-    from accelsweep.sweeps.driver.callbacks import SweepCallback, TrialRecord
-    from accelsweep.sweeps.driver.report import summary
+    from accelsweep.sweeps.driver.run.callbacks import SweepCallback, TrialRecord
+    from accelsweep.sweeps.driver.reporting.summary import summary
     from accelsweep.trainables.metrics import KERNEL_METRICS
 
     def record(number, cv, host_cv=0.01):

@@ -24,8 +24,8 @@ import time
 
 import pytest
 
-from accelsweep.sweeps.driver.local_ray import RECORD, instance_processes, stop_processes
-from accelsweep.sweeps.driver.stop_signals import StopSignals, SweepInterrupted
+from accelsweep.sweeps.driver.run.local_ray import RECORD, instance_processes, stop_processes
+from accelsweep.sweeps.driver.run.stop_signals import StopSignals, SweepInterrupted
 from tests.conftest import REPO
 from tests.test_sweep_e2e import mlflow_runs
 
@@ -145,8 +145,8 @@ def test_a_driver_killed_alone_takes_its_ray_instance_with_it(tmp_path):
 # waits (to be killed) or shuts it down at once.
 START = """
 import sys, time
-from accelsweep.sweeps.driver import local_ray
-from accelsweep.sweeps.driver.lifecycle import connect_ray
+from accelsweep.sweeps.driver.run import local_ray
+from accelsweep.sweeps.driver.run.lifecycle import connect_ray
 print(connect_ray(None), flush=True)
 if sys.argv[1] == "wait":
     time.sleep(600)

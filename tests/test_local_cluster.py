@@ -1,5 +1,5 @@
 """The cluster path on one machine: Ray's own autoscaler, with its fake provider, launching
-cluster.yaml's node types as sweeps ask for them (sweeps/driver/local_cluster.py).
+cluster.yaml's node types as sweeps ask for them (sweeps/driver/ops/local_cluster.py).
 
 One cluster for the module, on a free loopback port, idle nodes stopped after a few
 seconds. What is checked is the cluster's behaviour (which node type starts, where
@@ -17,7 +17,7 @@ import time
 import pytest
 import yaml
 
-from accelsweep.sweeps.driver import local_cluster
+from accelsweep.sweeps.driver.ops import local_cluster
 from accelsweep.trainables.cost import PRICE_TABLE
 from accelsweep.trainables.processes import process_table
 from tests.conftest import ACCELSWEEP

@@ -173,12 +173,12 @@ def test_the_sweep_refuses_any_block_shape_that_cannot_run():
 def test_the_library_is_the_baseline_and_every_searched_trial_is_the_kernel():
     import optuna
 
-    from accelsweep.sweeps.driver.api import plan_sweep
+    from accelsweep import plan_sweep
     from accelsweep.sweeps.pallas_matmul import SMOKE_BLOCKS, SMOKE_SHAPE, build_sweep
 
     plan = plan_sweep(build_sweep(sweep_args(), SMOKE_SHAPE, SMOKE_BLOCKS))
     assert plan.baseline_point == {"impl": "jax-dot", "bm": 128, "bk": 128, "bn": 128}
-    # As the searcher runs it (sweeps/driver/lifecycle.py): the baseline enqueued first, then TPE.
+    # As the searcher runs it (sweeps/driver/run/lifecycle.py): the baseline enqueued first, then TPE.
     study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=0, n_startup_trials=2))
     study.enqueue_trial(plan.baseline_point)
     proposed = []

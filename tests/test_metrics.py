@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from accelsweep.sweeps.driver.callbacks import SweepCallback, TrialRecord
-from accelsweep.sweeps.driver.report import summary
+from accelsweep.sweeps.driver.run.callbacks import SweepCallback, TrialRecord
+from accelsweep.sweeps.driver.reporting.summary import summary
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.metrics import DRIVER_METRICS, KERNEL_METRICS, TRAINING_METRICS, Metric, MetricSet
 
@@ -26,7 +26,7 @@ def space(trial):
 
 
 def plan(metrics, *objectives):
-    from accelsweep.sweeps.driver.api import Objective, Sweep, plan_sweep
+    from accelsweep import Objective, Sweep, plan_sweep
     from accelsweep.trainables.config import TrialConfig
 
     return plan_sweep(Sweep(name="metrics", trainable=lambda *a, **k: None, base=TrialConfig.make(model="vit-micro"),

@@ -3,7 +3,7 @@ server`` serves it on 127.0.0.1, and headless Chromium (Debian's package, instal
 env/browser.sh) checks what a person opening the sweep would see: the parent run with
 its trials nested under it, the report and plots among the parent run's artifacts, and a
 plot that actually renders. Twice: on the sweep's sqlite store, and on a team store
-(sweeps/driver/team_store.py: PostgreSQL, served artifacts, basic auth: the browser sends
+(sweeps/driver/ops/team_store.py: PostgreSQL, served artifacts, basic auth: the browser sends
 the login as an Authorization header), written by the same command.
 
     .venv/bin/python -m pytest -q tests/test_mlflow_ui.py
@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from accelsweep.sweeps.driver.sweep_report import PLOTS_DIR, REPORT_FILES
+from accelsweep.sweeps.driver.reporting.report_artifacts import PLOTS_DIR, REPORT_FILES
 from tests.browser import REPO, Chromium, find_chromium
 from tests.conftest import ACCELSWEEP
 from tests.mlflow_server import MlflowServer
@@ -38,7 +38,7 @@ from tests.team_store_fixture import store  # noqa: F401 - a team store, started
 pytestmark = pytest.mark.slow
 
 EXPERIMENT = "X"  # the shared main job's (tests/conftest.py)
-# What a training sweep logs on its parent run (sweeps/driver/sweep_report.py), relative
+# What a training sweep logs on its parent run (sweeps/driver/reporting/report_artifacts.py), relative
 # to the run's artifact root; the browser must list each of them, and whatever else the
 # store holds there. PLOT_TO_RENDER is opened and looked at.
 TRAINING_PLOTS = ("tradeoff.png", "progress.png", "importance.png", "parallel.png", "curves.png", "utilisation.png")
@@ -70,7 +70,7 @@ class Served:
 
 
 # The same checks against the two servers a person opens: `mlflow server` on the sweep's
-# sqlite store, and a team store's (sweeps/driver/team_store.py: PostgreSQL, served
+# sqlite store, and a team store's (sweeps/driver/ops/team_store.py: PostgreSQL, served
 # artifacts, basic auth), written by the same command with --tracking-uri http://...
 @pytest.fixture(scope="module", params=["sqlite", "team-store"])
 def served(request, chromium, tmp_path_factory):

@@ -181,7 +181,7 @@ def test_neuron_vit_flag_sets_the_base_config(monkeypatch):
 def test_neuron_sweep_with_capture_keeps_one_worker_per_trial():
     """Each gradient of a multi-worker trial is an all-reduce a capture cannot replay,
     so with the capture on the Neuron space does not search workers."""
-    from accelsweep.sweeps.driver.api import Objective, Sweep, plan_sweep
+    from accelsweep import Objective, Sweep, plan_sweep
     from accelsweep.sweeps.neuron_vit import base_config, make_space
     from accelsweep.trainables.metrics import TRAINING_METRICS
 

@@ -18,9 +18,9 @@ import sys
 
 import pytest
 
-from accelsweep.sweeps.driver.api import Sweep, run_sweep
-from accelsweep.sweeps.driver.plan import plan_sweep
-from accelsweep.sweeps.driver.preflight import check_fits_locally
+from accelsweep import Sweep, run_sweep
+from accelsweep.sweeps.driver.define.plan import plan_sweep
+from accelsweep.sweeps.driver.define.preflight import check_fits_locally
 from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.cost import resolve_cost_basis
 from accelsweep.trainables.errors import ConfigError

@@ -1,4 +1,4 @@
-"""The sweep report's plots (sweeps/driver/plots.py), from hand-made trial records: each
+"""The sweep report's plots (sweeps/driver/reporting/plots.py), from hand-made trial records: each
 writes a PNG that is not blank, marks what the report computes (the Pareto set, the best
 so far), and says why when it has nothing to draw. No Ray, no MLflow."""
 
@@ -8,9 +8,9 @@ import math
 
 import pytest
 
-from accelsweep.sweeps.driver import plots
-from accelsweep.sweeps.driver.callbacks import FAILED, FINISHED, REJECTED, REUSED, STOPPED_EARLY, TrialRecord
-from accelsweep.sweeps.driver.report import pareto_set
+from accelsweep.sweeps.driver.reporting import plots
+from accelsweep.sweeps.driver.run.callbacks import FAILED, FINISHED, REJECTED, REUSED, STOPPED_EARLY, TrialRecord
+from accelsweep.sweeps.driver.reporting.summary import pareto_set
 from accelsweep.trainables.cost import NO_BASIS_CLI_HINT, NO_BASIS_HINT
 from accelsweep.trainables.errors import ConfigError
 

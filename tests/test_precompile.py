@@ -17,7 +17,7 @@ from accelsweep.trainables.config import TrialConfig
 
 
 def test_the_command_runs_the_trials_own_config_under_neuron_parallel_compile():
-    from accelsweep.sweeps.driver.precompile import precompile_command, precompile_env
+    from accelsweep.sweeps.driver.run.neuron_precompile import precompile_command, precompile_env
 
     config = TrialConfig.make(platform="neuron", model="vit-b16", batch_size=32, neuron_optlevel=3,
                               neuron_target="trn1", compile_cache="s3://bucket/cache")
@@ -30,7 +30,7 @@ def test_the_command_runs_the_trials_own_config_under_neuron_parallel_compile():
 
 
 def test_precompile_is_refused_where_it_cannot_help():
-    from accelsweep.sweeps.driver.precompile import check_precompile
+    from accelsweep.sweeps.driver.run.neuron_precompile import check_precompile
 
     with pytest.raises(ConfigError, match="--precompile must be 0 on platform 'cpu' .it runs Neuron's "
                                           "neuron_parallel_compile.; got 3"):
@@ -43,8 +43,8 @@ def test_precompile_is_refused_where_it_cannot_help():
 
 @pytest.mark.slow
 def test_the_precompiled_configs_are_the_ones_the_sweep_proposes_first(ray_session, tracking_uri):
-    from accelsweep.sweeps.driver.api import Objective, Sweep, plan_sweep, run_sweep
-    from accelsweep.sweeps.driver.precompile import first_proposals
+    from accelsweep import Objective, Sweep, plan_sweep, run_sweep
+    from accelsweep.sweeps.driver.run.neuron_precompile import first_proposals
     from accelsweep.trainables.trainable import train_trainable
 
     def space(trial):
@@ -74,7 +74,7 @@ echo "Compiling 3 graphs"
 DRIVER = """
 import ray, sys
 ray.init(num_cpus=2, resources={"neuron_cores": 2}, include_dashboard=False)
-from accelsweep.sweeps.driver.precompile import run_precompile
+from accelsweep.sweeps.driver.run.neuron_precompile import run_precompile
 from accelsweep.trainables.config import TrialConfig
 base = TrialConfig.make(platform="neuron", model="vit-b16", neuron_target="trn1",
                         compile_cache="/shared/cache").to_dict()

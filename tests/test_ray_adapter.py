@@ -145,7 +145,7 @@ def test_tunes_saved_experiment_is_read_repaired_and_set_aside_where_a_save_is_c
 
     from ray import tune
 
-    from accelsweep.sweeps.driver.searchers import FailureAwareOptunaSearch
+    from accelsweep.sweeps.driver.run.searchers import FailureAwareOptunaSearch
 
     searcher = FailureAwareOptunaSearch(x_space, metric="y", mode="max", sweep_token="adapter", budget=2)
     tune.Tuner(one_report, tune_config=tune.TuneConfig(search_alg=searcher, num_samples=2, max_concurrent_trials=1),

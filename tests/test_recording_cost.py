@@ -44,7 +44,7 @@ def test_a_write_that_fails_and_a_study_given_up_are_counted(tmp_path, monkeypat
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
-    from accelsweep.sweeps.driver.study import SweepStudy
+    from accelsweep.sweeps.driver.record.optuna_study import SweepStudy
 
     store = open_store("sqlite", str(tmp_path), print)
     calls = {"n": 0}

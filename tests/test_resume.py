@@ -196,7 +196,7 @@ def test_resume_without_a_stopped_sweep_is_refused(tmp_path):
 def test_a_resumed_searcher_learns_what_the_killed_driver_measured_and_proposes_its_cut_off_configs_first():
     from ray.tune.search import Searcher
 
-    from accelsweep.sweeps.driver.searchers import (FailureAwareOptunaSearch, MeasuredRun, ResumeNews, take_reuses,
+    from accelsweep.sweeps.driver.run.searchers import (FailureAwareOptunaSearch, MeasuredRun, ResumeNews, take_reuses,
                                                     tell_resumed)
 
     def space(trial):

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from accelsweep.kernels.registry import KernelImpl, OpSpec, get_op
-from accelsweep.sweeps.driver.callbacks import FAILED, FINISHED, TrialRecord
-from accelsweep.sweeps.driver.plots import PlotStamp
-from accelsweep.sweeps.driver.report import summary
-from accelsweep.sweeps.driver.roofline_plot import roofline_plot
+from accelsweep.sweeps.driver.run.callbacks import FAILED, FINISHED, TrialRecord
+from accelsweep.sweeps.driver.reporting.plots import PlotStamp
+from accelsweep.sweeps.driver.reporting.summary import summary
+from accelsweep.sweeps.driver.reporting.roofline_plot import roofline_plot
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.harness.microbench import KernelConfig, kernel_metrics, run_microbench
 from accelsweep.trainables.metrics import KERNEL_METRICS

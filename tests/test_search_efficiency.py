@@ -10,7 +10,7 @@ import pytest
 
 from benchmarks.search_efficiency import (POLICIES, TARGET_POLICY, Grid, Policy, Summary, Table, compare,
                                           main_job_grid, record, rejection, replay)
-from accelsweep.sweeps.driver.searchers import MAX_REPEATED_PROPOSALS
+from accelsweep.sweeps.driver.run.searchers import MAX_REPEATED_PROPOSALS
 from accelsweep.trainables.errors import ConfigError
 
 BATCH = 16

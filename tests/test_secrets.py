@@ -203,7 +203,7 @@ def test_a_smoke_sweep_records_no_secret(main_job, tmp_path):
 LISTENERS = r'''
 import json, os, socket, sys, time
 os.environ.pop("RAY_AUTH_MODE", None)
-from accelsweep.sweeps.driver.lifecycle import connect_ray
+from accelsweep.sweeps.driver.run.lifecycle import connect_ray
 connect_ray(None)
 time.sleep(5)  # Ray starts its workers and agents after ray.init returns
 
@@ -335,7 +335,7 @@ def test_a_server_password_goes_to_mlflow_variables_not_the_uri(monkeypatch):
 
 
 def fault_plan(tracking_uri, study_storage=None, seed=0, windows=2):
-    from accelsweep.sweeps.driver.api import Objective, Sweep, plan_sweep
+    from accelsweep import Objective, Sweep, plan_sweep
     from tests.fault_sweep import FaultSweepConfig, sleepy_trainable
 
     return plan_sweep(Sweep(name="fault_sweep", trainable=sleepy_trainable, base=FaultSweepConfig(windows=windows),
@@ -350,8 +350,8 @@ def test_what_tune_pickles_holds_no_database_password():
     password stays in the driver's memory."""
     import ray.cloudpickle as cloudpickle
 
-    from accelsweep.sweeps.driver.callbacks import SweepCallback
-    from accelsweep.sweeps.driver.study import SweepStudy
+    from accelsweep.sweeps.driver.run.callbacks import SweepCallback
+    from accelsweep.sweeps.driver.record.optuna_study import SweepStudy
 
     uri, study_url = "postgresql://ml:tracking-db-pw-1@db/mlflow", "postgresql://ml:study-db-pw-22@db/optuna"
     plan = fault_plan(uri, study_storage=study_url)
@@ -373,7 +373,7 @@ def test_what_tune_pickles_holds_no_database_password():
 
 
 def test_resume_compares_the_defining_flags_not_the_password(tmp_path):
-    from accelsweep.sweeps.driver.resume_check import ResumeMismatch, check_same_sweep, defining_flags
+    from accelsweep.sweeps.driver.define.resume_check import ResumeMismatch, check_same_sweep, defining_flags
 
     stopped = {"defines": defining_flags(fault_plan(f"http://ml:old-pw-123@127.0.0.1:5000"))}
     assert "old-pw-123" not in json.dumps(stopped)

@@ -4,7 +4,7 @@ import pytest
 from ray import tune
 
 from accelsweep.trainables.errors import ConfigError
-from accelsweep.sweeps.driver.space import SearchSpace
+from accelsweep.sweeps.driver.define.space import SearchSpace
 
 
 def branching(trial):

@@ -1,6 +1,6 @@
 """Where a sweep writes, shared or broken: the MLflow store and Optuna study opened by
 several processes at once (sweeps/driver/record/sqlite_store.py), tracking stores that cannot take
-a sweep's writes (sweeps/driver/store_checks.py), and a storage path that is read-only,
+a sweep's writes (sweeps/driver/define/store_checks.py), and a storage path that is read-only,
 full, or fills up mid-sweep (store_checks.py, storage_watch.py).
 
 Every fault is injected for real: processes started at one instant on one new store, a
@@ -27,7 +27,7 @@ import time
 
 import pytest
 
-from accelsweep.sweeps.driver.store_checks import MIN_FREE_BYTES, PROBE_BOUND_S, check_tracking_store
+from accelsweep.sweeps.driver.define.store_checks import MIN_FREE_BYTES, PROBE_BOUND_S, check_tracking_store
 from accelsweep.trainables.errors import ConfigError
 from tests.conftest import REPO
 from tests.test_sweep_e2e import mlflow_runs
@@ -174,8 +174,8 @@ def test_two_sweeps_started_together_on_one_new_store_both_finish_beside_a_polli
 
 
 def test_sweeps_of_one_name_in_one_second_get_their_own_study_and_experiment_folder(tmp_path):
-    from accelsweep.sweeps.driver.store_checks import claim_experiment_dir
-    from accelsweep.sweeps.driver.study import SweepStudy
+    from accelsweep.sweeps.driver.define.store_checks import claim_experiment_dir
+    from accelsweep.sweeps.driver.record.optuna_study import SweepStudy
 
     url = f"sqlite:///{tmp_path}/s.optuna.db"
     first, second = (SweepStudy(url, "sweep-20260101-000000", [("x", "max")], {}) for _ in range(2))
@@ -429,7 +429,7 @@ def test_a_storage_path_that_fills_up_mid_sweep_stops_the_sweep_and_resume_finis
     """A tmpfs a little over the minimum, filled to 2 MiB free once the first trial has
     started: the sweep stops with exit status 75 and how to resume, nothing RUNNING in
     MLflow, no traceback; with room again, --resume finishes it."""
-    from accelsweep.sweeps.driver.storage_watch import STOP_FREE_BYTES
+    from accelsweep.sweeps.driver.run.storage_watch import STOP_FREE_BYTES
 
     markers, uri = tmp_path / "markers", f"sqlite:///{tmp_path}/m.db"
     markers.mkdir()
@@ -471,7 +471,7 @@ def test_a_storage_path_that_fills_up_mid_sweep_stops_the_sweep_and_resume_finis
 def test_tunes_failed_copy_for_want_of_room_stops_the_sweep_without_its_traceback(tmp_path, caplog):
     """The disk filled between two checks: Tune's copy fails and logs a traceback; the
     watch drops that line and stops the sweep at its next check."""
-    from accelsweep.sweeps.driver.storage_watch import SYNCER_LOGGER, StorageWatch
+    from accelsweep.sweeps.driver.run.storage_watch import SYNCER_LOGGER, StorageWatch
 
     said_lines, stopped = [], []
     watch = StorageWatch(str(tmp_path), said_lines.append)
@@ -491,7 +491,7 @@ def test_tunes_failed_copy_for_want_of_room_stops_the_sweep_without_its_tracebac
 def test_tunes_failed_save_of_its_state_is_said_once_without_its_traceback(tmp_path, caplog):
     """Tune's forced save logs an ERROR with the exception attached (not in the message):
     read-only storage. The watch drops it and says what failed in its own line."""
-    from accelsweep.sweeps.driver.storage_watch import EXPERIMENT_STATE_LOGGER, StorageWatch
+    from accelsweep.sweeps.driver.run.storage_watch import EXPERIMENT_STATE_LOGGER, StorageWatch
 
     said_lines, stopped = [], []
     watch = StorageWatch(str(tmp_path), said_lines.append)
@@ -543,7 +543,7 @@ def test_a_new_store_is_a_copy_of_the_schema_built_once_per_library_version(tmp_
 def test_another_applications_sqlite_database_is_refused_and_left_untouched(tmp_path):
     """A `sqlite:///` URI naming a database of another application's (its tables, none of
     MLflow's): refused before anything is written, the file byte for byte as it was."""
-    from accelsweep.sweeps.driver.store_checks import check_study_storage
+    from accelsweep.sweeps.driver.define.store_checks import check_study_storage
 
     theirs = tmp_path / "inventory.db"
     with contextlib.closing(sqlite3.connect(theirs)) as database:
@@ -573,7 +573,7 @@ def test_a_tracking_server_that_answers_503_is_said_to_be_failing_not_misaddress
     """The team store's MLflow server with its database out of connections answers 503: the
     check must say the server is up but its store is not, and quote it (in CI it first
     said 'not MLflow's REST API: is this the server's root address?')."""
-    from accelsweep.sweeps.driver.store_checks import check_tracking_store
+    from accelsweep.sweeps.driver.define.store_checks import check_tracking_store
 
     with http_server(503, b'{"error_code": "TEMPORARILY_UNAVAILABLE", "message": "too many clients"}') as uri:
         with pytest.raises(ConfigError, match=r"tracking_uri") as refused:

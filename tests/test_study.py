@@ -1,4 +1,4 @@
-"""The sweep's Optuna study (sweeps/driver/study.py): what each trial's outcome becomes
+"""The sweep's Optuna study (sweeps/driver/record/optuna_study.py): what each trial's outcome becomes
 there, read back through Optuna's own API."""
 
 import optuna
@@ -6,8 +6,8 @@ import pytest
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
-from accelsweep.sweeps.driver.callbacks import TrialRecord
-from accelsweep.sweeps.driver.study import SweepStudy, default_study_storage, validate_study_storage
+from accelsweep.sweeps.driver.run.callbacks import TrialRecord
+from accelsweep.sweeps.driver.record.optuna_study import SweepStudy, default_study_storage, validate_study_storage
 from accelsweep.trainables.errors import ConfigError
 
 SPACE = {"batch_size": CategoricalDistribution([8, 16]), "precision": CategoricalDistribution(["fp32", "bf16"])}
@@ -95,7 +95,7 @@ class FlakyStudy:
 def study_callback(study, said):
     from types import SimpleNamespace
 
-    from accelsweep.sweeps.driver.callbacks import SweepCallback
+    from accelsweep.sweeps.driver.run.callbacks import SweepCallback
 
     tracker = SimpleNamespace(tracking_uri="sqlite:///unused.db", experiment="e", parent_run_id="p",
                               buffer=SimpleNamespace(run_id_of=lambda run_id: run_id))

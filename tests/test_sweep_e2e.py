@@ -15,7 +15,7 @@ from tests.conftest import REPO
 
 def mlflow_runs(uri, experiment, confirmations=False):
     """(parent runs, trial runs) of ``experiment``: the search's trials, or with
-    ``confirmations`` the confirmation phase's (sweeps/driver/confirm.py)."""
+    ``confirmations`` the confirmation phase's (sweeps/driver/run/confirm.py)."""
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(uri)
@@ -68,7 +68,7 @@ def test_main_job_smoke_sweep_lands_in_mlflow(smoke_sweep):
 
     parents, children = mlflow_runs(uri, "X")
     # The main job confirms its verdict: the baseline and its best configs run again, taking
-    # turns a window each (sweeps/driver/confirm.py): a trial per config, its windows the rounds.
+    # turns a window each (sweeps/driver/run/confirm.py): a trial per config, its windows the rounds.
     _, confirmations = mlflow_runs(uri, "X", confirmations=True)
     reused = [r for r in children if r.data.tags["status"] == "reused"]  # repeated proposals: answered, not run
     assert all(r.data.tags["reused_from_trial"] for r in reused)
@@ -133,7 +133,7 @@ def failing_for_batch_8(searched, base, cost=None):
 def test_failed_trials_are_recorded_and_the_sweep_goes_on(ray_session, tracking_uri):
     import ray.cloudpickle
 
-    from accelsweep.sweeps.driver.api import Sweep, run_sweep
+    from accelsweep import Sweep, run_sweep
     from accelsweep.trainables.config import TrialConfig
     from accelsweep.trainables.cost import resolve_cost_basis
     from accelsweep.trainables.metrics import TRAINING_METRICS
@@ -282,14 +282,14 @@ def test_the_report_rebuilds_from_the_store_alone(smoke_sweep, tmp_path):
     name, run_id = parents[0].info.run_name, parents[0].info.run_id
     # The report's count of trials and seconds is the console's, to the second.
     said = re.search(r"^== neuron_vit on cpu: (\d+ trials in \d+ s) ", out, re.M).group(1)
-    done = subprocess.run([sys.executable, "sweeps/report.py", name, "--tracking-uri", uri, "--out",
+    done = subprocess.run([sys.executable, "sweeps/driver/reporting/report_command.py", name, "--tracking-uri", uri, "--out",
                            str(tmp_path / "out"), "--no-log"], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     logged = open(MlflowClient(uri).download_artifacts(run_id, "report.md", str(tmp_path))).read()
     assert (tmp_path / "out" / "report.md").read_text() == logged  # the same record, the same report
     assert f"neuron_vit on cpu: {said} " in logged, (said, logged[:300])
     assert (tmp_path / "out" / "plots" / "tradeoff.png").stat().st_size > 10_000
-    unknown = subprocess.run([sys.executable, "sweeps/report.py", "no-such-sweep", "--tracking-uri", uri],
+    unknown = subprocess.run([sys.executable, "sweeps/driver/reporting/report_command.py", "no-such-sweep", "--tracking-uri", uri],
                              cwd=REPO, capture_output=True, text=True, timeout=300)
     assert unknown.returncode == 2 and "Traceback" not in unknown.stderr
     assert f"error: sweep must be the run id or run name of one sweep's parent run (the newest: {name}); got " \
@@ -298,7 +298,7 @@ def test_the_report_rebuilds_from_the_store_alone(smoke_sweep, tmp_path):
 
 @pytest.mark.slow
 def test_remeasure_runs_each_config_again_as_trials_of_its_own(ray_session, tracking_uri):
-    from accelsweep.sweeps.driver.api import Sweep, remeasure, run_sweep
+    from accelsweep import Sweep, remeasure, run_sweep
     from accelsweep.trainables.config import TrialConfig
     from accelsweep.trainables.metrics import TRAINING_METRICS
     from accelsweep.trainables.trainable import train_trainable

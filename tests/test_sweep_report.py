@@ -1,5 +1,5 @@
 """The sweep report's parts that read a real Optuna study or a user's trial results
-(sweeps/driver/sweep_report.py): the device stamped on its plots, and knob importance
+(sweeps/driver/reporting/report_artifacts.py): the device stamped on its plots, and knob importance
 ranked for the objective's direction."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import itertools
 import optuna
 import pytest
 
-from accelsweep.sweeps.driver.history import SweepHistory
-from accelsweep.sweeps.driver.records import TrialRecord
-from accelsweep.sweeps.driver.sweep_report import _stamp, knob_importances
+from accelsweep.sweeps.driver.record.history import SweepHistory
+from accelsweep.sweeps.driver.record.trial_record import TrialRecord
+from accelsweep.sweeps.driver.reporting.report_artifacts import _stamp, knob_importances
 from accelsweep.trainables.metrics import Metric, MetricSet
 
 METRICS = MetricSet(metrics=(Metric("score", "", "max", label="score", progress="{:.1f}"),), headline=("score",))
@@ -66,7 +66,7 @@ def test_the_knob_that_makes_the_best_trials_ranks_first_in_every_direction(tmp_
 def test_a_kernel_sweeps_report_has_its_roofline_figure_and_line(tmp_path):
     import os
 
-    from accelsweep.sweeps.driver.sweep_report import PLOTS_DIR, build_report
+    from accelsweep.sweeps.driver.reporting.report_artifacts import PLOTS_DIR, build_report
     from accelsweep.trainables.metrics import KERNEL_METRICS
     from tests.test_roofline import matmul_trials
 

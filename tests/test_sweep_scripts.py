@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from accelsweep.sweeps.driver.cli import NOTHING_MEASURED_EXIT
+from accelsweep.sweeps.driver.define.cli import NOTHING_MEASURED_EXIT
 from tests.conftest import REPO
 from tests.test_sweep_e2e import mlflow_runs
 

@@ -1,4 +1,4 @@
-"""A team's record (sweeps/driver/team_store.py): PostgreSQL started from the machine's own
+"""A team's record (sweeps/driver/ops/team_store.py): PostgreSQL started from the machine's own
 server programs, an MLflow server on it serving the artifacts, the studies in the same
 server; a sweep recorded there in full, its password nowhere, the connections bounded."""
 
@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from accelsweep.sweeps.driver import team_store
+from accelsweep.sweeps.driver.ops import team_store
 from tests.conftest import ACCELSWEEP
 from tests.team_store_fixture import needs_postgresql, store  # noqa: F401 - the module's store
 
@@ -63,7 +63,7 @@ def test_a_sweep_records_everything_on_the_team_store_with_bounded_connections(s
     from mlflow.tracking import MlflowClient
     import optuna
 
-    from accelsweep.sweeps.driver.study import DRIVER_CONNECTIONS
+    from accelsweep.sweeps.driver.record.optuna_study import DRIVER_CONNECTIONS
 
     password = open(store.credentials).read().strip().rsplit(":", 1)[1]
     env = {**os.environ, "PGPASSFILE": store.credentials, "RAY_AUTH_MODE": "disabled"}

@@ -1,4 +1,4 @@
-"""A team store (sweeps/driver/team_store.py) behind basic auth, and what its faults do to
+"""A team store (sweeps/driver/ops/team_store.py) behind basic auth, and what its faults do to
 a sweep writing to it: the MLflow server restarted mid-sweep, PostgreSQL restarted
 mid-sweep, the database refusing new connections (its max_connections taken by another
 client). Each fault is real: the store's own server processes stopped and started again,
@@ -25,7 +25,7 @@ import urllib.request
 
 import pytest
 
-from accelsweep.sweeps.driver import team_store
+from accelsweep.sweeps.driver.ops import team_store
 from tests.conftest import REPO
 from tests.team_store_fixture import environment, needs_postgresql, store  # noqa: F401 - the module's store
 from tests.test_sweep_e2e import mlflow_runs
@@ -77,7 +77,7 @@ def _group_of(pid: int) -> int:
 def test_a_check_of_the_store_logs_in_from_mlflows_credentials_file(store, tmp_path, monkeypatch):
     """The store's mlflow-credentials, copied to ~/.mlflow/credentials as `team-store up`
     says, is what the check before a sweep logs in with when no variable is set."""
-    from accelsweep.sweeps.driver.store_checks import check_tracking_store
+    from accelsweep.sweeps.driver.define.store_checks import check_tracking_store
     from accelsweep.trainables.errors import ConfigError
 
     for name in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"):
@@ -360,7 +360,7 @@ def test_a_login_costs_the_server_little(store):
 
 OPEN_STUDY_STORAGE = """
 import sys, time
-from accelsweep.sweeps.driver.study import shared_storage
+from accelsweep.sweeps.driver.record.optuna_study import shared_storage
 url, start_at = sys.argv[1], float(sys.argv[2])
 while time.time() < start_at:
     time.sleep(0.001)

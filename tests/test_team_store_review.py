@@ -1,4 +1,4 @@
-"""What a team reviews on its store (sweeps/driver/team_store.py): ``accelsweep report``
+"""What a team reviews on its store (sweeps/driver/ops/team_store.py): ``accelsweep report``
 and ``accelsweep compare`` against the MLflow server's URI (http://, basic auth, served
 artifacts), reading sweeps' records and their PostgreSQL studies, and logging what they
 build back on the server. (The MLflow UI on this server: tests/test_mlflow_ui.py.)"""

@@ -1,6 +1,6 @@
 """Many writers on one team store (issue 30, item 2): four sweeps started together against
 one MLflow server and one study database. Where this machine can make network namespaces
-(root, ``ip netns``: sweeps/driver/cluster_hosts.py), two drivers run on each of two hosts,
+(root, ``ip netns``: sweeps/driver/ops/cluster_hosts.py), two drivers run on each of two hosts,
 each host a namespace with its own address, and the store is bound to the bridge's address
 as a team's store host would be; else four processes here. Each driver brings its own
 private local Ray, as four people each sweeping on their own machine would.
@@ -20,7 +20,9 @@ import threading
 
 import pytest
 
-from accelsweep.sweeps.driver import cluster_hosts, team_store
+from accelsweep.sweeps.driver.ops import cluster_hosts
+
+from accelsweep.sweeps.driver.ops import team_store
 from tests.conftest import ACCELSWEEP, REPO
 from tests.team_store_fixture import needs_postgresql, running_store
 
@@ -80,8 +82,8 @@ def test_four_sweeps_at_once_keep_every_record_and_the_connections_bounded(write
     from mlflow.tracking import MlflowClient
     import optuna
 
-    from accelsweep.sweeps.driver.cli import NOTHING_MEASURED_EXIT
-    from accelsweep.sweeps.driver.study import DRIVER_CONNECTIONS
+    from accelsweep.sweeps.driver.define.cli import NOTHING_MEASURED_EXIT
+    from accelsweep.sweeps.driver.record.optuna_study import DRIVER_CONNECTIONS
 
     store, hosts = writers
     env = {**os.environ, "PGPASSFILE": store.credentials, "RAY_AUTH_MODE": "disabled"}

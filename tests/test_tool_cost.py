@@ -19,7 +19,7 @@ from benchmarks.tool_cost import (TARGETS, Figure, SweepClock, coefficient_of_va
                                   judge, later_trial_parts, main, others_cpu_ticks, outside_loop_parts,
                                   paired_slowdown, peak_overlap, repeat_figures, slot_seconds_per_trial,
                                   tool_cores)
-from accelsweep.sweeps.driver.callbacks import TrialRecord
+from accelsweep.sweeps.driver.run.callbacks import TrialRecord
 from accelsweep.trainables.errors import ConfigError
 from tests.conftest import REPO
 

@@ -1,4 +1,4 @@
-"""The per-trial progress deadline (sweeps/driver/deadline.py, --trial-timeout-s).
+"""The per-trial progress deadline (sweeps/driver/run/deadline.py, --trial-timeout-s).
 
 The slow test hangs a real trial (tests/fault_sweep.py FAULT_SWEEP_HANG: after its first
 window it starts a child ``sleep`` and waits for ever) and checks what the sweep left:
@@ -17,8 +17,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from accelsweep.sweeps.driver import deadline as deadline_module
-from accelsweep.sweeps.driver.deadline import (DRIVER_PAUSE_S, StallRule, TrialDeadline, check_trial_timeout,
+from accelsweep.sweeps.driver.run import deadline as deadline_module
+from accelsweep.sweeps.driver.run.deadline import (DRIVER_PAUSE_S, StallRule, TrialDeadline, check_trial_timeout,
                                                kill_process_tree)
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.loop.failures import TIMEOUT
@@ -169,8 +169,8 @@ def test_a_bad_trial_timeout_is_a_config_error_naming_the_field(given):
 
 
 def test_plan_sweep_checks_trial_timeout_and_the_flag_refuses_zero():
-    from accelsweep.sweeps.driver.api import Objective, Sweep, plan_sweep
-    from accelsweep.sweeps.driver.cli import common_parser, sweep_options
+    from accelsweep import Objective, Sweep, plan_sweep
+    from accelsweep.sweeps.driver.define.cli import common_parser, sweep_options
     from tests.fault_sweep import FaultSweepConfig, sleepy_trainable
 
     def sweep(timeout):

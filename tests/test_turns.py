@@ -1,4 +1,4 @@
-"""The confirmation in turns (trainables/turns.py, sweeps/driver/confirm.py): configs alive
+"""The confirmation in turns (trainables/turns.py, sweeps/driver/run/confirm.py): configs alive
 at once, one measuring a window at a time, in rotated rounds; nobody measures before all
 are ready; a trial that ends or goes silent gives up its turns; the rounds are read back
 from the trials' records alone."""
@@ -11,10 +11,10 @@ import time
 
 import pytest
 
-from accelsweep.sweeps.driver.confirm import (TURN_FIGURES, judge, measurements, round_orders, turn_rounds,
+from accelsweep.sweeps.driver.run.confirm import (TURN_FIGURES, judge, measurements, round_orders, turn_rounds,
                                               turns_refused)
-from accelsweep.sweeps.driver.lifecycle import _shared_resources
-from accelsweep.sweeps.driver.records import FINISHED, TrialRecord
+from accelsweep.sweeps.driver.run.lifecycle import _shared_resources
+from accelsweep.sweeps.driver.record.trial_record import FINISHED, TrialRecord
 from accelsweep.trainables.turns import TurnBaton, drain_steps, trial_turns, current_turns, turn_key
 
 

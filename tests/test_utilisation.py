@@ -212,7 +212,7 @@ def test_a_trials_utilisation_is_its_model_flops_times_throughput_over_the_peak(
 
 @pytest.mark.parametrize("goal", [0, 1.5, -0.1, True, "half"])
 def test_a_utilisation_goal_outside_0_to_1_is_refused_by_name(goal):
-    from accelsweep.sweeps.driver.plan import check_utilisation_goal
+    from accelsweep.sweeps.driver.define.plan import check_utilisation_goal
     from accelsweep.trainables.metrics import TRAINING_METRICS
 
     with pytest.raises(ConfigError) as refused:
@@ -221,7 +221,7 @@ def test_a_utilisation_goal_outside_0_to_1_is_refused_by_name(goal):
 
 
 def test_a_utilisation_goal_for_a_trainable_without_utilisation_is_refused():
-    from accelsweep.sweeps.driver.plan import check_utilisation_goal
+    from accelsweep.sweeps.driver.define.plan import check_utilisation_goal
     from accelsweep.trainables.metrics import KERNEL_METRICS
 
     with pytest.raises(ConfigError, match="stop_at_utilisation"):
@@ -229,7 +229,7 @@ def test_a_utilisation_goal_for_a_trainable_without_utilisation_is_refused():
 
 
 def test_the_flag_reaches_the_sweep():
-    from accelsweep.sweeps.driver.cli import common_parser, sweep_options
+    from accelsweep.sweeps.driver.define.cli import common_parser, sweep_options
 
     parser = common_parser("t", default_samples=2)
     assert sweep_options(parser.parse_args(["--stop-at-utilisation", "0.4"]), default_samples=2)[
@@ -244,7 +244,7 @@ def test_a_sweep_stops_at_its_utilisation_goal_and_says_so(ray_session, tracking
     and the summary, the parent run and the progress say why."""
     from mlflow.tracking import MlflowClient
 
-    from accelsweep.sweeps.driver.api import Sweep, run_sweep
+    from accelsweep import Sweep, run_sweep
     from accelsweep.trainables.config import TrialConfig
     from accelsweep.trainables.metrics import TRAINING_METRICS
     from accelsweep.trainables.trainable import train_trainable
@@ -283,8 +283,8 @@ def test_a_model_that_cannot_be_counted_says_why_on_each_device(tmp_path):
 def test_the_summary_names_the_baseline_s_own_peak_when_its_precision_differs():
     """On the H100 the fp32 baseline sat at 42.6% of the fp32 peak and the bf16 best at 12.4%
     of the bf16 one, 4.3x faster: the line must say whose peak each share is of."""
-    from accelsweep.sweeps.driver.records import TrialRecord
-    from accelsweep.sweeps.driver.report import utilisation_lines
+    from accelsweep.sweeps.driver.record.trial_record import TrialRecord
+    from accelsweep.sweeps.driver.reporting.summary import utilisation_lines
 
     def trial(number, dtype, tflops, peak):
         return TrialRecord(number=number, trial_id=str(number), searched={}, config={}, resources={},

@@ -1,4 +1,4 @@
-"""--warm-start SWEEP (sweeps/driver/warm_start.py): an earlier sweep's best configs
+"""--warm-start SWEEP (sweeps/driver/define/warm_start.py): an earlier sweep's best configs
 proposed first, checked against the new space; its results told to the searcher only
 where hardware, workload and versions match. Unit checks on hand-built records, then
 the main job's real smoke sweep store (the session's shared run) as the earlier sweep."""
@@ -15,8 +15,8 @@ import pytest
 from optuna.distributions import CategoricalDistribution
 
 from tests.conftest import REPO
-from accelsweep.sweeps.driver.records import TrialRecord
-from accelsweep.sweeps.driver.warm_start import _mismatches, _point, unique_points, warm_trials
+from accelsweep.sweeps.driver.record.trial_record import TrialRecord
+from accelsweep.sweeps.driver.define.warm_start import _mismatches, _point, unique_points, warm_trials
 
 DISTRIBUTIONS = {"batch_size": CategoricalDistribution([8, 16, 32]), "precision": CategoricalDistribution(["fp32"])}
 
@@ -85,7 +85,7 @@ def test_warm_points_come_once_and_old_results_become_completed_trials():
 def test_the_searcher_told_old_results_models_from_them_at_once():
     """Told results count as TPE's start-up trials: with 4 told and 4 start-up trials, the
     first proposal is TPE's own, next to the told best (batch 32), not a random one."""
-    from accelsweep.sweeps.driver.searchers import FailureAwareOptunaSearch, concurrency_aware_tpe
+    from accelsweep.sweeps.driver.run.searchers import FailureAwareOptunaSearch, concurrency_aware_tpe
 
     def space(trial):
         trial.suggest_categorical("batch_size", [8, 16, 32])
@@ -112,8 +112,8 @@ def _sweep_name(uri: str):
 
 
 def _best_first(uri: str, name: str) -> list[dict]:
-    from accelsweep.sweeps.driver.history import load_sweep
-    from accelsweep.sweeps.driver.report import ranked
+    from accelsweep.sweeps.driver.record.history import load_sweep
+    from accelsweep.sweeps.driver.reporting.summary import ranked
 
     history = load_sweep(uri, name)
     measured = sorted(ranked(history.records, "throughput_samples_per_s"),

@@ -2,7 +2,7 @@
 
 import pytest
 
-from accelsweep.sweeps.driver.api import Sweep, run_sweep
+from accelsweep import Sweep, run_sweep
 from tests.test_sweep_e2e import mlflow_runs
 from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.platforms import get_platform

@@ -178,7 +178,7 @@ def test_nan_capture_and_replay_work_for_a_user_workload(tmp_path):
 
 
 def test_a_sweep_proposing_a_bad_workload_knob_is_refused_before_any_trial():
-    from accelsweep.sweeps.driver.api import Objective, Sweep, plan_sweep
+    from accelsweep import Objective, Sweep, plan_sweep
     from accelsweep.trainables.trainable import train_trainable
 
     def space(trial):

@@ -17,8 +17,8 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
-from accelsweep.sweeps.driver.api import Objective, Sweep, run_sweep
-from accelsweep.sweeps.driver.cli import common_parser, main_guard, sweep_options
+from accelsweep import Objective, Sweep, run_sweep
+from accelsweep.sweeps.driver.define.cli import common_parser, main_guard, sweep_options
 from accelsweep.trainables.config import DictConfig
 from accelsweep.trainables.metrics import TRAINING_METRICS
 

@@ -6,11 +6,9 @@ one result dict. Nothing downstream re-derives a knob; it reads it from this con
 
 ``TrialConfig`` holds the generic knobs, the platform's own (``knobs``, a frozen
 dataclass the platform declares: ``CpuKnobs``, ``XlaKnobs``, ``NeuronKnobs``, ...) and
-the workload's own (``workload_knobs``: the ``Knobs`` of the workload it names,
-trainables/workloads/base.py). As a flat dict (Tune configs, search spaces, MLflow params) all
-sit side by side under their own names; ``TrialConfig.from_dict`` is the one place a
-flat dict becomes a config, and ``TrialConfig.make(**flat)`` the same for keyword
-arguments:
+the workload's own (``workload_knobs``, trainables/workloads/base.py). As a flat dict
+(Tune configs, search spaces, MLflow params) all sit side by side under their own names;
+``TrialConfig.from_dict`` and ``TrialConfig.make(**flat)`` are the one way in:
 
     TrialConfig.make(platform="cpu", model="vit-micro", threads=2)
     TrialConfig.make(workload="my_package.lm:TinyLM", seq_len=128)

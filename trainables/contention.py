@@ -1,23 +1,14 @@
 """How much of the machine a trial did not get while it measured: contention, read
 directly from the kernel's CPU accounting, for every window of every trainable.
 
-A trial's speed depends on the cores it gets. A speed probe between windows (a fixed
-single-threaded loop: measure.host_probe_s) does not see a competitor: with 2 intra-op
-threads on 2 cores and one other busy process, each op waits for the thread that lost its
-core (calls go bimodal, 0.06 ms or 5-16 ms) while a one-thread probe keeps a core and runs
-at full speed. So each window is bracketed by two readings of:
-
-- the CPU time the whole machine spent busy (``/proc/stat``: user, nice, system, irq,
-  softirq) and stolen from it by the hypervisor (``steal``: a VM's neighbours);
-- the CPU time of the trial's own process tree (the process and everything below it:
-  data loader workers, compile workers, a fresh-process trial's child).
-
-``other_cpus`` is what other processes used during the window, in cores (busy time minus
-the trial's own, plus steal, over the window's wall time). The cores the trial left free
-(the machine's, minus those it holds) absorb some of it; past them by more than
-CONTENDED_CPUS, the trial's threads shared their cores: the window is ``contended``.
-
-Linux only: elsewhere a reading is None and no window is judged (said, not guessed).
+A speed probe between windows (a fixed single-threaded loop: measure.host_probe_s) does
+not see a competitor: with as many intra-op threads as cores, each op waits for the
+thread that lost its core while a one-thread probe keeps a core and runs at full speed.
+So each window is bracketed by two readings of the machine's busy and stolen CPU time
+(``/proc/stat``) and of the trial's own process tree (``read_cpu``). ``other_cpus`` is
+what other processes used, in cores; past the cores the trial left free by more than
+CONTENDED_CPUS, the window is ``contended``. Linux only: elsewhere a reading is None and
+no window is judged (said, not guessed).
 """
 
 from __future__ import annotations
@@ -34,15 +25,12 @@ __all__ = ["CONTENDED_CPUS", "HELD_CPUS_VARIABLE", "Contention", "ContentionMete
            "machine_cpus", "read_cpu", "trial_contention", "WindowsOfReports"]
 
 # Other processes' CPU, in cores, beyond the cores a trial left free, above which a
-# window counts as contended. Measured on this project's 2-core AMD EPYC VM
-# (benchmarks/contention.py; benchmarks/data/contention_amd_epyc_2cpu.json): a quiet local
-# sweep's own neighbours (raylet, GCS, Tune's driver loop, MLflow writes, the progress
-# actor) read 0.04-0.13 cores in the smoke model's 0.3-2 s windows, and no window of a
-# quiet default main job was contended; a competitor the meter read at 0.21 cores slowed
-# a 2-thread training step by 30% (median; 16-38%), at 0.68 cores by 69%. So 0.15: above
-# what a quiet sweep reads itself, below a neighbour that moves a figure by a quarter.
-# Smaller neighbours slow such a step too (0.065 cores: 17%); they show as noise, and
-# the confirmation phase's interleaving spreads them over every config.
+# window counts as contended. Set between two readings of benchmarks/contention.py (its
+# record: benchmarks/data/contention_amd_epyc_2cpu.json): above what a quiet local sweep's
+# own neighbours (raylet, GCS, Tune's driver loop, MLflow writes, the progress actor) read,
+# below a competitor that moves a 2-thread training step's figure by a quarter. Smaller
+# neighbours slow such a step too; they show as noise, and the confirmation phase's
+# interleaving spreads them over every config.
 CONTENDED_CPUS = 0.15
 
 _TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -111,7 +99,11 @@ def _tree_ticks(root: int) -> int:
 
 
 def read_cpu(root: Optional[int] = None) -> Optional[CpuReading]:
-    """The machine's and the process tree's CPU time now (``root``: this process)."""
+    """The machine's and the process tree's CPU time now (``root``: this process): the CPU
+    time the whole machine spent busy (``/proc/stat``: user, nice, system, irq, softirq)
+    and stolen from it by the hypervisor (``steal``: a VM's neighbours), and that of the
+    trial's own process tree (the process and everything below it: data loader workers,
+    compile workers, a fresh-process trial's child)."""
     machine = _machine_ticks()
     if machine is None:
         return None
@@ -139,6 +131,8 @@ class ContentionMeter:
         self._start = read_cpu(self.root)
 
     def stop(self) -> Optional[Contention]:
+        """Other processes' CPU over the window, in cores: the machine's busy time minus the
+        trial's own, plus steal, over the window's wall time."""
         start, end = self._start, read_cpu(self.root)
         self._start = end  # back-to-back windows: the next one starts here
         if start is None or end is None or end.at <= start.at:

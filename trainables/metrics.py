@@ -120,7 +120,7 @@ class MetricSet:
                               f"{'Higher' if better == 'max' else 'Lower'} {metric} is better.")
 
 
-# Measured by the sweep driver for every trial (sweeps/driver/callbacks.py), not by the
+# Measured by the sweep driver for every trial (sweeps/driver/run/callbacks.py), not by the
 # trainable: wall time outside the measured loop, and what the trial's resources cost.
 DRIVER_METRICS = (
     Metric("trial_cost_usd", "USD", "min", label="trial cost ($)", fmt="{:.5f}"),

@@ -1,14 +1,10 @@
 """What the hardware could do: the peak a trial's achieved TFLOP/s is a fraction of.
 
-Two kinds of figure, never confused:
-
-- **datasheet**: the vendor's published dense (no sparsity) peak for a precision, per
-  device (a GPU, a NeuronCore, a TPU chip), with its source cited beside it in
-  ``DATASHEET``. Nothing here measured them: this project has no such hardware.
-- **measured here**: on a CPU, the attainable peak is what a large GEMM reaches on the
-  cores the trial holds (``measure_cpu_peak``), cached per machine with the conditions it
-  was measured under; the theoretical one beside it comes from the ISA and the clock
-  (``cpu_theoretical_peak``), each of its factors named.
+Two kinds of figure, never confused: **datasheet**, the vendor's published dense (no
+sparsity) peak for a precision, per device (a GPU, a NeuronCore, a TPU chip), its source
+cited beside it in ``DATASHEET`` and never called measured; **measured here**, on a CPU,
+what a large GEMM reaches on the cores the trial holds (``measure_cpu_peak``, cached per
+machine), beside the theoretical one from the ISA and the clock (``cpu_theoretical_peak``).
 
     from accelsweep.trainables.peaks import peak_for
     peak = peak_for("cpu", "fp32", devices=1, threads=2)   # measured here (cached)
@@ -219,7 +215,7 @@ def measure_cpu_peak(dtype: str, threads: int, size: int = GEMM_SIZE, repeats: i
         while True:  # a size that fits the run
             start = time.perf_counter()
             torch.mm(a, b, out=out)
-            # A dtype the CPU emulates (bf16 on AVX2: ~100x slower) would take seconds a call.
+            # A dtype the CPU emulates (bf16 on AVX2: many times slower) would take seconds a call.
             if time.perf_counter() - start < seconds / 2 or size <= MIN_GEMM_SIZE:
                 break
             size //= 2
@@ -247,9 +243,8 @@ def measure_cpu_peak(dtype: str, threads: int, size: int = GEMM_SIZE, repeats: i
 # STREAM-style kernels over float32 arrays: what each does, and how many array sizes it
 # counts as moved (each array read or written once, as STREAM counts). Counted bytes per
 # second differ between them: a write costs a cache-line fill besides the write itself,
-# uncounted, so a kernel that reads more than it writes reaches more (this project's 2-core
-# EPYC VM, 2026-11-26, best runs: add 26, read 25, copy 17 GB/s). The roof is the best of
-# them; copy alone, STREAM's usual figure, would put a plain vector add above its roof.
+# uncounted, so a kernel that reads more than it writes reaches more. The roof is the best
+# of them; copy alone, STREAM's usual figure, would put a plain vector add above its roof.
 BANDWIDTH_KERNELS = {  # name -> (arrays counted, (torch, a, b, c) -> None)
     "read": (1, lambda torch, a, b, c: a.sum()),
     "copy": (2, lambda torch, a, b, c: c.copy_(a)),

@@ -154,7 +154,7 @@ def sigterm_handler_kept():
     """A context in which ``ray.init`` leaves the process's SIGTERM handler alone. It
     sets one to exit at once, and a local head node one that kills the instance's
     processes first (the driver's core worker then aborts: SIGABRT, a C++ stack); a
-    sweep handles SIGTERM itself (accelsweep.sweeps.driver.stop_signals)."""
+    sweep handles SIGTERM itself (accelsweep.sweeps.driver.run.stop_signals)."""
     import contextlib
 
     import ray._private.utils as ray_utils
@@ -181,7 +181,7 @@ def local_instance_confined(agent_shim: str) -> Any:
     back into the machine's address unless ``ray_constants.ENABLE_RAY_CLUSTER`` is False
     (Ray's own default on macOS and Windows), which it reads when called.
     (2) The raylet starts the DashboardAgent and RuntimeEnvAgent without a parent-death
-    signal; ``agent_shim`` (sweeps/driver/raylet_child.py) is put in front of their
+    signal; ``agent_shim`` (sweeps/driver/run/raylet_child.py) is put in front of their
     command, as Ray itself puts memray there: it sets one, then execs the agent."""
     import contextlib
     import sys
@@ -244,7 +244,7 @@ def entrypoint_shown_as(redact) -> Any:
     return shown()
 
 
-# Tune's saved experiment (a stopped sweep's, for --resume: sweeps/driver/resumed_runs.py).
+# Tune's saved experiment (a stopped sweep's, for --resume: sweeps/driver/record/resumed_runs.py).
 # Tune writes it every TUNE_GLOBAL_CHECKPOINT_S into the experiment directory: the newest
 # experiment_state-<session>.json (each trial's JSON state, with its status) and
 # search_gen_state-<session>.json (a cloudpickle, despite its name: the search generator's
@@ -267,7 +267,7 @@ def saved_trial_statuses(experiment_dir: str) -> Any:
     the files of one save beside those of the one before (all in place). A save whose files
     do not all read, or disagree on the trials (the search generator's count of them, the
     searcher's own trials), is set aside (moved to ``SET_ASIDE``), and the one before it is
-    taken: what happened since is in MLflow (sweeps/driver/resumed_runs.py)."""
+    taken: what happened since is in MLflow (sweeps/driver/record/resumed_runs.py)."""
     import json
     import os
     import pickle

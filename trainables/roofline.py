@@ -1,5 +1,4 @@
-"""A kernel against its roofline: how fast it could run, given what one call computes and
-moves, on what it runs.
+"""A kernel against its roofline: how fast it could run, given what one call computes and moves, on what it runs.
 
     roofline = kernel_roofline(config, device_label, flops=True, bytes_moved=True)
     result.update(roofline.fields(flops, bytes_moved, latency_p50_s))
@@ -11,13 +10,8 @@ bandwidth) the bandwidth bounds it (memory-bound), right of it the compute. B is
 least a call must move (kernels/registry.py ``OpSpec.bytes_moved``), so the bound is the
 hardware's, not the kernel's: a kernel that moves more than it must sits further below.
 
-The peaks (trainables/peaks.py): on a CPU both are measured here (a GEMM in the kernel's
-dtype, or in float32 where that is faster for a 16-bit dtype; the best of STREAM-style
-kernels) on the threads the kernel runs with, cached per machine; elsewhere the
-datasheet's, never called measured. An integer dtype (int8) has
-no FLOP peak here: its compute roof is NaN, and the basis says so.
-
-A peak that cannot be had never fails a trial: its figures are NaN and its basis says why.
+The peaks come from trainables/peaks.py (``kernel_roofline`` says which). A peak that
+cannot be had never fails a trial: its figures are NaN and its basis says why.
 """
 
 from __future__ import annotations
@@ -128,7 +122,13 @@ def kernel_roofline(config, device_label: str, flops: bool, bytes_moved: bool) -
     """The roofs of what a kernel trial runs on, looked up only where its op declares the
     count each one needs (``flops``: compute; ``bytes_moved``: bandwidth) and the trial is
     a speed figure. ``config``: a KernelConfig (platform, dtype, torch_threads);
-    ``device_label``: the harness's description of the device it ran on."""
+    ``device_label``: the harness's description of the device it ran on.
+
+    On a CPU both peaks are measured here (a GEMM in the kernel's dtype, or in float32
+    where that is faster for a 16-bit dtype; the best of STREAM-style kernels) on the
+    threads the kernel runs with, cached per machine; elsewhere they are the datasheet's,
+    never called measured. An integer dtype (int8) has no FLOP peak here: its compute roof
+    is NaN, and the basis says so."""
     from accelsweep.kernels.registry import get_op
 
     spec = get_op(config.op)
@@ -177,7 +177,7 @@ def _compute_peak(config, device_label: str) -> tuple[float, str]:
         peak = cpu_peak(config.dtype, config.torch_threads)
         if config.dtype in HALF_DTYPES:
             # A 16-bit kernel may convert to float32 and compute there. Where torch's 16-bit
-            # GEMM is the slower (no native bfloat16: on this project's AVX2 VM about 50x),
+            # GEMM is the slower (no native bfloat16, e.g. AVX2 without AVX512_BF16: emulated),
             # the float32 rate is the roof; the 16-bit GEMM's would be one a kernel passes.
             single = cpu_peak("float32", config.torch_threads)
             if single.tflops > peak.tflops:

@@ -3,16 +3,11 @@
 A trial reports to Tune only at the end of a measured window: a trial that compiles for
 minutes says nothing for minutes. And the console of a sweep shows the tool's lines only:
 what a trial's process prints (a library's warnings, a compiler's log, a traceback's
-context) belongs with the trial. So, in each trial process:
-
-- ``phase("compiling (first step)")``: the training loop and the kernel harness say what
-  they are doing as they start each part; the driver shows it for a trial that has been
-  quiet a while (at most every PROGRESS_EVERY_S, callbacks.py);
-- ``captured_output``: the process's stdout and stderr (file descriptors 1 and 2, so a C
-  library's output and a child process's too) go to a file for the trial's duration, and
-  what is written there is sent on every SEND_EVERY_S and when the trial ends. The driver
-  keeps it in the trial's MLflow run (trial-output.log) and prints it only when the trial
-  failed, or with --verbose.
+context) belongs with the trial. So, in each trial process, ``phase("compiling (first
+step)")`` says what the trial is doing (the driver shows it for a quiet trial:
+sweeps/driver/run/callbacks.py), and ``captured_output`` sends on what it prints (the
+driver keeps it in the trial's MLflow run, trial-output.log, and prints it only when the
+trial failed, or with --verbose).
 
 Both travel through one small Ray actor per sweep (``TrialProgress``, named, started by
 the driver), so they work the same on a cluster, where a trial's files are on another
@@ -105,8 +100,10 @@ _current: Optional[_Reporter] = None
 
 
 def phase(text: str) -> None:
-    """Say what this trial is doing now (its next part: "window 2 of 3"). A no-op outside
-    a sweep's trial."""
+    """Say what this trial is doing now (its next part: "window 2 of 3"). The training loop
+    and the kernel harness call it as they start each part; the driver shows it for a
+    trial that has been quiet a while (at most every PROGRESS_EVERY_S, callbacks.py). A
+    no-op outside a sweep's trial."""
     if _current is not None:
         with contextlib.suppress(Exception):  # a lost driver must not fail the trial
             _current.phase(text)
@@ -171,7 +168,8 @@ def _unread_process_output() -> bytes:
 
 @contextlib.contextmanager
 def captured_output(reporter: _Reporter) -> Iterator[None]:
-    """File descriptors 1 and 2 of this process into a file, sent on by a thread every
+    """File descriptors 1 and 2 of this process (so a C library's output and a child
+    process's too) into a file, sent on by a thread every
     SEND_EVERY_S and in full when the block ends (waited for: a failed trial's report
     follows, and its output must be there when the driver reads it); then put back.
     What the process printed before (its start-up) is sent first."""

@@ -1,28 +1,17 @@
 """Trials that take turns: several configs alive at once on one host, one measuring at a time.
 
-Why: on a shared or virtualised host the machine's own speed drifts. On this project's
-2-core VM a bf16 config's throughput holds one level for 10-40 s and then moves by up to
-25% (benchmarks/host_drift.py), and the fp32 baseline barely moves with it. Trials run one
-after another each see one moment of the host: a config measured in a fast minute beats one
-measured in a slow minute, and a gain over a baseline measured a minute apart is the drift's
-as much as the config's. So the confirmation phase keeps every config it compares alive in
-its own trial process and lets them measure one window each in turn, round after round
-(rotated: A B C, B C A, C A B): each round compares the configs within seconds, and the
-rounds together span the host's levels.
+Why: on a shared or virtualised host the machine's own speed drifts, and not every config
+drifts alike (benchmarks/host_drift.py). Trials run one after another each see one moment
+of the host: a gain over a baseline measured a minute apart is the drift's as much as the
+config's. So the confirmation phase keeps every config it compares alive in its own trial
+process and lets them measure one window each in turn, round after round (rotated: A B C, B
+C A, C A B): each round compares the configs within seconds; the rounds span the host's levels.
 
 The baton is a small named Ray actor (``TurnBaton``, started by the driver). A trial that
-takes turns (``trial_turns``, set by the sweep's trainable wrapper; the training loop reads
-``current_turns``):
-- says it is ready once its warm-up is done; no window is measured until every config is
-  ready (or gone), so nobody's timed window runs beside another's compile or warm-up;
-- waits for its turn before each window, blocked in one call to the baton that returns
-  when the turn comes (asking every 0.2 s instead cost the measuring process nothing
-  measurable, -0.4% [-3.0, +2.3] with three waiters: benchmarks/data/turn_waiting_1247.json;
-  one call is exact and quieter), runs a few untimed steps first (what its data loader's
-  workers prefetched while it waited would flatter its first steps), measures its
-  window, and passes the baton on;
-- leaves when it ends, in any way: the driver also says so for a trial that died, and a
-  holder that neither measures nor leaves for ``stall_s`` is passed over.
+takes turns (``trial_turns``; the training loop reads ``current_turns``) says it is ready
+after its warm-up (no window is measured until every config is ready or gone), waits for
+each turn (``Turns.take``), drains its loader (``drain_steps``), measures one window and
+passes the baton on; it leaves when it ends, in any way, and a silent holder is passed over.
 """
 
 from __future__ import annotations
@@ -77,11 +66,14 @@ class TurnBaton:
             self._moved = None
 
     def ready(self, key: str) -> None:
+        """``key`` has warmed up. No turn is given while any config is not ready (or gone), so
+        nobody's timed window runs beside another's compile or warm-up."""
         self.waiting_for.discard(key)
         self._heard()
 
     def leave(self, key: str) -> None:
-        """``key`` measures no more: its turns still to come are dropped."""
+        """``key`` measures no more: its turns still to come are dropped. A trial says so
+        however it ends, and the driver says so for a trial that died."""
         if key in self.gone:
             return
         self.gone.add(key)
@@ -161,7 +153,10 @@ class Turns:
         self._call("ready", self.key)
 
     def take(self) -> bool:
-        """Wait for this trial's turn: True when it has one, False when none is left."""
+        """Wait for this trial's turn: True when it has one, False when none is left.
+        Blocked in one call to the baton that returns when the turn comes: asking on a timer
+        instead cost the measuring process nothing measurable (benchmarks/turn_waiting.py),
+        but one call is exact and quieter."""
         while True:
             answer = self._call("wait_turn", self.key)
             if answer != "wait":

@@ -5,7 +5,7 @@ this hook replaces each marker with tables built from what the scripts and the s
 driver themselves read:
 
 - ``<!-- reference:flags -->``: a section per study of ``STUDIES``
-  (``accelsweep.sweeps.driver.studies``), its flags as ``study_parser(name)`` builds them,
+  (``accelsweep.sweeps.driver.define.studies``), its flags as ``study_parser(name)`` builds them,
   the same parser ``accelsweep run NAME --help`` prints;
 - ``<!-- reference:metrics -->``: every metric set of ``accelsweep.trainables.metrics``.
 
@@ -152,8 +152,8 @@ def _import(module: str):
 # ---- flags ----
 
 def flags_reference() -> str:
-    studies = _import("accelsweep.sweeps.driver.studies")
-    cli = _import("accelsweep.sweeps.driver.cli")
+    studies = _import("accelsweep.sweeps.driver.define.studies")
+    cli = _import("accelsweep.sweeps.driver.define.cli")
     with _clean_environment():
         common = {flag for action in cli.common_parser("", default_samples=1)._actions
                   for flag in action.option_strings}

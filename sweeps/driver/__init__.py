@@ -1,13 +1,12 @@
-"""The sweep driver: the library every study in ``accelsweep.sweeps`` composes.
+"""The sweep driver: the library every study in ``accelsweep.sweeps`` composes, in rooms
+by concern. Users import its public names from ``accelsweep``.
 
-    from accelsweep.sweeps.driver.api import Objective, Sweep, run_sweep
-
-Its modules: ``api`` (Sweep, plan_sweep, run_sweep), ``cli`` (the flags every study
-shares), ``preflight`` (checks against the machine or cluster), ``space`` (search
-spaces), ``searchers`` (Optuna through Tune), ``schedulers`` (early stopping with
-several objectives), ``callbacks`` (trials to records and MLflow runs), ``report`` (the
-end-of-sweep summary), ``kernel_sweep`` (the grid every kernel study runs),
-``precompile`` (Neuron's ahead-of-time compile phase), ``stop_signals`` (SIGINT and
-SIGTERM end a sweep cleanly) and ``local_ray`` (a local Ray instance that does not
-outlive its driver).
+- ``define/``: what a sweep is and its plan, validated before anything starts (the sweep,
+  its space, the flags every study shares, the built-in studies, the checks made first);
+- ``run/``: running it (Ray, the searcher and schedulers, the callbacks, the confirmation,
+  the guards: deadlines, signals, storage);
+- ``record/``: what it keeps (MLflow runs, the Optuna study, the marker, reading a sweep back);
+- ``reporting/``: what it says (the summary, the verdict, the report and its plots, comparisons);
+- ``ops/``: tools around sweeps (a local cluster, namespace hosts, a team's store);
+- ``console``: the ``accelsweep`` command.
 """

@@ -2,26 +2,10 @@
 
 A CUDA event pair around each call times the host as much as the GPU when the call is
 short: the stream drains between calls, so each call's first event waits for the host's
-next launch. On an H100, launch-bound kernels of ~40-100 us (Triton GIoU, SDPA flash and
-cuDNN, torchvision NMS, JAX per call) timed that way moved 8-21% from window to window,
-while GPU-bound ones held 0.01-0.4%.
-
-``held_batch_window`` times the device's work only, as NVBench does: a kernel that spins
-for a set time holds the stream while the host enqueues a batch of N calls behind it,
-and events around the batch time it. Right after the last call is queued the host asks
-whether the hold is still running; only then did the device run the batch back to back,
-never waiting for the host, and the batch counts. The batch's event time / N is the
-device time per call; the host's enqueue time per call is timed beside it, and a call is
-launch-bound where the host takes at least as long to enqueue it as the device takes to
-run it: in a loop of such calls the device waits for the host.
-
-A framework that dispatches asynchronously but gives no stream to hold (JAX) runs
-batches of N calls, then one wait on the last output. ``async_batch_window`` times them on
-the host clock: its figure per call is the larger of the host's dispatch and the device's
-work, so a launch-bound call is timed by the host (on an H100, jax-jit GIoU and jax-dot
-int8/bf16 moved 2-9% between windows that way). ``traced_batch_window`` asks the device's
-own record instead (``DeviceTrace``: CUPTI through jax.profiler): the kernels and copies
-that ran inside each batch, their busy time / N. The host's dispatch is timed beside it.
+next launch, and a launch-bound kernel's figure moves with the host. Three windows here
+time the device instead: ``held_batch_window`` (a held stream, torch on CUDA),
+``async_batch_window`` (the host clock over batches of async calls, JAX) and
+``traced_batch_window`` (the device's own record of each batch, JAX with CUPTI).
 
 The device is a small interface (``HeldStream``), so the logic runs on a CPU against a
 fake device in tests/test_launch_bound_timing.py; trainables/platforms/cuda.py gives the
@@ -226,7 +210,16 @@ def held_batch_window(call: Callable[[], Any], stream: HeldStream, min_calls: in
     """Held batches of one size until at least ``min_calls`` calls and ``min_seconds``
     have passed. A first, smaller batch (not counted) sizes them to about
     ``plan.target_batch_s`` of device time. Raises ``CallWaitsForDevice`` for a call that
-    synchronises with the host."""
+    synchronises with the host.
+
+    This times the device's work only, as NVBench does: a kernel that spins for a set time
+    holds the stream while the host enqueues a batch of N calls behind it, and events
+    around the batch time it. Right after the last call is queued the host asks whether the
+    hold is still running; only then did the device run the batch back to back, never
+    waiting for the host, and the batch counts. The batch's event time / N is the device
+    time per call; the host's enqueue time per call is timed beside it, and a call is
+    launch-bound where the host takes at least as long to enqueue it as the device takes to
+    run it: in a loop of such calls the device waits for the host."""
     start = clock()
     batches = _HeldBatches(call, stream, plan, clock)
     sizing = batches.run(plan.first_calls, None)
@@ -260,7 +253,12 @@ def async_batch_window(call: Callable[[], Any], wait: Callable[[Any], Any], min_
                        clock: Callable[[], float] = time.perf_counter,
                        plan: BatchPlan = BatchPlan()) -> AsyncBatchWindow:
     """Batches of async calls on the host clock. A first batch (not counted) sizes them,
-    as in ``held_batch_window``."""
+    as in ``held_batch_window``.
+
+    For a framework that dispatches asynchronously but gives no stream to hold (JAX): N
+    calls, then one wait on the last output. The figure per call is the larger of the
+    host's dispatch and the device's work, so a launch-bound call is timed by the host;
+    ``traced_batch_window`` asks the device's own record instead."""
     start = clock()
     sizing = _async_batch(call, wait, plan.first_calls, clock)
     calls = plan.calls_for(sizing.device_s / sizing.calls, plan.max_calls)
@@ -276,7 +274,9 @@ def traced_batch_window(call: Callable[[], Any], wait: Callable[[Any], Any], min
                         trace: DeviceTrace, clock: Callable[[], float] = time.perf_counter,
                         plan: BatchPlan = BatchPlan()) -> TracedWindow:
     """Batches of async calls, as in ``async_batch_window``, each marked on the device's
-    record, which gives each batch's device time. The sizing batch runs before the record
+    record (``DeviceTrace``: CUPTI through jax.profiler), which gives each batch's device
+    time: the busy time of the kernels and copies that ran inside it / N; the host's
+    dispatch is timed beside it. The sizing batch runs before the record
     starts (on the host clock: a batch of about ``plan.target_batch_s`` of the larger of
     dispatch and device time). Raises ``DeviceTraceUnavailable`` where the record has no
     work inside a counted batch: a figure of zero would be the record's gap, not the call's."""

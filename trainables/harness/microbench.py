@@ -6,29 +6,9 @@
 
 ``op`` is any name ``accelsweep.kernels.registry.get_op`` takes: a built-in op, one
 installed under entry point group ``accelsweep.ops``, or ``"package.module:ATTR"``.
-
-Inputs are fresh random arrays (seeded), rounded to the trial's dtype. The
-implementation's output is compared with the op's numpy float64 reference, computed on
-those same rounded inputs, before anything is timed: a wrong kernel raises
-``KernelMismatch`` (a failed trial), never a fast one. That first call, where compilers
-compile, is timed apart (``compile_s``). Then warm-up calls (caches) are not timed,
-and calls are timed to their device's completion by the platform (trainables/platforms/):
-JAX's through ``time_jax_calls`` (``block_until_ready`` after each call; on a GPU,
-batches of async calls and one ``block_until_ready``), torch's through ``time_calls``. On
-a GPU that is the device's time alone: CUDA events around batches of calls enqueued
-while a spin kernel holds the stream (trainables/harness/device_timing.py), so a launch-bound
-kernel's figure is not its host's launch time; the host's enqueue time per call is
-reported beside it (``host_enqueue_s``), with ``launch_bound`` where it is the larger,
-and ``latency_p*`` are percentiles of the batches' means (``batch_calls`` calls each).
-On XLA devices (torch-xla: its CPU client, NeuronCores, TPUs) the host clock around the call, ``torch_xla.sync()`` and ``wait_device_ops()`` (the op is
-traced and launched every call, as in a model; its graph compiles once, and
-``xla_compiles`` counts any compile during the timed windows); on a CPU the host
-clock, the call having returned done. The platform also gives the device, checked to
-be its hardware (anything else is ``KernelUnavailable``: nothing timed). Calls repeat
-in windows of at least N calls and T seconds. ``latency_cv`` is the window-to-window cv
-of the window medians. After each window a fixed pure-Python loop is timed for 20 ms:
-its cv (``host_cv``) is the machine's own, so a noisy figure says whether the kernel or
-the machine moved.
+The output is checked against the op's numpy float64 reference before anything is timed
+(a wrong kernel is a failed trial, never a fast one); then calls are timed to their
+device's completion by the platform (trainables/platforms/). ``run_microbench`` says how.
 """
 
 from __future__ import annotations
@@ -338,6 +318,31 @@ def _checked_error(got, expected, tolerance: float, config: KernelConfig) -> flo
 
 
 def run_microbench(config: KernelConfig, report: Optional[Callable[[dict], None]] = None) -> dict:
+    """Check ``config``'s kernel against the reference, then time it; ``report`` gets the
+    figures after each window, and the last are returned.
+
+    Inputs are fresh random arrays (seeded), rounded to the trial's dtype; the reference is
+    computed on those same rounded inputs. A wrong kernel raises ``KernelMismatch``. The
+    first call, where compilers compile, is timed apart (``compile_s``). Warm-up calls
+    (caches) are not timed; then calls are timed to their device's completion by the
+    platform: JAX's through ``time_jax_calls`` (``block_until_ready`` after each call; on a
+    GPU, batches of async calls and one ``block_until_ready``), torch's through
+    ``time_calls``. On a GPU that is the device's time alone: CUDA events around batches of
+    calls enqueued while a spin kernel holds the stream (trainables/harness/device_timing.py),
+    so a launch-bound kernel's figure is not its host's launch time; the host's enqueue time
+    per call is reported beside it (``host_enqueue_s``), with ``launch_bound`` where it is
+    the larger, and ``latency_p*`` are percentiles of the batches' means (``batch_calls``
+    calls each). On XLA devices (torch-xla: its CPU client, NeuronCores, TPUs) the host
+    clock around the call, ``torch_xla.sync()`` and ``wait_device_ops()`` (the op is traced
+    and launched every call, as in a model; its graph compiles once, and ``xla_compiles``
+    counts any compile during the timed windows); on a CPU the host clock, the call having
+    returned done. The platform also gives the device, checked to be its hardware (anything
+    else is ``KernelUnavailable``: nothing timed).
+
+    Calls repeat in windows of at least ``window_min_calls`` calls and ``window_min_s``
+    seconds. ``latency_cv`` is the window-to-window cv of the window medians. After each
+    window a fixed pure-Python loop is timed (``host_probe_s``): its cv (``host_cv``) is the
+    machine's own, so a noisy figure says whether the kernel or the machine moved."""
     import numpy as np
 
     from accelsweep.kernels.registry import get_op

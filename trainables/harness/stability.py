@@ -4,16 +4,12 @@ its figure moves, within each measurement and between them.
     python -m accelsweep.trainables.harness.stability --op giou --impl torch-compile batch=64 boxes=256
     python -m accelsweep.trainables.harness.stability --op matmul --impl torch-matmul --repeat 10 m=256 k=256 n=256
 
-Each measurement is one ``run_microbench`` (checked against the reference, warm-up,
-timed windows), exactly what a sweep's trial does. Printed per measurement: p50 and
-``latency_cv`` (window-to-window); then the spread of the p50s across measurements.
-Exits 1 when any latency_cv or the spread exceeds --limit (default 5%): on such a
-machine, differences between implementations smaller than a few times that are noise.
-
-Each measurement also times a fixed pure-Python loop after each of its windows
-(``host_cv``, ``host_probe_s``: see trainables.microbench). When that loop alone moved
-more than the limit, the verdict says so: the machine changed speed (a shared VM's
-host), and no timing on it repeats to the limit.
+Each measurement is one ``run_microbench``, exactly what a sweep's trial does. Printed
+per measurement: p50 and ``latency_cv`` (window-to-window); then the spread of the p50s
+across measurements. Exits 1 when any latency_cv or the spread exceeds --limit (default
+5%): on such a machine, differences between implementations smaller than a few times
+that are noise. When the machine's own probe (``host_cv``: trainables/harness/microbench.py)
+moved more than the limit, the verdict says so: the machine changed speed.
 """
 
 from __future__ import annotations

@@ -5,45 +5,13 @@ trial of any sweep, is loaded the next time instead of compiled again.
     TrialConfig.make(platform="neuron", compile_cache="s3://bucket/accelsweep/compile", ...)
     TrialConfig.make(torch_compile="inductor", compile_cache="off")  # the compilers' own defaults
 
-The root, the first of: the config's ``compile_cache`` field, $ACCELSWEEP_COMPILE_CACHE in
-the process that applies the trial's environment, one directory per user
-($XDG_CACHE_HOME/accelsweep/compile, else ~/.cache/accelsweep/compile). On a cluster, name
-a directory every node sees (or, on Neuron, s3://) in the field or in every node's
-environment: a variable set only in the driver's shell reaches trials only where Ray's
-workers inherit it (a local Ray). ``off`` leaves every compiler as it is: inductor caches
-in /tmp/torchinductor_<user>, Neuron in /var/tmp/neuron-compile-cache, torch-xla nowhere
-(it sets nothing, so a process that ran an earlier trial keeps what that trial set).
-
-The platform turns the location into its compiler's variable (``Platform.trial_env``),
-which ``Platform.prepare`` puts in the trial's process before anything compiles (and
+The root (``cache_root``) holds one subdirectory per compiler build (``cache_key``). The
+platform turns the location into its compiler's variable (``Platform.trial_env``), which
+``Platform.prepare`` puts in the trial's process before anything compiles (and
 fresh_process.py in a new process's environment). Each trial reports where its compiler
 cached (``compile_cache_location``, a tag) and its cache hits and misses (train_loop.py).
 
-Under the root each platform's compiler gets a subdirectory named by what makes its
-artifacts incompatible where its own cache does not already key on it (``cache_key``):
-- inductor (cpu, cuda): ``cpu_torch-2.14.1``, ``cuda_torch-2.14.1_triton-3.8.0``. Its
-  caches key on more than that already: the FX graph cache on a hash of torch's source and
-  version, the GPU and Triton version, the inductor config (mode max-autotune included) and
-  the CPU thread count
-  (FxGraphHashDetails in torch/_inductor/codecache.py: torch_key, CacheBase.get_system,
-  config.save_config_portable, cpp_runtime_thread_count); the AOTAutograd cache on all of
-  that plus its own config, grad and autocast state (AOTAutogradCacheDetails in
-  torch/_functorch/_aot_autograd/autograd_cache.py). The version in the name only keeps
-  one build's files together, to be deleted with it.
-- torch-xla (xla, tpu): ``xla_torch-2.9.0_torch-xla-2.9.0_flags-<hash of XLA_FLAGS>``.
-  torch-xla's persistent cache looks graphs up by their hash (torch_xla/runtime.py:
-  initialize_cache, get_num_cached_compilation_graph); nothing there says the key holds
-  torch-xla's version or XLA_FLAGS.
-- Neuron: no subdirectory. Its cache is ``neuronxcc-<version>/MODULE_<graph hash>+<flags
-  hash>``: "The cache uses hash of the Neuron compiler flags and XLA graph as the key. If
-  the Neuron compiler version or XLA graph changes, you will see recompilation"
-  (aws-neuron-sdk, general/arch/neuron-features/neuron-caching.rst). Its location is also
-  computed in the driver (neuron_parallel_compile's environment, sweeps/driver/
-  precompile.py), whose machine need not have neuronx-cc: a version read there could
-  name another directory than the trials'.
-
-A leaf: standard library and the errors module only, so the driver resolves locations
-without importing torch.
+A leaf (standard library and the errors module only): the driver resolves locations without torch.
 """
 
 from __future__ import annotations
@@ -112,9 +80,16 @@ def default_root(environ: Optional[Mapping[str, str]] = None) -> str:
 
 def cache_root(setting: Optional[str] = None, environ: Optional[Mapping[str, str]] = None,
                default: bool = True) -> Optional[str]:
-    """The root in effect: ``setting`` (the config's field), else $ACCELSWEEP_COMPILE_CACHE,
-    else ``default_root`` (when ``default``). None when off, or when nothing is named and
-    ``default`` is False."""
+    """The root in effect: ``setting`` (the config's field), else $ACCELSWEEP_COMPILE_CACHE
+    in the process that applies the trial's environment, else ``default_root`` (when
+    ``default``). None when off, or when nothing is named and ``default`` is False.
+
+    On a cluster, name a directory every node sees (or, on Neuron, s3://) in the field or in
+    every node's environment: a variable set only in the driver's shell reaches trials only
+    where Ray's workers inherit it (a local Ray). ``off`` leaves every compiler as it is:
+    inductor caches in /tmp/torchinductor_<user>, Neuron in /var/tmp/neuron-compile-cache,
+    torch-xla nowhere (it sets nothing, so a process that ran an earlier trial keeps what
+    that trial set)."""
     environ = os.environ if environ is None else environ
     value, field = (setting, "compile_cache") if setting is not None else (environ.get(ENV_VAR) or None, ENV_VAR)
     if value is None:
@@ -137,7 +112,30 @@ def installed_version(distribution: str) -> Optional[str]:
 def cache_key(platform: str, packages: Sequence[str] = (), flags: str = "") -> str:
     """The subdirectory of one compiler build: the platform, each installed package's name
     and version, and a hash of the compiler flags (when there are any). '' for no packages
-    and no flags: the compiler keys its own cache (Neuron)."""
+    and no flags: the compiler keys its own cache (Neuron).
+
+    The name holds what makes artifacts incompatible where the compiler's own cache does not
+    already key on it:
+    - inductor (cpu, cuda): ``cpu_torch-2.14.1``, ``cuda_torch-2.14.1_triton-3.8.0``. Its
+      caches key on more than that already: the FX graph cache on a hash of torch's source
+      and version, the GPU and Triton version, the inductor config (mode max-autotune
+      included) and the CPU thread count (FxGraphHashDetails in torch/_inductor/codecache.py:
+      torch_key, CacheBase.get_system, config.save_config_portable,
+      cpp_runtime_thread_count); the AOTAutograd cache on all of that plus its own config,
+      grad and autocast state (AOTAutogradCacheDetails in
+      torch/_functorch/_aot_autograd/autograd_cache.py). The version in the name only keeps
+      one build's files together, to be deleted with it.
+    - torch-xla (xla, tpu): ``xla_torch-2.9.0_torch-xla-2.9.0_flags-<hash of XLA_FLAGS>``.
+      torch-xla's persistent cache looks graphs up by their hash (torch_xla/runtime.py:
+      initialize_cache, get_num_cached_compilation_graph); nothing there says the key holds
+      torch-xla's version or XLA_FLAGS.
+    - Neuron: no subdirectory. Its cache is ``neuronxcc-<version>/MODULE_<graph
+      hash>+<flags hash>``: "The cache uses hash of the Neuron compiler flags and XLA graph
+      as the key. If the Neuron compiler version or XLA graph changes, you will see
+      recompilation" (aws-neuron-sdk, general/arch/neuron-features/neuron-caching.rst). Its
+      location is also computed in the driver (neuron_parallel_compile's environment,
+      sweeps/driver/run/neuron_precompile.py), whose machine need not have neuronx-cc: a
+      version read there could name another directory than the trials'."""
     if not packages and not flags:
         return ""
     parts = [platform] + [f"{name}-{version}" for name in packages

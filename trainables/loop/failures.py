@@ -11,7 +11,7 @@ import traceback
 from typing import Optional
 
 OOM, NAN, COMPILE, KILLED, CONFIG, ERROR = "oom", "nan", "compile", "killed", "config", "error"
-# Stopped reporting past its deadline (--trial-timeout-s): the driver ended it (sweeps/driver/deadline.py).
+# Stopped reporting past its deadline (--trial-timeout-s): the driver ended it (sweeps/driver/run/deadline.py).
 TIMEOUT = "timeout"
 CAUSES = (OOM, NAN, COMPILE, KILLED, TIMEOUT, CONFIG, ERROR)
 
@@ -38,7 +38,7 @@ _BY_CLASS = {
     # the trial's process or its node went away
     "ActorDiedError": KILLED, "RayActorError": KILLED, "WorkerCrashedError": KILLED, "NodeDiedError": KILLED,
     "ActorUnavailableError": KILLED,
-    # the driver ended it: no report within its deadline (sweeps/driver/deadline.py)
+    # the driver ended it: no report within its deadline (sweeps/driver/run/deadline.py)
     "TrialTimeout": TIMEOUT,
     "ConfigError": CONFIG,
 }
@@ -68,7 +68,7 @@ def one_line(error: BaseException) -> str:
              if line.strip() and not line.strip().startswith(_ADVICE)]
     if lines:
         return lines[-1]
-    # A bare `assert` (seen in inductor's CUDA graph trees on an H100) says nothing: where it
+    # A bare `assert` (inductor's CUDA graph trees raise some) says nothing: where it
     # was raised is then the only reason there is.
     frames = traceback.extract_tb(error.__traceback__) if error.__traceback__ else []
     if frames:

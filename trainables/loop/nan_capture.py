@@ -4,33 +4,14 @@ replay that one step, then replay it here.
     python -m accelsweep.trainables.loop.nan_replay path/to/nan_capture.pt   # replay: exit 0 if the step is non-finite again
     python -m accelsweep.trainables.loop.nan_overhead                        # throughput with the capture off and on (CPU)
 
-This module is the in-loop hook (``NanCapture``) and the capture format; the replay
-command is ``nan_replay``, the overhead benchmark ``nan_overhead``.
-
-Seed 003's scheme ("Debugging the dreaded NaN", a Lightning callback there), in the
-training loop (config knob ``nan_capture``): before each step keep a reference to the
-step's batch and the RNG state; after backward, before the optimizer step, check the
-gradients. On a non-finite one, save the model and optimizer state (still those the
-step started from), the batch, the RNG state, the step index, the trial config and which
-gradients were non-finite to ``nan_capture.pt`` in the trial's directory, report the
-path (result keys ``nan_capture_path``, ``nan_step``, ``nan_parameter``,
-``nan_gradient_value``) and end the trial with ``NonFiniteGradient`` (cause ``nan``).
-
-Where the check is read depends on the device. On a synchronous device (the CPU) the
-check is read every step: it costs one pass over the gradients and no waiting. On an
-asynchronous one (CUDA, XLA, Neuron) reading it every step would be a host sync per step
-(on XLA also a graph cut, which breaks ``batches_per_execution``), the cost the seeds
-measured at ~10% for per-step metric reads. There the check only updates a flag on the
-device, read at the sync that ends each run of steps (first step, warm-up, each window).
-To still capture the step that first went non-finite, each run of steps starts from a
-copy of the model and optimizer state kept on the device (one copy per window, outside
-its timer; it holds one more model + optimizer state of device memory) and keeps a
-reference to every batch of the window (device memory for one batch per step of the
-window). When the flag is set, the window is replayed from that copy one step at a
-time, checking each step, and the capture is taken at the first non-finite one. A device
-that is not deterministic may not go non-finite again in the replay: the trial then
-still ends as ``nan``, with no capture and a message that says so. Only the CPU path has
-run here (and the XLA one on torch-xla's CPU client); CUDA and Neuron have not.
+This module is the in-loop hook (``NanCapture``, config knob ``nan_capture``) and the
+capture format; the replay command is ``nan_replay``, the overhead benchmark
+``nan_overhead``. Seed 003's scheme ("Debugging the dreaded NaN", a Lightning callback
+there): after backward, before the optimizer step, check the gradients; on a non-finite
+one, save the step's starting model and optimizer state, batch and RNG state to
+``nan_capture.pt`` in the trial's directory, report its path (``nan_capture_path``,
+``nan_step``, ``nan_parameter``, ``nan_gradient_value``) and end the trial with
+``NonFiniteGradient`` (cause ``nan``).
 """
 
 from __future__ import annotations
@@ -142,7 +123,23 @@ def default_capture_dir() -> str:
 class NanCapture:
     """The training loop's NaN capture (see the module docstring). The loop calls
     ``before_step`` and ``after_backward`` in every step, and runs each group of steps
-    that ends in a sync inside ``segment()``."""
+    that ends in a sync inside ``segment()``.
+
+    Where the check is read depends on the device. On a synchronous device (the CPU) it is
+    read every step: one pass over the gradients and no waiting. On an asynchronous one
+    (CUDA, XLA, Neuron) reading it every step would be a host sync per step (on XLA also a
+    graph cut, which breaks ``batches_per_execution``), the cost that per-step metric reads
+    carry. There the check only updates a flag on the device, read at the sync that ends
+    each run of steps (first step, warm-up, each window). To still capture the step that
+    first went non-finite, each run of steps starts from a copy of the model and optimizer
+    state kept on the device (one copy per window, outside its timer: one more model +
+    optimizer state of device memory) and keeps a reference to every batch of the window
+    (one batch of device memory per step). When the flag is set, the window is replayed
+    from that copy one step at a time, checking each step, and the capture is taken at the
+    first non-finite one. A device that is not deterministic may not go non-finite again in
+    the replay: the trial then still ends as ``nan``, with no capture and a message that
+    says so. The tests cover the CPU path and the XLA one on torch-xla's CPU client, not
+    CUDA or Neuron."""
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, device: torch.device,
                  platform, config: TrialConfig, train_step: Callable[[Any, Any], None],

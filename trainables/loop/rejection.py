@@ -31,8 +31,9 @@ from accelsweep.trainables.loop.watchdog import TrialAborted, Watchdog
 __all__ = ["CompileTimeout", "REJECT_RATIO", "SlowTrial", "StepGuard", "TrialLimits", "current_limits"]
 
 # Reject when the projection is worse than the best so far by more than this factor.
-# From the recorded grid (benchmarks/search_efficiency.py, README "Rejecting slow
-# configs"): see there for the measurements it was chosen from.
+# Chosen on the recorded grid of benchmarks/search_efficiency.py: above how far the main
+# job's slower configs fall behind the best (none of them is stopped), below how far a
+# config falls whose dtype the CPU emulates (bf16 without bf16 instructions).
 REJECT_RATIO = 3.0
 # A host whose speed probe runs this much slower than the sweep's typical (half speed) is
 # too loaded to judge a trial by: laxer than HOST_LOADED, which flags a figure as not
@@ -40,7 +41,7 @@ REJECT_RATIO = 3.0
 LOADED_FOR_REJECTION = 1.0
 # A step is abandoned mid-way only past this many times the step time at which its
 # projection turns hopeless: the first step also pays for first-touch allocation and lazy
-# initialisation (1.02-1.83x a steady step over the recorded grid), and any one step can
+# initialisation (under twice a steady step over the recorded grid), and any one step can
 # be slowed by the host. Steps that end are judged by their mean instead.
 FIRST_STEP_ALLOWANCE = 3.0
 # Deadlines shorter than this are not watched: such a step ends soon anyway, and on a

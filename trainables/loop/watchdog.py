@@ -7,13 +7,8 @@ abandoned instead of waited for.
         first_step()
         dog.clear()
 
-The exception is delivered with CPython's PyThreadState_SetAsyncExc: it is raised at the
-next bytecode the thread runs. Python code between torch ops (a model's forward,
-torch.compile's tracing and lowering) reaches one often; a single long C call (one big
-matmul, a backward pass on the CPU, a C++ compiler subprocess) finishes first. So the
-deadline is kept to within about one such call, not to the microsecond. Python drops
-an exception raised inside a weakref callback or a destructor ("Exception ignored
-in ..."), so it is sent again every RESEND_S until the thread has it.
+The deadline is kept to within about one long C call, not to the microsecond
+(``Watchdog`` says why).
 """
 
 from __future__ import annotations
@@ -34,6 +29,13 @@ class TrialAborted(BaseException):
 
 
 class Watchdog:
+    """The exception is delivered with CPython's PyThreadState_SetAsyncExc: it is raised at
+    the next bytecode the thread runs. Python code between torch ops (a model's forward,
+    torch.compile's tracing and lowering) reaches one often; a single long C call (one big
+    matmul, a backward pass on the CPU, a C++ compiler subprocess) finishes first. Python
+    drops an exception raised inside a weakref callback or a destructor ("Exception
+    ignored in ..."), so it is sent again every RESEND_S until the thread has it."""
+
     def __init__(self, thread_id: Optional[int] = None):
         self.thread_id = thread_id if thread_id is not None else threading.get_ident()
         self._lock = threading.Condition()

@@ -140,7 +140,7 @@ class Platform(abc.ABC):
         """The values a performance engineer would try first on this hardware for the
         searched knobs (``choices``: knob -> the values the space offers), each with why:
         knob -> (value, reason). A sweep proposes them as one config right after the
-        baseline (sweeps/driver/first_guess.py); they are a proposal to measure, never a
+        baseline (sweeps/driver/define/first_guess.py); they are a proposal to measure, never a
         figure. Here: no rules, no guess."""
         return {}
 

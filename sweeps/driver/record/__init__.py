@@ -1,5 +1,5 @@
-"""The MLflow record the sweep driver keeps: one parent run per sweep and one nested run
-per trial (tracking), writes kept in order while the tracking server is away
-(tracking_buffer), sqlite stores opened safely by several processes (sqlite_store), and
-credentials kept out of everything recorded (secrets). Only the driver uses these: trial
-processes report to Tune, never to MLflow."""
+"""What a sweep keeps: one MLflow parent run per sweep and one nested run per trial
+(``tracking``, ``tracking_buffer``, ``sqlite_store``, ``secrets``), a trial as the driver
+holds it (``trial_record``), the Optuna study (``optuna_study``), the marker beside Tune's
+state, and a sweep read back from MLflow (``history``, ``resumed_runs``). Only the driver
+writes here: trial processes report to Tune, never to MLflow."""

@@ -1,0 +1,335 @@
+"""Try the cluster path on one machine: Ray's own autoscaler launching cluster.yaml's
+node types on demand, each node a set of processes here.
+
+    accelsweep cluster up                    # a head on 127.0.0.1:6379, no worker nodes
+    accelsweep run neuron_vit --address auto --platform cpu --instance-type c7i.2xlarge
+    accelsweep cluster status                # the nodes up now, by type
+    accelsweep cluster down                  # every process of it stopped
+
+The autoscaler is Ray's, unchanged; only its node provider is the fake multi-node one
+Ray ships for testing (``RAY_FAKE_CLUSTER=1``; local_node_provider.py marks its nodes set
+up, so that a node that dies is replaced as on AWS): where
+the AWS provider would boot an EC2 instance, it starts a raylet here with the resources
+that instance would report. The node types are cluster.yaml's ``available_node_types``
+(read here, so the two cannot drift), each with the resources Ray's AWS provider gives
+that EC2 type: its vCPUs, and its accelerators as Ray's own accelerator managers count
+them (``neuron_cores`` from Ray's Neuron map, ``GPU`` and ``accelerator_type:<model>`` from
+the GPU the type has: trainables/cost.py's instance table stands in for EC2's
+DescribeInstanceTypes), plus what cluster.yaml declares (the ``instance_type:<type>``
+markers). The head gets the head type's CPUs. What it does not show: boot and setup
+time (a fake node is up in seconds), memory limits, and speed: every node shares this
+machine's cores, so a trial's throughput here says nothing of that instance type's.
+
+Everything binds 127.0.0.1. Ray turns a loopback address into the machine's interface
+address unless its "no clusters" switch is set (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``);
+the cluster's processes get it here, and a sweep's driver sets it itself for a loopback
+address (ray_adapter.keep_loopback). Stopping never runs ``ray stop`` (it stops every
+Ray process of the machine): ``down`` stops the processes of this cluster's session, the
+fake nodes included (they are the autoscaler's children), and nothing else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Optional, Sequence
+
+from accelsweep.trainables.cost import PRICE_TABLE
+from accelsweep.trainables.errors import ConfigError
+from accelsweep.trainables.placement import node_type_of
+
+LOOPBACK = "127.0.0.1"
+DEFAULT_PORT = 6379
+DEFAULT_IDLE_TIMEOUT_S = 60.0  # cluster.yaml says 10 minutes: too long to watch on a laptop
+PROVIDER = "accelsweep.sweeps.driver.ops.local_node_provider.LocalNodeProvider"  # Ray's fake one, nodes set up
+HEAD_TYPE = "ray.head.default"  # the fake provider tags its head with this type name
+START_TIMEOUT_S = 60.0
+# The environment of every process of the cluster (the autoscaler passes it to the nodes).
+CLUSTER_ENV = {"RAY_FAKE_CLUSTER": "1", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+               "RAY_USAGE_STATS_ENABLED": "0"}
+
+
+def repository_cluster_yaml() -> str:
+    """cluster.yaml at the repository root (this file is sweeps/driver/ops/local_cluster.py)."""
+    return str(Path(__file__).resolve().parents[3] / "cluster.yaml")
+
+
+def ec2_description(instance_type: str) -> dict[str, Any]:
+    """What EC2's DescribeInstanceTypes says of ``instance_type``, the fields Ray's AWS
+    node provider reads (vCPUs, GPUs), from the instance table."""
+    facts = PRICE_TABLE[instance_type]
+    description: dict[str, Any] = {"InstanceType": instance_type, "VCpuInfo": {"DefaultVCpus": facts.vcpus}}
+    gpus = facts.accelerators.get("GPU")
+    if gpus:
+        description["GpuInfo"] = {"Gpus": [{"Name": facts.gpu_model, "Count": gpus}]}
+    return description
+
+
+def node_resources(instance_type: str, declared: Mapping[str, float]) -> dict[str, float]:
+    """The resources a node of ``instance_type`` reports in a Ray cluster on AWS: what Ray's
+    AWS provider fills in (fillout_available_node_types_resources, with Ray's own
+    accelerator managers) merged with what cluster.yaml ``declared`` for it."""
+    from ray._private.accelerators import get_all_accelerator_managers
+
+    if instance_type not in PRICE_TABLE:
+        raise ConfigError("InstanceType", f"one of {', '.join(PRICE_TABLE)} (the instance table in "
+                                          "trainables/cost.py)", instance_type,
+                          "A local cluster gives each node the resources of its EC2 type.")
+    instances = {instance_type: ec2_description(instance_type)}
+    resources: dict[str, float] = {"CPU": float(PRICE_TABLE[instance_type].vcpus)}
+    for manager in get_all_accelerator_managers():
+        count = manager.get_ec2_instance_num_accelerators(instance_type, instances)
+        if count:
+            resources[manager.get_resource_name()] = float(count)
+            model = manager.get_ec2_instance_accelerator_type(instance_type, instances)
+            if model:
+                resources[f"accelerator_type:{model}"] = 1.0
+    resources.update({name: float(amount) for name, amount in declared.items()})
+    return resources
+
+
+def autoscaling_config(cluster: Mapping[str, Any], port: int, idle_timeout_s: float) -> dict[str, Any]:
+    """The fake provider's autoscaling config for ``cluster`` (cluster.yaml, loaded): its
+    worker types with their nodes' resources, its caps and upscaling speed; nodes scale
+    from zero and go after ``idle_timeout_s`` idle."""
+    types = {}
+    for name, node_type in cluster["available_node_types"].items():
+        if name == cluster["head_node_type"]:
+            continue
+        instance_type = node_type["node_config"]["InstanceType"]
+        types[name] = {"resources": node_resources(instance_type, node_type.get("resources") or {}),
+                       "node_config": {}, "min_workers": 0, "max_workers": node_type.get("max_workers", 0)}
+    types[HEAD_TYPE] = {"resources": {}, "node_config": {}, "max_workers": 0}
+    nothing: dict[str, Any] = {key: [] for key in (
+        "initialization_commands", "setup_commands", "head_setup_commands", "worker_setup_commands",
+        "head_start_ray_commands", "worker_start_ray_commands", "cluster_synced_files", "rsync_exclude",
+        "rsync_filter")}
+    return {"cluster_name": f"{cluster['cluster_name']}-local", "max_workers": cluster["max_workers"],
+            "upscaling_speed": cluster.get("upscaling_speed", 1.0), "idle_timeout_minutes": idle_timeout_s / 60,
+            "provider": {"type": "external", "module": PROVIDER, "use_node_id_as_ip": True, "disable_node_updaters": True,
+                         "disable_launch_config_check": True, "gcs_address": f"{LOOPBACK}:{port}"},
+            "auth": {"ssh_user": "ubuntu"}, "available_node_types": types, "head_node_type": HEAD_TYPE,
+            "file_mounts": {}, "file_mounts_sync_continuously": False, **nothing}
+
+
+def head_cpus(cluster: Mapping[str, Any]) -> int:
+    head = cluster["available_node_types"][cluster["head_node_type"]]
+    return PRICE_TABLE[head["node_config"]["InstanceType"]].vcpus
+
+
+def config_path(port: int) -> str:
+    from accelsweep.trainables.peaks import cache_file
+
+    return cache_file(f"local-cluster-{port}.json")
+
+
+def ray_command() -> str:
+    return os.path.join(os.path.dirname(sys.executable), "ray")
+
+
+@dataclass(frozen=True)
+class LocalCluster:
+    port: int
+    session_dir: str
+
+    @property
+    def address(self) -> str:
+        return f"{LOOPBACK}:{self.port}"
+
+
+def up(cluster_yaml: Optional[str] = None, port: int = DEFAULT_PORT,
+       idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S, record_address: bool = True,
+       node_timeout_s: Optional[float] = None) -> LocalCluster:
+    """Start the head (Ray's GCS, a raylet with the head type's CPUs, the autoscaler with
+    the fake provider) on 127.0.0.1:``port``; no worker node until a task asks for one.
+    ``record_address``: make it the cluster ``--address auto`` (and a bare ``ray.init()``)
+    joins, as ``ray start`` does; ``down`` puts back the one recorded before.
+    ``node_timeout_s``: how long a node may miss heartbeats before the autoscaler replaces
+    it (Ray's AUTOSCALER_HEARTBEAT_TIMEOUT_S; default Ray's 30 s)."""
+    import yaml
+
+    path = cluster_yaml or repository_cluster_yaml()
+    with open(path) as cluster_file:
+        cluster = yaml.safe_load(cluster_file)
+    if find(port) is not None:
+        raise ConfigError("port", "a port no Ray cluster of this machine uses", port,
+                          f"A cluster is up there already (accelsweep cluster down --port {port} stops it).")
+    config = autoscaling_config(cluster, port, idle_timeout_s)
+    previous = _recorded_address()
+    with open(config_path(port), "w") as config_file:
+        json.dump(config, config_file, indent=1)
+    with open(config_path(port) + ".previous-address", "w") as previous_file:
+        previous_file.write(previous or "")
+    command = [ray_command(), "start", "--head", f"--node-ip-address={LOOPBACK}", f"--port={port}",
+               f"--autoscaling-config={config_path(port)}", f"--num-cpus={head_cpus(cluster)}", "--num-gpus=0",
+               "--dashboard-host=127.0.0.1", "--disable-usage-stats"]
+    env = {**os.environ, **CLUSTER_ENV}
+    if node_timeout_s is not None:
+        env["AUTOSCALER_HEARTBEAT_TIMEOUT_S"] = str(max(1, round(node_timeout_s)))  # Ray reads an integer
+    started = subprocess.run(command, env=env, capture_output=True, text=True, timeout=START_TIMEOUT_S)
+    running = find(port)
+    if started.returncode != 0 or running is None:
+        if running is not None:
+            down(port)
+        raise RuntimeError(f"`{' '.join(command)}` failed (exit {started.returncode}):\n{started.stderr[-2000:]}")
+    if not record_address:
+        _record_address(previous)
+    return running
+
+
+def _address_file() -> str:
+    from ray._private.utils import get_ray_address_file
+
+    return get_ray_address_file(None)
+
+
+def _recorded_address() -> Optional[str]:
+    """The cluster a bare ``ray.init()`` (and ``--address auto``) joins: the last ``ray
+    start`` of this machine, as Ray recorded it."""
+    try:
+        with open(_address_file()) as address_file:
+            return address_file.read().strip() or None
+    except OSError:
+        return None
+
+
+def _record_address(address: Optional[str]) -> None:
+    if address:
+        with open(_address_file(), "w") as address_file:
+            address_file.write(address)
+    elif os.path.exists(_address_file()):
+        os.remove(_address_file())
+
+
+def find(port: int) -> Optional[LocalCluster]:
+    """The cluster whose GCS serves ``port`` here, if it is one ``up`` started (its
+    autoscaler reads this port's config); None when there is none."""
+    from accelsweep.trainables.processes import command_line, process_table
+
+    session_dir = None
+    table = process_table(include_zombies=False)
+    for pid in table:
+        args = command_line(pid) or []
+        if args and os.path.basename(args[0]) == "gcs_server" and f"--gcs_server_port={port}" in args:
+            logs = next((a.split("=", 1)[1] for a in args if a.startswith("--log_dir=")), "")
+            session_dir = os.path.dirname(logs.rstrip("/"))
+    if not session_dir:
+        return None
+    ours = any(f"--autoscaling-config={config_path(port)}" in (command_line(pid) or ()) for pid in table)
+    if not ours:
+        raise ConfigError("port", "the port of a cluster `accelsweep cluster up` started", port,
+                          f"The Ray cluster there ({session_dir}) is someone else's: it is not stopped here.")
+    return LocalCluster(port, session_dir)
+
+
+def down(port: int = DEFAULT_PORT) -> int:
+    """Stop every process of the cluster on ``port`` (head, autoscaler, fake nodes, their
+    workers); how many there were."""
+    from accelsweep.sweeps.driver.run.local_ray import instance_processes, stop_processes
+
+    cluster = find(port)
+    if cluster is None:
+        return 0
+    pids = instance_processes(cluster.session_dir)
+    stop_processes(pids)
+    if _recorded_address() == cluster.address:  # else someone's `ray start` came since: theirs
+        try:
+            with open(config_path(port) + ".previous-address") as previous_file:
+                _record_address(previous_file.read().strip() or None)
+        except OSError:
+            _record_address(None)
+    return len(pids)
+
+
+def nodes_by_type() -> dict[str, int]:
+    """The cluster's live nodes, counted by node type (the ``instance_type:`` marker of
+    each; "head" for the one without)."""
+    import ray
+
+    counts: dict[str, int] = {}
+    for node in ray.nodes():
+        if node["Alive"]:
+            kind = node_type_of(node["Resources"]) or "head"
+            counts[kind] = counts.get(kind, 0) + 1
+    return counts
+
+
+def wait_for(condition, timeout_s: float, poll_s: float = 0.5) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(poll_s)
+    return condition()
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="accelsweep cluster",
+        description="A local cluster that behaves like cluster.yaml's: Ray's autoscaler with its fake provider "
+                    "launches the node types on demand, as processes on this machine (127.0.0.1).")
+    parser.add_argument("action", choices=("up", "down", "status"))
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="the head's GCS port (default 6379)")
+    parser.add_argument("--cluster-yaml", default=None, help="the node types to mirror (default: cluster.yaml)")
+    parser.add_argument("--idle-timeout-s", type=float, default=DEFAULT_IDLE_TIMEOUT_S,
+                        help="a worker node idle this long is stopped (default 60; cluster.yaml's is 10 minutes)")
+    parser.add_argument("--node-timeout-s", type=float, default=None,
+                        help="a node that misses heartbeats this long is replaced (default: Ray's 30)")
+    args = parser.parse_args(argv)
+    try:
+        if args.action == "up":
+            cluster = up(args.cluster_yaml, args.port, args.idle_timeout_s, node_timeout_s=args.node_timeout_s)
+            print(f"local cluster up at {cluster.address} (session {cluster.session_dir}); no worker nodes yet.\n"
+                  f"node types (cluster.yaml): {describe_types(args.port)}\n"
+                  f"run a sweep on it:  accelsweep run neuron_vit --address auto --platform cpu "
+                  f"--instance-type c7i.2xlarge\nstop it:            accelsweep cluster down"
+                  + (f" --port {args.port}" if args.port != DEFAULT_PORT else ""))
+        elif args.action == "down":
+            stopped = down(args.port)
+            print(f"stopped {stopped} processes of the local cluster on port {args.port}" if stopped
+                  else f"no local cluster on port {args.port}")
+        else:
+            cluster = find(args.port)
+            if cluster is None:
+                print(f"no local cluster on port {args.port}")
+                return 1
+            print(f"local cluster at {cluster.address}: {status_line(cluster)}")
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def describe_types(port: int) -> str:
+    with open(config_path(port)) as config_file:
+        types = json.load(config_file)["available_node_types"]
+    return "; ".join(f"{name} {_short(spec['resources'])} x{spec['max_workers']}"
+                     for name, spec in types.items() if name != HEAD_TYPE)
+
+
+def _short(resources: Mapping[str, float]) -> str:
+    return "{" + ", ".join(f"{k}: {v:g}" for k, v in resources.items()) + "}"
+
+
+def status_line(cluster: LocalCluster) -> str:
+    """Its live nodes by type, asked of its GCS from a short-lived process (a driver
+    connected here would stay in the cluster's job table)."""
+    code = ("import json, ray; from accelsweep.sweeps.driver.ops.local_cluster import nodes_by_type; "
+            f"ray.init(address={cluster.address!r}, logging_level='ERROR'); print(json.dumps(nodes_by_type()))")
+    done = subprocess.run([sys.executable, "-c", code], env={**os.environ, **CLUSTER_ENV},
+                          capture_output=True, text=True, timeout=START_TIMEOUT_S)
+    answer = [line for line in done.stdout.splitlines() if line.startswith("{")]  # Ray may print around it
+    if done.returncode != 0 or not answer:
+        return f"could not ask it ({done.stderr.strip().splitlines()[-1:]})"
+    counts = json.loads(answer[-1])
+    return ", ".join(f"{kind} x{n}" for kind, n in sorted(counts.items()))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,224 @@
+"""Does the best config beat the baseline, beyond the noise of the measurements?
+
+A sweep's best trial is the maximum of many noisy figures: on a shared 2-core VM the
+same config measured 31.6 samples/s under load and 758.7 unloaded, and a repeat of the
+baseline's own config was once named "best" at +26%. So the summary says whether the
+best's lead over the baseline is larger than the noise both were measured with:
+
+- each trial's window-to-window spread (``throughput_cv``; a kernel's ``latency_cv``),
+  combined for the two as 2 * sqrt(cv_a^2 + cv_b^2): about two standard deviations of
+  the difference of two figures, each with its own spread;
+- the machine's own speed while each ran (``host_probe_s``, a fixed pure-Python loop
+  timed between windows): a trial whose probe ran more than HOST_LOADED slower than the
+  sweep's typical (median) probe was measured on a loaded host, and its figure is not
+  trusted for a verdict;
+- contention (trainables/contention.py): a trial every window of which other processes
+  took cores from is not trusted either (a single-threaded probe misses what a
+  two-thread trial loses to one busy neighbour).
+
+That is the search's verdict. With a confirmation phase (confirm.py), the verdict is
+``confirmed_verdict``: the baseline and the best configs measured again in interleaved
+rounds, each round a pair (candidate, baseline beside it), judged by a 95% interval of the
+paired log ratio over the rounds without contention (Student's t: few rounds give a wide
+interval, honestly). "Not decided" when too few rounds were quiet, or the interval is too
+wide to tell a gain from none.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Mapping, Optional, Sequence
+
+from accelsweep.sweeps.driver.run.callbacks import HOST_LOADED, TrialRecord, host_slowdown
+from accelsweep.sweeps.driver.reporting.changes import describe_change, is_relative
+
+__all__ = ["EQUAL_WITHIN", "HOST_LOADED", "RoundsJudged", "Verdict", "confirmed_verdict", "host_slowdown",
+           "judge_rounds", "simplest_of_tied", "verdict"]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    text: str
+    change: float  # the best's lead over the baseline, as a fraction (+0.12: 12% better); NaN if unknown
+    noise: float  # the noise bound of that change, as a fraction; NaN if unknown
+    beats_baseline: bool  # by more than the noise, measured on an unloaded host
+    decided: bool = True  # False: the figures forbid a call ("not decided")
+    confirmed: bool = False  # from the confirmation phase's rounds
+    subject: str = ""  # the config the verdict is about, as the summary calls it ("trial 7", "the baseline")
+
+    def figures(self) -> dict[str, float]:
+        """For the sweep's parent run."""
+        return {"verdict_change_pct": self.change * 100, "verdict_noise_pct": self.noise * 100,
+                "beats_baseline": float(self.beats_baseline), "verdict_decided": float(self.decided),
+                "verdict_confirmed": float(self.confirmed)}
+
+
+def verdict(baseline: Optional[TrialRecord], best: Optional[TrialRecord], metric: str, mode: str,
+            records: Sequence[TrialRecord]) -> Optional[Verdict]:
+    """The verdict on ``best`` against ``baseline`` by ``metric`` (the first objective);
+    None when either has no measurement of it."""
+    if baseline is None or best is None or not baseline.measured(metric):
+        return None
+    base_value, best_value = baseline.metric(metric), best.metric(metric)
+    if base_value == 0:
+        return None
+    change = (best_value - base_value) / abs(base_value) * (1 if mode == "max" else -1)
+    noise = 2 * math.sqrt(baseline.noise ** 2 + best.noise ** 2)
+    pair = [baseline] if best is baseline else [baseline, best]
+    contended = [r for r in pair if r.contended]
+    loaded = [r for r in pair if host_slowdown(r, records) > HOST_LOADED and r not in contended]
+    noise_text = f"+-{noise:.1%}" if math.isfinite(noise) else "unknown (one window per trial: windows >= 2 measure it)"
+    if best is baseline:
+        if not any(r is not baseline and r.measured(metric) for r in records):
+            # Nothing else was measured (the budget ran out, every other trial failed): no comparison.
+            return Verdict("not decided: the baseline is the only config measured (no other trial measured "
+                           f"{metric}): nothing to compare it with", 0.0, noise, False, decided=False,
+                           subject="the baseline")
+        disturbed = [r for r in records if r is not baseline and r.contended and r.measured(metric)]
+        if disturbed or baseline.contended:
+            which = ", ".join(f"trial {r.number}" for r in disturbed[:5]) + (" and more" if len(disturbed) > 5 else "")
+            text = (f"not decided: the baseline measured best, but {which or 'the baseline'} measured while other "
+                    "processes took the cores of every window (contended): measure again (--confirm-rounds) "
+                    "or on a quiet machine")
+            return Verdict(text, 0.0, noise, False, decided=False, subject="the baseline")
+        text = f"no config beat the baseline: it measured best itself (its noise: {noise_text})"
+        return Verdict(text, 0.0, noise, False, subject="the baseline")
+    subject = f"trial {best.number}"
+    # A metric near zero (an error) changes by a difference, not by a percentage (changes.py).
+    lead = (f"trial {best.number} at {describe_change(base_value, best_value, mode)} over the baseline"
+            if is_relative(base_value, best_value) else
+            f"trial {best.number} at {describe_change(base_value, best_value, mode)} ({base_value:.4g} to "
+            f"{best_value:.4g}) against the baseline")
+    if contended:
+        which = " and ".join("the baseline" if r is baseline else f"trial {r.number}" for r in contended)
+        text = (f"not trusted: other processes took cores from every window of {which} (contended); {lead}, "
+                f"noise {noise_text}: measure again (--confirm-rounds) or on a quiet machine")
+        return Verdict(text, change, noise, False, decided=False, subject=subject)
+    if loaded:
+        which = " and ".join("the baseline" if r is baseline else f"trial {r.number}" for r in loaded)
+        text = (f"not trusted: {which} ran while the host was loaded (its speed probe "
+                f"{max(host_slowdown(r, records) for r in loaded):.0%} slower than the sweep's typical); "
+                f"{lead}, noise {noise_text}: measure again on a quiet machine")
+        return Verdict(text, change, noise, False, decided=False, subject=subject)
+    if not math.isfinite(noise):
+        return Verdict(f"{lead}; noise {noise_text}", change, noise, False, decided=False, subject=subject)
+    if change > noise:
+        return Verdict(f"{lead}: beats it beyond the measured noise of {noise_text}", change, noise, True,
+                       subject=subject)
+    return Verdict(f"no config beat the baseline by more than the measured noise of {noise_text} "
+                   f"(the best, {lead})", change, noise, False, subject=subject)
+
+
+def simplest_of_tied(better: Sequence[RoundsJudged], leader: RoundsJudged,
+                     changed: Mapping[str, Sequence[str]]) -> RoundsJudged:
+    """Of the candidates confirmed better than the baseline, the one to recommend: among
+    those whose 95% interval overlaps the ``leader``'s (the rounds do not separate them
+    from it), the one changing the fewest knobs from the baseline, then the higher gain.
+    Breiman's one-standard-error rule, for configs: a knob change must earn its place.
+    Why here: the rounds' interval holds the round-to-round noise of one process per
+    config, not the 3-10% by which whole processes of one config differ on this project's
+    VM (issue 37: a linear patch-embed twin confirmed +99.9% against +95.5% for the conv
+    config a plain loop in fresh processes measured 5% faster). Without ``changed`` for
+    every tied candidate, the leader."""
+    tied = [j for j in better if j.high >= leader.low and leader.high >= j.low]
+    if not all(j.key in changed for j in tied):
+        return leader
+    return min(tied, key=lambda j: (len(changed[j.key]), -j.gain))
+
+
+# Student's t, two-sided 95%, by degrees of freedom (rounds - 1); 1.96 beyond the table.
+_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+        2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+# A confirmed interval this narrow around no change is a decision: no config beats the
+# baseline by more than this (a few percent is what a window's noise is on a quiet machine).
+EQUAL_WITHIN = 0.05
+
+
+def t95(degrees: int) -> float:
+    return _T95[degrees - 1] if degrees <= len(_T95) else 1.96
+
+
+@dataclass(frozen=True)
+class RoundsJudged:
+    """One candidate against the baseline over the confirmation's rounds."""
+
+    key: str
+    rounds: int  # rounds in which both measured without contention
+    gain: float  # exp(mean paired log ratio) - 1, signed so that + is better
+    low: float  # the 95% interval of that gain
+    high: float
+    values: tuple[float, ...]  # the candidate's figures in those rounds
+    baseline_values: tuple[float, ...]
+
+
+def judge_rounds(measurements: Sequence[Mapping[str, tuple[float, bool]]], baseline_key: str, key: str,
+                 mode: str) -> RoundsJudged:
+    """``key`` against the baseline: per round (config key -> (figure, contended)), the
+    log ratio of the two, over the rounds in which both measured and neither was contended."""
+    sign = 1 if mode == "max" else -1
+    ratios, values, base_values = [], [], []
+    for round_ in measurements:
+        if key not in round_ or baseline_key not in round_:
+            continue
+        (value, contended), (base, base_contended) = round_[key], round_[baseline_key]
+        if contended or base_contended or not (value > 0 and base > 0):
+            continue
+        ratios.append(sign * math.log(value / base))
+        values.append(value)
+        base_values.append(base)
+    if len(ratios) < 2:
+        nan = float("nan")
+        return RoundsJudged(key, len(ratios), nan, nan, nan, tuple(values), tuple(base_values))
+    mean = statistics.fmean(ratios)
+    half = t95(len(ratios) - 1) * statistics.stdev(ratios) / math.sqrt(len(ratios))
+    return RoundsJudged(key, len(ratios), math.expm1(mean), math.expm1(mean - half), math.expm1(mean + half),
+                        tuple(values), tuple(base_values))
+
+
+def confirmed_verdict(measurements: Sequence[Mapping[str, tuple[float, bool]]], baseline_key: str,
+                      names: Mapping[str, str], mode: str,
+                      changed: Optional[Mapping[str, Sequence[str]]] = None) -> tuple[Verdict, list[RoundsJudged]]:
+    """The verdict of the confirmation rounds (``names``: candidate key -> how to call it,
+    e.g. "trial 7"), and each candidate's judgement. ``changed``: candidate key -> the knobs
+    its config changes from the baseline's; with it, of the candidates confirmed better
+    whose intervals overlap the leader's, the call is the one that changes fewest
+    (``simplest_of_tied``)."""
+    judged = [judge_rounds(measurements, baseline_key, key, mode) for key in names]
+    decidable = [j for j in judged if j.rounds >= 2]
+    ran = len(measurements)
+    if not decidable:
+        quiet = max([j.rounds for j in judged] or [0])
+        text = (f"not decided: {quiet} of {ran} confirmation round(s) measured the baseline and a candidate "
+                f"without contention (2 are needed): measure again on a quieter machine")
+        return Verdict(text, float("nan"), float("nan"), False, decided=False, confirmed=True), judged
+
+    def interval(one: RoundsJudged) -> str:
+        return f"95% interval {one.low:+.1%} to {one.high:+.1%}, {one.rounds} interleaved rounds"
+
+    better = [j for j in decidable if j.low > 0]
+    if better:  # some candidate's whole interval is a gain: the best-confirmed of those is the call
+        leader = max(better, key=lambda j: j.gain)
+        best = simplest_of_tied(better, leader, changed or {})
+        text = f"confirmed: {names[best.key]}'s config beats the baseline by {best.gain:+.1%} ({interval(best)})"
+        if best is not leader:
+            extra = [k for k in changed[leader.key] if k not in changed[best.key]]
+            text += (f"; {names[leader.key]}'s {leader.gain:+.1%} ({interval(leader)}) is not separated from it "
+                     f"and changes more knobs ({len(changed[leader.key])} to its {len(changed[best.key])}"
+                     f"{': ' + ', '.join(extra) if extra else ''}): the simpler config is the call")
+        others = [j for j in decidable if j not in (best, leader) and j.gain > best.gain and j.low <= 0]
+        if others:
+            text += "; " + "; ".join(f"{names[j.key]}'s {j.gain:+.1%} is not decided ({interval(j)})" for j in others)
+        return (Verdict(text, best.gain, (best.high - best.low) / 2, True, decided=True, confirmed=True,
+                        subject=names[best.key]), judged)
+    best = max(decidable, key=lambda j: j.gain)
+    half = (best.high - best.low) / 2
+    if all(j.high < 0 or (j.high - j.low) / 2 <= EQUAL_WITHIN for j in decidable):
+        bound = "" if best.high < 0 else f" by more than {best.high:+.1%}"
+        text = (f"confirmed: no config beats the baseline{bound} (the best candidate, {names[best.key]}: "
+                f"{best.gain:+.1%}, {interval(best)})")
+        return Verdict(text, best.gain, half, False, decided=True, confirmed=True, subject=names[best.key]), judged
+    text = (f"not decided: {names[best.key]}'s config is {best.gain:+.1%} against the baseline, but its "
+            f"{interval(best)} spans no change: more rounds (--confirm-rounds) or a quieter machine would decide it")
+    return Verdict(text, best.gain, half, False, decided=False, confirmed=True, subject=names[best.key]), judged

@@ -1,0 +1,350 @@
+"""The Optuna searcher a sweep uses (imported when a sweep runs: it imports Ray Tune).
+
+A module of its own, because Tune pickles the searcher with the experiment state: its
+class must be importable by name."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional, Sequence
+
+from optuna.distributions import CategoricalDistribution
+from optuna.trial import TrialState
+from ray.tune.search import Searcher
+from ray.tune.search.optuna import OptunaSearch
+
+__all__ = ["FailureAwareOptunaSearch", "MAX_REPEATED_PROPOSALS", "MeasuredRun", "ResumeNews", "config_key",
+           "concurrency_aware_tpe", "label_proposal", "local_proposals", "neighbours", "take_reuses", "tell_resumed"]
+
+# Proposals in a row of configs already measured before the space counts as searched
+# out: TPE keeps proposing its best region, and a small space runs out of new points.
+MAX_REPEATED_PROPOSALS = 20
+
+# A proposal that repeats a config running now is withdrawn and TPE asked again, this
+# many times at most per free slot; then the slot waits (Tune asks again later). With the
+# constant liar a running config is rarely proposed again, so a few tries are plenty, and
+# a space smaller than the slots (every config running) costs a few asks, not a loop.
+MAX_RUNNING_REPEATS = 4
+
+
+def concurrency_aware_tpe(seed: Optional[int], n_startup_trials: int):
+    """The sweep's TPE sampler. ``constant_liar``: each trial still running counts, while
+    it runs, as a result worse than any measured, so N proposals made while N trials run
+    spread over the space instead of all landing on the best region the finished results
+    point to (issue 31; ray-project/ray#46965). Ray's OptunaSearch leaves a proposal's
+    Optuna trial RUNNING, its params set, until Tune reports it ended: the liar sees every
+    running trial. Said explicitly: Optuna 4 (allowed by pyproject) defaults it to off."""
+    import optuna
+
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=n_startup_trials, constant_liar=True)
+
+
+# Reused proposals waiting for the sweep's callback to record them, and the sweeps whose
+# searcher ran out of new configs, by sweep: the searcher and the callback are separate
+# objects Tune pickles apart, in one driver process.
+_REUSES: dict[str, list[tuple[dict, str]]] = {}
+_SEARCHED_OUT: set[str] = set()
+# The local search's proposals by sweep: config key -> what it changed from the leader.
+_LOCAL: dict[str, dict[str, str]] = {}
+
+
+@dataclass
+class MeasuredRun:
+    """A trial a killed driver measured after Tune's last save: its MLflow run has its
+    result, Tune's saved state (and so the restored searcher) has not."""
+
+    trial_id: str
+    config: dict
+    result: dict  # its MLflow metrics
+    failed: bool
+
+
+@dataclass
+class ResumeNews:
+    """What a resumed sweep's searcher must learn before its first proposal
+    (sweeps/driver/record/resumed_runs.py): results its saved state lacks, and the configs of
+    trials cut off by the kill, to be proposed again first."""
+
+    measured: list[MeasuredRun] = field(default_factory=list)
+    again: list[dict] = field(default_factory=list)
+    # The trials in Tune's saved state (None: it saved none): the proposals that count.
+    tune_trials: Optional[set[str]] = None
+
+
+# ResumeNews by sweep, left by the resumed callback for the searcher it cannot reach.
+_RESUME_NEWS: dict[str, ResumeNews] = {}
+
+
+def tell_resumed(sweep_token: str, news: ResumeNews) -> None:
+    """Have the sweep's (resumed) searcher learn ``news`` before it proposes again."""
+    _RESUME_NEWS[sweep_token] = news
+
+
+def config_key(config: Mapping[str, Any]) -> str:
+    """One config's identity: equal for equal knob values, whatever their order."""
+    return json.dumps(dict(config), sort_keys=True, default=str)
+
+
+def _finite(value: Any) -> bool:
+    values = value if isinstance(value, list) else [value]
+    return all(isinstance(v, (int, float)) and math.isfinite(v) for v in values)
+
+
+def searched_out(sweep_token: str) -> bool:
+    """Whether the sweep's searcher ended the search: its proposals kept repeating
+    measured configs (a grid used up)."""
+    return sweep_token in _SEARCHED_OUT
+
+
+def label_proposal(sweep_token: str, config: Mapping[str, Any], label: str) -> None:
+    """Name a config the sweep proposes first for a reason of its own (the platform's first
+    guess): its trial's progress line and MLflow tag say ``label`` as a local step's say its step."""
+    _LOCAL.setdefault(sweep_token, {})[config_key(config)] = label
+
+
+def local_proposals(sweep_token: str) -> dict[str, str]:
+    """The sweep's proposals that were one step from the leader (config key -> the step,
+    e.g. "batch_size 32 -> 64 from trial 9's config")."""
+    return _LOCAL.get(sweep_token, {})
+
+
+def neighbours(params: Mapping[str, Any], distributions: Mapping[str, Any]) -> list[tuple[dict, str]]:
+    """The configs one step from ``params``: each categorical knob moved to the choice
+    before or after its own in the space's list (batch size x2 and /2 in a list of
+    powers of two, loader workers +-1, the precision beside it, a flag flipped), in the
+    space's order of knobs, the step up first; each with what it changed."""
+    found = []
+    for name, distribution in distributions.items():
+        if not isinstance(distribution, CategoricalDistribution) or name not in params:
+            continue
+        choices = list(distribution.choices)
+        if params[name] not in choices:
+            continue
+        index = choices.index(params[name])
+        for other in (index + 1, index - 1):
+            if 0 <= other < len(choices):
+                found.append(({**params, name: choices[other]}, f"{name} {params[name]} -> {choices[other]}"))
+    return found
+
+
+def take_reuses(sweep_token: str) -> list[tuple[dict, str]]:
+    """The proposals the searcher answered from an earlier trial since the last call:
+    (the proposed config, the trial id whose result it reused)."""
+    return _REUSES.pop(sweep_token, [])
+
+
+class FailureAwareOptunaSearch(OptunaSearch):
+    """Optuna through Tune, with two changes.
+
+    A trial that reported its own failure (trainables.failures.run_isolated) is a failed
+    Optuna trial: not a pruned one, and not a NaN value Optuna refuses. TPE then samples
+    away from it.
+
+    A proposal identical to a config this sweep has already measured is not run again
+    (unless ``repeats``): Optuna is told that trial's result as the proposal's, and asked
+    again. TPE re-proposes its best points (the baseline among them) as a matter of
+    course; a second run of one config is noise, not information, and once it was named
+    "best" at +26% with every knob unchanged. ``sweep_token`` names where the reuses are
+    left for the sweep's callback (``take_reuses``).
+
+    On ``--resume`` (``ResumeNews``, before its first proposal) it learns the results of
+    the trials a killed driver measured after Tune's last save, so none is measured again
+    and each counts toward ``budget`` (the sweep's num_samples), and it proposes first the
+    configs of the trials the kill cut off, which then run again in their own MLflow runs.
+
+    Its last ``local_search`` proposals (of ``budget``) are a local search: each is a
+    config one step from the best measured so far (``neighbours``) that no trial has
+    measured, so the search ends by checking the leader's surroundings, where TPE's
+    sampling leaves gaps (issue 37: a sweep missed the config one batch size above its
+    winner). With a time budget the local search also begins at ``local_after`` (a
+    time.time() moment: the search's last third), whichever comes first: a budget of time
+    ends a search before its last proposals when trials compile for tens of seconds.
+    With no such config left, TPE proposes as before."""
+
+    def __init__(self, *args, repeats: bool = False, sweep_token: str = "", budget: Optional[int] = None,
+                 local_search: int = 0, local_after: Optional[float] = None, prior_trials: Sequence = (),
+                 **kwargs):
+        super().__init__(*args, **kwargs)
+        # An earlier sweep's results on the same hardware, workload and versions (warm_start.py):
+        # completed trials of the study, so TPE models from them. Not this sweep's outcomes:
+        # a proposal of one of their configs runs here (the dedup knows only this sweep's).
+        for trial in prior_trials:
+            self._ot_study.add_trial(trial)
+        self.repeats, self.sweep_token, self.budget = repeats, sweep_token, budget
+        self.local_search, self.local_after = local_search, local_after
+        self._proposed: dict[str, str] = {}  # trial id -> config key
+        self._outcomes: dict[str, tuple[str, Optional[Any]]] = {}  # config key -> (trial id, value; None: failed)
+        self.reused = 0
+        self._returned = 0  # configs given to Tune: its count of trials created (SearchGenerator)
+        # Trials a killed driver measured after Tune's last save (trial id -> config key):
+        # each took one of the sweep's proposals that Tune's saved count lacks.
+        self._recovered: dict[str, str] = {}
+        # Their configs, enqueued: the proposal of each is answered with its result (config
+        # key -> [(trial id, value)]), not run.
+        self._answers: dict[str, list[tuple[str, Optional[Any]]]] = {}
+
+    def _since_resume_was_added(self) -> None:
+        """What a searcher saved by a version before these counts lacks."""
+        for name, empty in (("budget", None), ("_returned", len(getattr(self, "_ot_trials", ()))),
+                            ("_recovered", {}), ("_answers", {}), ("local_search", 0),
+                            ("local_after", None)):
+            self.__dict__.setdefault(name, empty)
+
+    def __setstate__(self, state: dict) -> None:  # unpickled from Tune's tuner.pkl
+        self.__dict__.update(state)
+        self._since_resume_was_added()
+
+    def suggest(self, trial_id: str) -> Optional[dict]:
+        self._learn(_RESUME_NEWS.pop(self.sweep_token, None))
+        if self.budget is not None and self._returned + len(self._recovered) >= self.budget:
+            return Searcher.FINISHED  # the recovered trials took the proposals left
+        self._step_from_leader()
+        # Repeats answered on the way to this trial's config: recorded (once per config)
+        # when it comes; repeats that end the search (its space used up) are not news.
+        answered: dict[str, tuple[dict, str]] = {}
+        running_repeats = 0
+        # Room for MAX_REPEATED_PROPOSALS repeats of measured configs besides the running ones.
+        for _ in range(MAX_REPEATED_PROPOSALS + MAX_RUNNING_REPEATS):
+            config = super().suggest(trial_id)
+            if config is None or config == Searcher.FINISHED:
+                return self._publish(answered, config)
+            key = config_key(config)
+            if self._answers.get(key):
+                # A recovered trial's config: Optuna gets its result as this proposal's, once.
+                _, value = self._answers[key].pop(0)
+                if not self._tell(self._ot_trials.pop(trial_id), value):
+                    break
+                continue
+            if self.repeats:
+                return self._publish(answered, config)
+            measured = self._outcomes.get(key)
+            running = key in {k for t, k in self._proposed.items() if t not in self._completed_trials}
+            if measured is None and not running:
+                self._proposed[trial_id] = key
+                return self._publish(answered, config)
+            # Answer this proposal from what is known, and ask again for the same Tune trial.
+            ot_trial = self._ot_trials.pop(trial_id)
+            if measured is None:
+                # The same config runs now: its result is not known yet. Withdrawn (a FAIL,
+                # which TPE ignores) and TPE asked again: with several trials running, the
+                # next proposal is usually new. After a few, the slot waits: Tune asks
+                # again later (None: no proposal for now), by then it may be measured.
+                self._tell(ot_trial, None)
+                running_repeats += 1
+                if running_repeats >= MAX_RUNNING_REPEATS:
+                    return self._publish(answered, None)
+                continue
+            original, value = measured
+            if not self._tell(ot_trial, value):
+                break
+            self.reused += 1
+            answered[key] = (dict(config), original)
+        _SEARCHED_OUT.add(self.sweep_token)
+        return Searcher.FINISHED  # searched out: every recent proposal was measured already
+
+    def _publish(self, answered: Mapping[str, tuple[dict, str]], config: Any) -> Any:
+        _REUSES.setdefault(self.sweep_token, []).extend(answered.values())
+        if isinstance(config, dict):
+            self._returned += 1
+        return config
+
+    def _learn(self, news: Optional[ResumeNews]) -> None:
+        """A resumed sweep's news (idempotent: a sweep killed again before Tune saved this
+        searcher hands the same news to the next resume)."""
+        if news is None:
+            return
+        if news.tune_trials is not None:
+            # This searcher was saved a moment apart from Tune's trials (a kill in the midst of
+            # Tune's save): Tune's trials count, and a proposal no trial has is withdrawn.
+            self._returned = len(news.tune_trials)
+            for trial_id in [t for t in self._ot_trials
+                             if t not in news.tune_trials and t not in self._completed_trials]:
+                self._tell(self._ot_trials.pop(trial_id), None)
+                self._proposed.pop(trial_id, None)
+        for run in news.measured:
+            if run.trial_id in self._completed_trials or run.trial_id in self._recovered:
+                continue  # known already
+            if run.trial_id in self._ot_trials:
+                # In flight when Tune saved it, ended before the kill: Tune's saved state now
+                # says it ended (resumed_runs.py), and Tune will not tell this searcher.
+                self.on_trial_complete(run.trial_id, result=run.result, error=run.failed)
+                continue
+            # Proposed and measured after the save: unknown to this searcher's state.
+            key = config_key(run.config)
+            value = None if run.failed else self._value_of(run.result)
+            self._recovered[run.trial_id] = key
+            self._outcomes.setdefault(key, (run.trial_id, value))
+            self._answers.setdefault(key, []).append((run.trial_id, value))
+            self._enqueue(run.config)
+        for config in news.again:
+            self._enqueue(config)
+
+    def _enqueue(self, config: dict) -> None:
+        """Have ``config`` proposed before anything new, unless it waits in the queue already
+        (a sweep's ``points`` not yet proposed when Tune saved this searcher)."""
+        waiting = self._ot_study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+        if not any(config_key(t.system_attrs.get("fixed_params") or {}) == config_key(config) for t in waiting):
+            self._ot_study.enqueue_trial(config)
+
+    def _step_from_leader(self) -> None:
+        """In the local search's share of the budget, enqueue the first unmeasured config
+        one step from the best trial so far (nothing when the queue holds a proposal
+        already: a sweep's points, a resumed sweep's configs)."""
+        if not self.local_search or self.budget is None or isinstance(self.metric, list):
+            return
+        late = self.local_after is not None and time.time() >= self.local_after
+        if not late and self._returned + len(self._recovered) < self.budget - self.local_search:
+            return
+        trials = self._ot_study.get_trials(deepcopy=False)
+        if any(t.state == TrialState.WAITING for t in trials):
+            return
+        measured = [t for t in trials if t.state == TrialState.COMPLETE and _finite(t.value)]
+        if not measured:
+            return
+        sign = 1 if self.mode == "max" else -1
+        leader = max(measured, key=lambda t: sign * t.value)
+        taken = {config_key(t.params) for t in trials} | set(self._outcomes)
+        taken |= {config_key(t.system_attrs.get("fixed_params") or {}) for t in trials}
+        for config, step in neighbours(leader.params, leader.distributions):
+            if config_key(config) not in taken:
+                self._ot_study.enqueue_trial(config)
+                _LOCAL.setdefault(self.sweep_token, {})[config_key(config)] = step
+                return
+
+    def _value_of(self, result: Mapping[str, Any]) -> Any:
+        if isinstance(self.metric, list):
+            return [result.get(m) for m in self.metric]
+        return result.get(self.metric)
+
+    def _tell(self, ot_trial, value) -> bool:
+        """Tell Optuna a proposal's value (None or not finite: failed). False when the
+        sampler is done: a grid used up refuses any more (GridSampler stops the study)."""
+        try:
+            if _finite(value):
+                self._ot_study.tell(ot_trial, value)
+            else:
+                self._ot_study.tell(ot_trial, state=TrialState.FAIL)
+        except RuntimeError:
+            return False
+        return True
+
+    def restore(self, checkpoint_path: str) -> None:
+        super().restore(checkpoint_path)
+        # The trials in flight when Tune saved this searcher are run again by Tune under the
+        # same ids (or marked ended: resumed_runs.py), so their proposals stay known: a result
+        # of theirs is remembered, and their config is not proposed beside them.
+        self._since_resume_was_added()
+
+    def on_trial_complete(self, trial_id, result=None, error=False):
+        if trial_id not in self._ot_trials:
+            return  # a trial Tune saved a moment after this searcher (a kill in the midst of a save)
+        if result and result.get("trial_failed"):
+            result, error = None, True
+        key = self._proposed.get(trial_id)
+        if key is not None and trial_id not in self._completed_trials:
+            value = self._value_of(result) if result and not error else None
+            self._outcomes.setdefault(key, (trial_id, value))
+        super().on_trial_complete(trial_id, result=result, error=error)
