@@ -10,9 +10,8 @@
     accelsweep hosts up|down|status             # several hosts on this machine (namespaces)
     accelsweep team-store up|down|status        # a team's record on PostgreSQL
 
-``accelsweep run NAME ARGS`` is ``python sweeps/NAME.py ARGS`` from any directory: the
-study runs as its own ``__main__`` with ARGS as its command line, so its flags, output
-and exit status are the script's.
+``accelsweep run NAME ARGS`` is ``python sweeps/NAME.py ARGS`` from any directory: the study
+runs as its own ``__main__``, so its flags, output and exit status are the script's.
 """
 
 from __future__ import annotations

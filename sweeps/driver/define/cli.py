@@ -17,8 +17,9 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import signal
 import sys
-from typing import Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 from accelsweep.trainables.errors import ConfigError, SweepStopped
 from accelsweep.trainables.cost import CostBasis, resolve_cost_basis
@@ -26,7 +27,11 @@ from accelsweep.trainables.platforms import PLATFORM_NAMES, get_platform, resolv
 from accelsweep.trainables.loop.rejection import REJECT_RATIO
 from accelsweep.sweeps.driver.record.tracking_buffer import DEFAULT_WAIT_S
 
-__all__ = ["common_parser", "cost_basis", "main_guard", "platform_from_args", "sweep_options"]
+if TYPE_CHECKING:
+    from accelsweep.sweeps.driver.define.sweep import SweepResult
+
+__all__ = ["RETURNED", "SweepInterrupted", "common_parser", "cost_basis", "main_guard", "platform_from_args",
+           "sweep_options"]
 
 
 def checked(convert: Callable, accept: Callable, allowed: str) -> Callable[[str], object]:
@@ -211,6 +216,33 @@ def fail(error: Exception) -> None:
     sys.exit(2)
 
 
+class SweepInterrupted(KeyboardInterrupt):
+    """A sweep stopped by SIGINT, SIGTERM or SIGHUP. Raised by ``run_sweep`` once the sweep
+    has closed its runs and stopped the Ray instance it started (``result``: its summary,
+    None when it stopped before its parent run was opened). The scripts (``cli.main_guard``)
+    exit with ``exit_status``, as a shell reports a process a signal ended: 130 for SIGINT,
+    143 for SIGTERM, 129 for SIGHUP."""
+
+    def __init__(self, signum: int, result: Any = None):
+        super().__init__(signum)
+        self.signum, self.result = signum, result
+
+    @property
+    def exit_status(self) -> int:
+        return 128 + self.signum
+
+    def __str__(self) -> str:
+        return f"interrupted by {signal.Signals(self.signum).name} (exit status {self.exit_status})"
+
+
+class RETURNED:
+    """What run_sweep last returned in this process, and how many it has: a script's
+    main_guard judges its sweep by it when the script's main returns nothing (cli.py)."""
+
+    count = 0
+    last: Optional[SweepResult] = None
+
+
 def main_guard(main) -> None:
     """Run a script's main: bad input ends it with exit status 2 and the message; a sweep
     stopped by SIGINT or SIGTERM (stop_signals.py) with 128 + the signal's number (130,
@@ -219,9 +251,6 @@ def main_guard(main) -> None:
     measured nothing (every trial failed, or none reported the objective) with
     NOTHING_MEASURED_EXIT, 1: the result main returns, else the last run_sweep returned
     while it ran."""
-    from accelsweep.sweeps.driver.run.lifecycle import RETURNED
-    from accelsweep.sweeps.driver.run.stop_signals import SweepInterrupted
-
     returned_before = RETURNED.count
     try:
         result = main()

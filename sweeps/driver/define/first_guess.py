@@ -4,12 +4,12 @@ multiplies it natively, every core computing, the largest batch, ...: each platf
 ``first_guess`` rules, each with its reason).
 
 Why: a search with a time budget gets a dozen or two trials, and its random start-up
-trials rarely land on the corner of a large space where those rules point. Measured
-first, the guess gives TPE and the local search a leader from the second trial on
-(issue 37: the plain Ray Tune script's search found that corner in one run of three).
-It is a proposal, measured like any other: where the rules are wrong here, the search
-goes past it. Off with ``Sweep.first_guess=False`` (``--no-first-guess``); none when the
-sweep lists its own first ``points``, with a grid, or where the platform has no rules.
+trials rarely land on the corner of a large space where those rules point (a plain Ray
+Tune search finds it in some runs only). Measured first, the guess gives TPE and the
+local search a leader from the second trial on. It is a proposal, measured like any
+other: where the rules are wrong here, the search goes past it. Off with
+``Sweep.first_guess=False`` (``--no-first-guess``); none when the sweep lists its own
+first ``points``, with a grid, or where the platform has no rules.
 """
 
 from __future__ import annotations

@@ -11,7 +11,6 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from accelsweep.sweeps.driver.run.deadline import check_trial_timeout
 from accelsweep.sweeps.driver.define.first_guess import plan_first_guess
 from accelsweep.sweeps.driver.record.marker import read_sweep_marker, unfinished_sweep_dir
 from accelsweep.sweeps.driver.define.preflight import (
@@ -35,6 +34,7 @@ from accelsweep.sweeps.driver.define.store_checks import (
 )
 from accelsweep.sweeps.driver.record.optuna_study import validate_study_storage
 from accelsweep.sweeps.driver.define.sweep import SAMPLERS, SCHEDULERS, Objective, Sweep
+from accelsweep.sweeps.driver.define.warm_start import plan_warm_start
 from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.errors import (
     MAX_SEED,
@@ -76,7 +76,9 @@ class _WithResourceDefaults:
             raise
 
 
-def _as_sized(config: Any) -> Any:
+def as_sized(config: Any) -> Any:
+    """``config`` as the platforms can size a trial from (``_WithResourceDefaults`` where it
+    lacks a field they read)."""
     if all(hasattr(config, name) for name in (*RESOURCE_DEFAULTS, "knobs")):
         return config
     return _WithResourceDefaults(config)
@@ -161,7 +163,7 @@ class Plan:
         return self.config_for(searched).to_dict()
 
     def resources_of(self, searched: Mapping[str, Any]) -> dict[str, float]:
-        config = _as_sized(self.config_for(searched))
+        config = as_sized(self.config_for(searched))
         return dict(get_platform(config.platform).resources(config))
 
     def trial_env(self, searched: Mapping[str, Any]) -> dict[str, str]:
@@ -246,7 +248,7 @@ def declared_metrics(sweep: Sweep) -> MetricSet:
         name = getattr(sweep.trainable, "__name__", repr(sweep.trainable))
         raise ConfigError("metrics", "the MetricSet of what the trainable reports", None,
                           f"Trainable {name} declares none: decorate it with declare_metrics(MetricSet(...)) "
-                          "(accelsweep.sweeps.driver.api, accelsweep.trainables.metrics), or give Sweep(metrics=...).")
+                          "(both from accelsweep), or give Sweep(metrics=...).")
     if not isinstance(declared, MetricSet) and callable(declared):
         declared = declared(sweep.base)
     if not isinstance(declared, MetricSet):
@@ -255,7 +257,7 @@ def declared_metrics(sweep: Sweep) -> MetricSet:
 
 
 def check_config_protocol(base: Any) -> dict[str, Any]:
-    """The base config keeps the protocol (the module's docstring); its flat dict."""
+    """The base config keeps the protocol (``Sweep``'s docstring); its flat dict."""
     kind = type(base).__name__
     missing = [name for name, present in (("platform", hasattr(base, "platform")),
                                           ("to_dict()", callable(getattr(base, "to_dict", None))),
@@ -283,6 +285,16 @@ def check_config_protocol(base: Any) -> dict[str, Any]:
         if hasattr(base, name):
             positive_int(name, getattr(base, name))
     return dict(base_dict)
+
+
+def check_trial_timeout(timeout_s: Any) -> None:
+    """``Sweep.trial_timeout_s`` is a number of seconds > 0, or None (no deadline)."""
+    if timeout_s is None:
+        return
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not (
+            timeout_s > 0 and math.isfinite(timeout_s)):
+        raise ConfigError("trial_timeout_s", "a number of seconds > 0 (the longest a trial may go without "
+                                             "reporting), or None for no deadline", timeout_s)
 
 
 def plan_sweep(sweep: Sweep) -> Plan:
@@ -339,7 +351,7 @@ def plan_sweep(sweep: Sweep) -> Plan:
 
     # Values the base platform's hardware only emulates leave the space (the baseline's own
     # stay: it must be a point of it), unless the sweep keeps them.
-    capabilities = get_platform(sweep.base.platform).capabilities(_as_sized(sweep.base))
+    capabilities = get_platform(sweep.base.platform).capabilities(as_sized(sweep.base))
     if capabilities.read_here and sweep.address and sweep.address != "local":
         capabilities = not_known(capabilities.hardware, f"read on this driver, but trials run on the cluster at "
                                                         f"{sweep.address}, whose nodes may have other hardware")
@@ -360,8 +372,6 @@ def plan_sweep(sweep: Sweep) -> Plan:
     _check_points(plan)
     plan.guess = plan_first_guess(plan)
     if sweep.warm_start is not None:
-        from accelsweep.sweeps.driver.define.warm_start import plan_warm_start
-
         store = sweep.warm_start_store or sweep.tracking_uri
         try:
             validate_tracking_uri(store)
@@ -412,8 +422,8 @@ def remeasure(sweep: Sweep, configs: Sequence[Mapping[str, Any]], times: int = 5
 
 
 def preflight(sweep: Sweep) -> Plan:
-    """``plan_sweep`` plus the checks against where the sweep will run (sweeps/driver/
-    preflight.py, store_checks.py); ``run_sweep`` runs it before anything else. The tracking
+    """``plan_sweep`` plus the checks against where the sweep will run (define/preflight.py,
+    store_checks.py); ``run_sweep`` runs it before anything else. The tracking
     store, the study's database and the storage path must take writes; a cluster's address
     must answer; a local run's trials must fit this machine. A Ray instance the caller has
     initialised already is theirs to size (it may be a cluster): an address given must be

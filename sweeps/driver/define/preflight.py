@@ -3,12 +3,12 @@
 ``plan_sweep`` checks what a sweep says; this module checks it against where it will
 run. Two mistakes otherwise cost minutes or hang:
 
-- an unreachable ``--address``: ``ray.init`` keeps retrying the GCS and never returns
-  (measured here: still retrying after 170 s for 127.0.0.1 on a closed port);
+- an unreachable ``--address``: ``ray.init`` keeps retrying the GCS for minutes, even
+  for a closed port on 127.0.0.1;
 - a trial that needs more CPUs, GPUs or NeuronCores than a local Ray instance has: with
   no autoscaler to add a node, Tune waits for them forever.
 
-``accelsweep.sweeps.driver.define.plan.preflight`` runs them (``run_sweep`` runs that first):
+``plan.preflight`` runs them (``run_sweep`` runs that first):
 the checks take the plan; this module imports nothing of the driver.
 """
 

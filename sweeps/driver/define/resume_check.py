@@ -64,7 +64,7 @@ def _located(uri: str) -> str:
 
 
 def defining_flags(plan: Any) -> dict[str, Any]:
-    """What defines the sweep of ``plan`` (an api.Plan), as the marker keeps it: JSON
+    """What defines the sweep of ``plan`` (a plan.Plan), as the marker keeps it: JSON
     values, no credential."""
     sweep = plan.sweep
     space = dict(line.split(": ", 1) for line in plan.space.describe())

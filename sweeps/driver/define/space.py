@@ -16,13 +16,13 @@ removed from every ``suggest_categorical`` (``remove``), except the baseline's o
 
 from __future__ import annotations
 
-import contextlib
-from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 import optuna
 from optuna.distributions import (BaseDistribution, CategoricalDistribution, FloatDistribution,
                                   IntDistribution)
 
+from accelsweep.sweeps.driver.record.optuna_study import quiet_optuna
 from accelsweep.trainables.errors import ConfigError
 
 __all__ = ["DefineByRun", "Reasons", "SearchSpace", "SpaceSpec", "describe_distribution", "describe_reasons",
@@ -33,18 +33,6 @@ SpaceSpec = Union[DefineByRun, Mapping[str, Any]]
 Reasons = Mapping[str, Mapping[Any, str]]  # knob -> {value: why}
 
 INTROSPECTION_SAMPLES = 128
-
-
-@contextlib.contextmanager
-def quiet_optuna() -> Iterator[None]:
-    """Optuna logs each study it creates (one per sampling here, one per sweep) at INFO:
-    warnings only while inside, the caller's verbosity again after."""
-    verbosity = optuna.logging.get_verbosity()
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    try:
-        yield
-    finally:
-        optuna.logging.set_verbosity(verbosity)
 
 
 def _suggest(trial: optuna.Trial, name: str, distribution: BaseDistribution) -> Any:

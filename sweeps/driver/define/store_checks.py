@@ -1,25 +1,16 @@
-"""Checks that the places a sweep writes to can take its writes, made before anything
-starts (``api.preflight``; --dry-run makes none of them): the MLflow tracking store, the
-Optuna study's database, and Tune's storage path.
+"""Checks, made before anything starts (``plan.preflight``; --dry-run makes none of them),
+that the places a sweep writes to can take its writes: the MLflow tracking store, the Optuna
+study's database, and Tune's storage path. Each refusal is a ConfigError naming the field,
+in seconds; without these checks a bad store costs minutes of MLflow's own retries and ends
+in a traceback, and a full storage path fails at start and again on --resume.
 
-Each refusal is a ConfigError naming the field, in seconds. Without these checks a bad
-store costs minutes and ends in a traceback (measured with MLflow 3.17): a directory or
-a path under /proc as ``sqlite:///`` ran 115 s, a file that is not a database 15 s, and
-``http://127.0.0.1:9/`` (nothing listening) 260 s of MLflow's own retries. A read-only or
-full storage path failed at start, and again on --resume.
-
-- ``sqlite:///<path>``: a file that is a sqlite database (or empty), readable and
-  writable, or absent; its folder writable (sqlite writes a journal beside the file; the
-  creation lock lives there too) with ``MIN_FREE_BYTES`` free.
-- ``http(s)://``: MLflow's REST API answers (one search of experiments, the credentials
-  MLflow would send, ``CONNECT_TIMEOUT_S`` to connect and ``ANSWER_TIMEOUT_S`` to answer).
-- ``postgresql``, ``mysql``, ``mssql``: the host's port accepts a connection, then the
-  database accepts ours through its driver, which must be installed (MLflow needs it).
-- ``databricks``: not checked here (its workspace configuration is the Databricks SDK's);
-  preflight says so.
-- the storage path (``--storage-path``, default ~/ray_results): it, or the nearest folder
-  above it that exists, takes a file (one is created and removed), with
-  ``MIN_FREE_BYTES`` free.
+- ``sqlite:///<path>``: a sqlite database (or empty, or absent) we can read and write, in a
+  writable folder (sqlite writes its journal and lock beside the file) with MIN_FREE_BYTES;
+- ``http(s)://``: MLflow's REST API answers one search of experiments (CONNECT_TIMEOUT_S);
+- ``postgresql``, ``mysql``, ``mssql``: the port accepts a connection, then the database
+  accepts ours through its driver (which MLflow needs installed too);
+- ``databricks``: not checked (its workspace configuration is its SDK's); preflight says so;
+- the storage path: it, or the nearest folder above it that exists, takes a file.
 """
 
 from __future__ import annotations
@@ -34,6 +25,7 @@ from typing import Any, Callable, Optional
 from urllib.parse import urlsplit, urlunsplit
 
 from accelsweep.trainables.errors import ConfigError
+from accelsweep.sweeps.driver.record.database_errors import DRIVER_TIMEOUT_ARGS
 from accelsweep.sweeps.driver.record.secrets import redact_uri, split_http_credentials
 from accelsweep.sweeps.driver.record.sqlite_store import sqlite_file
 
@@ -49,16 +41,13 @@ CONNECT_TIMEOUT_S = 3.0
 ANSWER_TIMEOUT_S = 5.0
 PROBE_BOUND_S = 8.0
 # What a sweep writes besides its trials' results: Tune's saved state, about 12 KB per
-# trial (experiment state and the searcher's study; measured: 132 KB for a 4-trial sweep),
-# written again every 5 s beside the old copy; the MLflow writes kept while a tracking
-# server is away (with copies of the reports and plots to log, a few MB); a sqlite store
-# grows by about 40 KB per trial. 64 MiB holds all of it for a sweep of a thousand trials,
-# and refuses a disk that is full or nearly so before a trial runs.
+# trial (experiment state and the searcher's study), written again every 5 s beside the
+# old copy; the MLflow writes kept while a tracking server is away (with copies of the
+# reports and plots to log, a few MB); a sqlite store grows by about 40 KB per trial.
+# 64 MiB holds all of it for a sweep of a thousand trials, and refuses a disk that is full
+# or nearly so before a trial runs.
 MIN_FREE_BYTES = 64 * 1024 * 1024
 DEFAULT_PORTS = {"postgresql": 5432, "mysql": 3306, "mssql": 1433}
-# Drivers' own connect-timeout arguments (seconds), so a server that accepts TCP but never
-# answers is given up on by the driver too.
-DRIVER_TIMEOUT_ARGS = {"postgresql": "connect_timeout", "mysql": "connect_timeout", "mssql": "timeout"}
 INSTALL_HINTS = {"postgresql": "pip install \"psycopg[binary]\" (SQLAlchemy 2.1's postgresql:// driver)", "mysql": "pip install pymysql",
                  "mssql": "pip install pyodbc (and an ODBC driver for SQL Server)"}
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -287,6 +276,9 @@ def check_study_storage(url: str) -> None:
 
 
 def _check_mlflow_server(uri: str) -> None:
+    """MLflow's REST API at ``uri`` answers one search of experiments, sent with the
+    credentials MLflow would send, within CONNECT_TIMEOUT_S to connect and ANSWER_TIMEOUT_S
+    to answer."""
     import requests
 
     parts = urlsplit(uri)

@@ -1,14 +1,14 @@
 """What a sweep is: its search, its trainable and config, its objectives and where it
 records (``Sweep``, ``Objective``, ``SweepConfig``, ``declare_metrics``), and what running
-one gives back (``SweepResult``). The protocol a user's own trainable and config keep is
-in api.py's docstring; plan.py validates a Sweep, lifecycle.py runs it."""
+one gives back (``SweepResult``). ``Sweep``'s docstring gives the protocol a user's own
+trainable and config keep; plan.py validates a Sweep, lifecycle.py runs it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence, Union
 
-from accelsweep.sweeps.driver.run.callbacks import TrialRecord
+from accelsweep.sweeps.driver.record.trial_record import TrialRecord
 from accelsweep.sweeps.driver.record.tracking_buffer import DEFAULT_WAIT_S
 from accelsweep.sweeps.driver.define.space import SpaceSpec
 from accelsweep.trainables.config import DictConfig
@@ -78,9 +78,24 @@ class Objective:
 
 @dataclass
 class Sweep:
+    """A sweep, validated whole (``plan_sweep``) before anything starts. It runs any trainable
+    and config that keep this protocol (examples/user_trainable.py):
+
+    - the config (``base``, the baseline): ``platform``, ``to_dict()`` giving a flat dict of
+      its fields, and a classmethod ``from_dict(values)`` that raises ConfigError for a bad
+      value (each trial's config is the base's dict with the searched knobs over it, built
+      in the driver before any trial starts). Optional: ``cpus_per_worker`` and ``workers``
+      (a trial holds their product of CPUs), ``windows`` (results a trial reports; early
+      stopping needs 2 or more), ``trial_env()``. ``SweepConfig`` is such a config;
+    - the trainable: called in the trial's process as ``trainable(searched, base=base_dict,
+      cost=cost_basis)``, reporting each window's figures with ``ray.tune.report({...})``;
+      an exception ends the trial as a failed result;
+    - its metrics: a ``MetricSet`` declared with ``declare_metrics`` (or given as
+      ``metrics``); objectives must name declared metrics."""
+
     name: str
     trainable: Callable[..., None]  # (searched, base=..., cost=...), reports through tune.report
-    base: Any  # the baseline config: the protocol in the module's docstring (e.g. a SweepConfig)
+    base: Any  # the baseline config: the protocol in this class's docstring (e.g. a SweepConfig)
     space: SpaceSpec
     # The first is the one the best trial, the summary's table and ASHA go by; with
     # several, the Pareto set is reported and early stopping uses the Pareto rule.
@@ -95,7 +110,7 @@ class Sweep:
     seed: int = 0
     tracking_uri: str = "sqlite:///mlflow.db"
     # Seconds the sweep waits for a tracking store that stops answering, its MLflow writes
-    # kept in order meanwhile (sweeps/driver/record/tracking_buffer.py: why 600); then it stops, the
+    # kept in order meanwhile (record/tracking_buffer.py: why 600); then it stops, the
     # writes saved under its experiment dir, written first on --resume.
     tracking_wait_s: float = DEFAULT_WAIT_S
     experiment: Optional[str] = None  # default: the sweep's name
@@ -152,11 +167,11 @@ class Sweep:
     # Where the sweep's Optuna study is kept (sweeps/driver/record/optuna_study.py): an SQLAlchemy URL;
     # None: beside a sqlite MLflow store (mlflow.db: mlflow.optuna.db), else under storage_path.
     study_storage: Optional[str] = None
-    # At the end, the report (tables and plots) is logged on the parent run (sweep_report.py).
+    # At the end, the report (tables and plots) is logged on the parent run (report_artifacts.py).
     report: bool = True
     # When the search ends, the baseline and its best configs are measured again in this
     # many interleaved rounds, and the sweep's verdict is theirs (confirm.py); 0: none.
-    # With a time budget, the search leaves 30% of it to them (confirm.CONFIRM_BUDGET_SHARE).
+    # With a time budget, the search leaves confirm.CONFIRM_BUDGET_SHARE of it to them.
     confirm_rounds: int = 0
     # The search's last proposals that step from the best config so far to an unmeasured
     # neighbour (one knob one choice away: batch x2 or /2, workers +-1, ...) instead of

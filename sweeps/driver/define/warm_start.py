@@ -1,16 +1,13 @@
-"""A sweep that starts from an earlier one (``--warm-start SWEEP``, issue 31 item 4).
+"""A sweep that starts from an earlier one (``--warm-start SWEEP``).
 
 Users rarely tune from nothing: they tuned this model last week, on another instance
 type or SDK version. A warm start reads that sweep from its MLflow store (history.py:
-its parent run's name or id, in any store the user can read) and
-
-- proposes its best configs first (WARM_START_CONFIGS of them, best first), each checked
-  against the new space: a value the new space lacks, or a knob the old sweep searched
-  that the new one fixes at another value, and the config is skipped, with why;
-- tells the searcher the old results (every measured trial, as completed Optuna trials)
-  only where they measured the same thing: the same hardware, workload and package
-  versions. Elsewhere a number measured on another machine or SDK would mislead TPE's
-  model of this one, so the old configs are only enqueued, to be measured here.
+its parent run's name or id, in any store the user can read), proposes its best configs
+first (WARM_START_CONFIGS of them, each checked against the new space: ``_point``), and
+tells the searcher the old results only where they measured the same thing: the same
+hardware, workload and package versions. Elsewhere a number measured on another machine
+or SDK would mislead TPE's model of this one, so the old configs are only enqueued, to be
+measured here.
 
 Everything is decided before the first trial (plan_sweep), and said: --dry-run prints it,
 the sweep's start says it, the parent run keeps it (tags ``warm_start*``).
@@ -22,8 +19,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
-from accelsweep.sweeps.driver.record.trial_record import TrialRecord
-from accelsweep.sweeps.driver.reporting.summary import ranked
+from accelsweep.sweeps.driver.define.space import holds
+from accelsweep.sweeps.driver.record.history import load_sweep
+from accelsweep.sweeps.driver.record.secrets import redact_uri
+from accelsweep.sweeps.driver.record.tracking import param_value
+from accelsweep.sweeps.driver.record.trial_record import TrialRecord, config_key, ranked
+from accelsweep.trainables.environment import environment_tags
 from accelsweep.trainables.errors import ConfigError
 
 __all__ = ["WARM_START_CONFIGS", "WarmStart", "plan_warm_start", "unique_points", "warm_trials"]
@@ -79,8 +80,9 @@ class WarmStart:
 def _point(record: TrialRecord, distributions: Mapping[str, Any], base: Mapping[str, Any],
            holds) -> tuple[Optional[dict], str]:
     """``record``'s config as a point of the new space, or None and why not: each new knob
-    takes the old trial's value (searched, else its full config's); a knob the old sweep
-    searched that the new one does not must have the new base's value."""
+    takes the old trial's value (searched, else its full config's); a value the new space
+    lacks skips the config, and a knob the old sweep searched that the new one does not
+    must have the new base's value."""
     point: dict[str, Any] = {}
     for knob, distribution in distributions.items():
         if knob in record.searched:
@@ -122,12 +124,6 @@ def _mismatches(history, new_tags: Mapping[str, str], base_params: Mapping[str, 
 
 def plan_warm_start(plan, ref: str, store: str) -> WarmStart:
     """The warm start of ``plan``'s sweep from the sweep ``ref`` names in ``store``."""
-    from accelsweep.sweeps.driver.record.history import load_sweep
-    from accelsweep.sweeps.driver.define.space import holds
-    from accelsweep.sweeps.driver.record.secrets import redact_uri
-    from accelsweep.sweeps.driver.record.tracking import _param_value
-    from accelsweep.trainables.environment import environment_tags
-
     sweep = plan.sweep
     if sweep.sampler != "tpe":
         raise ConfigError("warm_start", "none with sampler 'grid' (a grid runs every point once, in its own order)",
@@ -171,15 +167,13 @@ def plan_warm_start(plan, ref: str, store: str) -> WarmStart:
     new_tags = {**environment_tags(), "platform": sweep.base.platform,
                 "instance_type": (sweep.cost.instance_type if sweep.cost else None) or "unknown",
                 **{k: v for k, v in plan.capability_tags().items() if k == "hardware"}}
-    base_params = {f"base.{k}": _param_value(v) for k, v in plan.base_dict.items()}
+    base_params = {f"base.{k}": param_value(v) for k, v in plan.base_dict.items()}
     warm.mismatches = _mismatches(history, new_tags, base_params, distributions)
     return warm
 
 
 def unique_points(points) -> list[dict]:
     """``points`` in order, each config once (a warm config that is the baseline runs once)."""
-    from accelsweep.sweeps.driver.run.searchers import config_key
-
     seen, kept = set(), []
     for point in points:
         if config_key(point) not in seen:

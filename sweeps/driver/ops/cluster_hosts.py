@@ -9,38 +9,9 @@ network namespace of their own, with their own address, joined by a bridge.
         cluster.run("asw-head", [sys.executable, "my_driver.py", cluster.head_address],
                     env=cluster.driver_env)
 
-Why: a sweep that spans hosts (a trial's data-parallel workers on two machines, the driver
-on a third) goes through code that one machine with one address never runs: nodes joining
-a head over the network, token auth on every connection, Ray Train's rendezvous at rank
-0's address, gloo's sockets between hosts. Namespaces give each "host" its own interfaces,
-routes and ports, so nothing can quietly use 127.0.0.1 across hosts (each namespace's
-loopback is its own) and no port clashes with a Ray instance already running here.
-
-The layout (``PREFIX`` names everything, so ``down`` finds it all by name, even after an
-``up`` that crashed halfway):
-
-    root namespace: bridge asw-br0 at 10.77.0.254/24 (no forwarding, no other route)
-      asw-head  10.77.0.1   ray start --head  (0 CPUs: like cluster.yaml's head, it runs the
-                                               driver, never a trial's workers)
-      asw-w1    10.77.0.11  ray start --address=10.77.0.1:6379, resource host:asw-w1
-      asw-w2    10.77.0.12  ray start --address=10.77.0.1:6379, resource host:asw-w2
-
-Each namespace has its loopback and one veth end (``<host>-n``) in the bridge; its only
-route is the subnet's own, so traffic goes to those addresses and loopback only. The
-nodes start the way cluster.yaml's head_start_ray_commands / worker_start_ray_commands
-start them, with Ray's token auth on: a token generated for this cluster in a private
-state directory (``/tmp/asw-cluster-*``, mode 0700), handed to every node and to the
-driver by ``RAY_AUTH_TOKEN_PATH`` (read by Ray's C++ token loader), never written to
-``~/.ray``.
-
-A driver runs in the head's namespace (``cluster.run(HEAD, ...)`` with ``driver_env``),
-as on a real cluster's head: Ray attaches a driver to a raylet on its own host, so a
-process in the root namespace (no raylet there) cannot be one.
-
-Stopping kills exactly what the cluster started: every process inside its namespaces, and
-any process whose command line names its state directory, with everything below them,
-collected before any is signalled (SIGTERM, then SIGKILL). Needs root and iproute2's
-``ip netns``; Linux only.
+Why: a sweep across hosts runs code one address never does (nodes joining a head, token auth,
+Ray Train's rendezvous at rank 0's address, gloo's sockets); each namespace has its own
+interfaces, routes, ports and loopback. Needs root and iproute2's ``ip netns``; Linux only.
 """
 
 from __future__ import annotations
@@ -66,6 +37,19 @@ from accelsweep.trainables.processes import command_line, descendants, process_t
 __all__ = ["BRIDGE", "GCS_PORT", "HEAD", "PREFIX", "Host", "HostsCluster", "HostsUnavailable", "down", "hosts_cluster",
            "hosts_network", "plan_hosts", "status", "unavailable_reason", "up"]
 
+# The layout. PREFIX names everything, so ``down`` finds it all by name, even after an ``up``
+# that crashed halfway:
+#
+#   root namespace: bridge asw-br0 at 10.77.0.254/24 (no forwarding, no other route)
+#     asw-head  10.77.0.1   ray start --head  (0 CPUs: like cluster.yaml's head, it runs the
+#                                              driver, never a trial's workers)
+#     asw-w1    10.77.0.11  ray start --address=10.77.0.1:6379, resource host:asw-w1
+#     asw-w2    10.77.0.12  ray start --address=10.77.0.1:6379, resource host:asw-w2
+#
+# Each namespace has its loopback and one veth end (``<host>-n``) in the bridge; its only
+# route is the subnet's own, so traffic goes to those addresses and loopback only, nothing
+# can quietly use 127.0.0.1 across hosts, and no port clashes with a Ray instance already
+# running here.
 PREFIX = "asw-"  # every namespace, link and state directory this module makes starts with it
 BRIDGE = f"{PREFIX}br0"
 SUBNET = "10.77.0.0/24"  # private (RFC 1918); refused if any route here already covers it
@@ -176,7 +160,10 @@ class HostsCluster:
             timeout: float = 300.0, **kwargs) -> subprocess.CompletedProcess:
         """Run ``argv`` in ``host``'s namespace with this environment plus ``env``; its
         output captured as text unless ``kwargs`` say otherwise. Raises
-        subprocess.TimeoutExpired past ``timeout`` (the child is killed)."""
+        subprocess.TimeoutExpired past ``timeout`` (the child is killed). A driver runs in
+        the head's namespace (``run(HEAD, ...)`` with ``driver_env``), as on a real
+        cluster's head: Ray attaches a driver to a raylet on its own host, so a process in
+        the root namespace (no raylet there) cannot be one."""
         kwargs.setdefault("capture_output", True)
         kwargs.setdefault("text", True)
         return subprocess.run(self.command(host, argv), env={**_clean_env(), **(env or {})}, timeout=timeout,
@@ -229,7 +216,11 @@ def _refuse_if_taken() -> None:
 def up(workers: int = 2, worker_cpus: int = 2, print_line=print) -> HostsCluster:
     """Make the namespaces and the bridge, start Ray in each (head first), wait until every
     node is alive. On any failure everything made so far is torn down before the error
-    propagates."""
+    propagates. The nodes start the way cluster.yaml's head_start_ray_commands /
+    worker_start_ray_commands start them, with Ray's token auth on: a token generated for
+    this cluster in a private state directory (``/tmp/asw-cluster-*``, mode 0700), handed
+    to every node and to the driver by ``RAY_AUTH_TOKEN_PATH`` (read by Ray's C++ token
+    loader), never written to ``~/.ray``."""
     reason = unavailable_reason()
     if reason:
         raise HostsUnavailable(reason)
@@ -399,7 +390,9 @@ def down(print_line=None) -> list[str]:
     """Stop every process of the cluster, delete its namespaces, links and state
     directories. Idempotent, and finds everything by name, so it also cleans up after an
     ``up`` that crashed (or a process that was killed before it could). Returns what it
-    did, one line each; raises if anything is left."""
+    did, one line each; raises if anything is left. It kills exactly what the cluster
+    started (``cluster_processes``), collected before any is signalled (SIGTERM, then
+    SIGKILL)."""
     lines: list[str] = []
     pids = cluster_processes()
     if pids:

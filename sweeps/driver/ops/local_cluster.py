@@ -6,26 +6,12 @@ node types on demand, each node a set of processes here.
     accelsweep cluster status                # the nodes up now, by type
     accelsweep cluster down                  # every process of it stopped
 
-The autoscaler is Ray's, unchanged; only its node provider is the fake multi-node one
-Ray ships for testing (``RAY_FAKE_CLUSTER=1``; local_node_provider.py marks its nodes set
-up, so that a node that dies is replaced as on AWS): where
-the AWS provider would boot an EC2 instance, it starts a raylet here with the resources
-that instance would report. The node types are cluster.yaml's ``available_node_types``
-(read here, so the two cannot drift), each with the resources Ray's AWS provider gives
-that EC2 type: its vCPUs, and its accelerators as Ray's own accelerator managers count
-them (``neuron_cores`` from Ray's Neuron map, ``GPU`` and ``accelerator_type:<model>`` from
-the GPU the type has: trainables/cost.py's instance table stands in for EC2's
-DescribeInstanceTypes), plus what cluster.yaml declares (the ``instance_type:<type>``
-markers). The head gets the head type's CPUs. What it does not show: boot and setup
-time (a fake node is up in seconds), memory limits, and speed: every node shares this
-machine's cores, so a trial's throughput here says nothing of that instance type's.
-
-Everything binds 127.0.0.1. Ray turns a loopback address into the machine's interface
-address unless its "no clusters" switch is set (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``);
-the cluster's processes get it here, and a sweep's driver sets it itself for a loopback
-address (ray_adapter.keep_loopback). Stopping never runs ``ray stop`` (it stops every
-Ray process of the machine): ``down`` stops the processes of this cluster's session, the
-fake nodes included (they are the autoscaler's children), and nothing else.
+The autoscaler is Ray's, unchanged; only its node provider is the fake multi-node one Ray
+ships for testing (local_node_provider.py): where the AWS provider would boot an EC2
+instance, it starts a raylet here with the resources that instance would report
+(``node_resources``), for cluster.yaml's node types (read here, so the two cannot drift).
+What it does not show: boot and setup time, memory limits, and speed: every node shares
+this machine's cores, so a trial's throughput here says nothing of that instance type's.
 """
 
 from __future__ import annotations
@@ -40,9 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
+from accelsweep.sweeps.driver.run.local_ray import instance_processes, stop_processes
 from accelsweep.trainables.cost import PRICE_TABLE
 from accelsweep.trainables.errors import ConfigError
+from accelsweep.trainables.peaks import cache_file
 from accelsweep.trainables.placement import node_type_of
+from accelsweep.trainables.processes import command_line, process_table
 
 LOOPBACK = "127.0.0.1"
 DEFAULT_PORT = 6379
@@ -74,7 +63,11 @@ def ec2_description(instance_type: str) -> dict[str, Any]:
 def node_resources(instance_type: str, declared: Mapping[str, float]) -> dict[str, float]:
     """The resources a node of ``instance_type`` reports in a Ray cluster on AWS: what Ray's
     AWS provider fills in (fillout_available_node_types_resources, with Ray's own
-    accelerator managers) merged with what cluster.yaml ``declared`` for it."""
+    accelerator managers) merged with what cluster.yaml ``declared`` for it (the
+    ``instance_type:<type>`` markers). That is its vCPUs, and its accelerators as Ray counts
+    them: ``neuron_cores`` from Ray's Neuron map, ``GPU`` and ``accelerator_type:<model>``
+    from the GPU the type has (trainables/cost.py's instance table stands in for EC2's
+    DescribeInstanceTypes)."""
     from ray._private.accelerators import get_all_accelerator_managers
 
     if instance_type not in PRICE_TABLE:
@@ -124,8 +117,6 @@ def head_cpus(cluster: Mapping[str, Any]) -> int:
 
 
 def config_path(port: int) -> str:
-    from accelsweep.trainables.peaks import cache_file
-
     return cache_file(f"local-cluster-{port}.json")
 
 
@@ -151,7 +142,12 @@ def up(cluster_yaml: Optional[str] = None, port: int = DEFAULT_PORT,
     ``record_address``: make it the cluster ``--address auto`` (and a bare ``ray.init()``)
     joins, as ``ray start`` does; ``down`` puts back the one recorded before.
     ``node_timeout_s``: how long a node may miss heartbeats before the autoscaler replaces
-    it (Ray's AUTOSCALER_HEARTBEAT_TIMEOUT_S; default Ray's 30 s)."""
+    it (Ray's AUTOSCALER_HEARTBEAT_TIMEOUT_S; default Ray's 30 s).
+
+    Everything binds 127.0.0.1. Ray turns a loopback address into the machine's interface
+    address unless its "no clusters" switch is set (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``):
+    the cluster's processes get it here, and a sweep's driver sets it itself for a loopback
+    address (ray_adapter.keep_loopback)."""
     import yaml
 
     path = cluster_yaml or repository_cluster_yaml()
@@ -210,8 +206,6 @@ def _record_address(address: Optional[str]) -> None:
 def find(port: int) -> Optional[LocalCluster]:
     """The cluster whose GCS serves ``port`` here, if it is one ``up`` started (its
     autoscaler reads this port's config); None when there is none."""
-    from accelsweep.trainables.processes import command_line, process_table
-
     session_dir = None
     table = process_table(include_zombies=False)
     for pid in table:
@@ -230,9 +224,9 @@ def find(port: int) -> Optional[LocalCluster]:
 
 def down(port: int = DEFAULT_PORT) -> int:
     """Stop every process of the cluster on ``port`` (head, autoscaler, fake nodes, their
-    workers); how many there were."""
-    from accelsweep.sweeps.driver.run.local_ray import instance_processes, stop_processes
-
+    workers: the processes of its session, the fake nodes being the autoscaler's children)
+    and nothing else; how many there were. Never ``ray stop``: it stops every Ray process
+    of the machine."""
     cluster = find(port)
     if cluster is None:
         return 0

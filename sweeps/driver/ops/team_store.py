@@ -8,36 +8,10 @@ server on it that serves the artifacts too, plus a database for the Optuna studi
     accelsweep team-store status
     accelsweep team-store down
 
-What runs, all of it in one folder (``--dir``) and bound to ``--host`` (127.0.0.1 by
-default; a cluster head's address for the cluster's hosts):
-
-- **PostgreSQL** from the machine's own server binaries (Debian's ``postgresql``):
-  ``initdb`` of a data directory there, password auth (scram-sha-256) for every
-  connection, TCP on ``--host:--pg-port`` only, its Unix socket inside the folder. Clients
-  from loopback only, or with ``--host`` another address, from that address's subnets
-  (pg_hba ``samenet``). Run as the ``postgres`` user when started by root (PostgreSQL
-  refuses root).
-- **Two databases** owned by one role, ``accelsweep``: ``mlflow`` (the tracking store) and
-  ``optuna`` (every sweep's study).
-- **An MLflow server** on ``--host:--mlflow-port``, on the ``mlflow`` database, with
-  ``--serve-artifacts``: trials' and sweeps' artifacts go to the server, so no host needs
-  the artifact folder; and with basic auth (``--app-name basic-auth``): every request but
-  ``/health`` needs a user and password. Its users and permissions are in ``auth.db``, a
-  sqlite file in the folder (read on every request, written only when users change; on
-  sqlite it adds nothing to PostgreSQL's connections).
-
-Passwords: generated here, never on a command line. The role's is in ``credentials``, a
-libpq password file (0600); libpq reads it through ``PGPASSFILE``, so a URI without a
-password works for MLflow's server, for sweeps' ``--study-storage`` and for ``psql``.
-The MLflow server's admin user (``accelsweep``) has its password in ``mlflow-credentials``
-(0600), in the format of MLflow's own ``~/.mlflow/credentials``: MLflow's clients read it
-from there, or from MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD. The server gets
-it through MLFLOW_AUTH_ADMIN_PASSWORD in its environment (read when it creates the user).
-
-Connections are bounded by what opens them, not by the number of trials: the MLflow
-server's pools (``SERVER_CONNECTIONS``) and each sweep driver's Optuna storage
-(``study.DRIVER_CONNECTIONS``); trials never connect. PostgreSQL's own ``max_connections``
-is the hard limit.
+Everything runs from one folder (``--dir``), bound to ``--host`` (127.0.0.1 by default; a
+cluster head's address for the cluster's hosts), with passwords generated here, never on a
+command line (``up``). Connections are bounded by what opens them, not by the number of
+trials (SERVER_CONNECTIONS, optuna_study.DRIVER_CONNECTIONS); trials never connect.
 """
 
 from __future__ import annotations
@@ -71,9 +45,9 @@ POOL_SIZE, MAX_OVERFLOW = 4, 2  # each SQLAlchemy engine of the server (MLflow's
 # however many sweeps and trials write to it; few are open at once in practice.
 SERVER_ENGINES = 5
 SERVER_CONNECTIONS = SERVER_WORKERS * SERVER_ENGINES * (POOL_SIZE + MAX_OVERFLOW)
-MAX_CONNECTIONS = 100
+MAX_CONNECTIONS = 100  # PostgreSQL's max_connections: the hard limit
 MLFLOW_USER = ROLE  # the MLflow server's admin user (basic auth)
-START_TIMEOUT_S = 180.0  # the MLflow server takes 10-30 s on 2 busy cores, sometimes more
+START_TIMEOUT_S = 180.0  # the MLflow server's start takes tens of seconds on a small busy machine
 
 
 @dataclass(frozen=True)
@@ -164,7 +138,26 @@ def _give_to_server_user(*paths: str) -> None:
 
 def up(folder: str = DEFAULT_DIR, host: str = "127.0.0.1", pg_port: int = 5433, mlflow_port: int = 5000,
        say=print) -> TeamStore:
-    """Start PostgreSQL (initialised on first use) and the MLflow server; what sweeps need."""
+    """Start PostgreSQL (initialised on first use) and the MLflow server; what sweeps need.
+
+    - PostgreSQL from the machine's own server binaries (Debian's ``postgresql``): ``initdb``
+      of a data directory in ``folder``, password auth (scram-sha-256) for every connection,
+      TCP on ``host:pg_port`` only, its Unix socket inside the folder. Clients from loopback
+      only, or with ``host`` another address, from that address's subnets (pg_hba
+      ``samenet``). Run as the ``postgres`` user when started by root (PostgreSQL refuses
+      root).
+    - Two databases owned by one role, ``accelsweep``: ``mlflow`` (the tracking store) and
+      ``optuna`` (every sweep's study).
+    - An MLflow server on ``host:mlflow_port``, on the ``mlflow`` database, with
+      ``--serve-artifacts`` (no host needs the artifact folder) and basic auth: every
+      request but ``/health`` needs a user and password. Its users are in ``auth.db``, a
+      sqlite file in the folder (it adds nothing to PostgreSQL's connections).
+
+    The role's password is in ``credentials``, a libpq password file (0600) that libpq reads
+    through ``PGPASSFILE``, so a URI without a password works for MLflow's server, for
+    sweeps' ``--study-storage`` and for ``psql``. The MLflow admin's (``accelsweep``) is in
+    ``mlflow-credentials`` (0600), in the format of MLflow's own ``~/.mlflow/credentials``;
+    the server gets it through MLFLOW_AUTH_ADMIN_PASSWORD in its environment."""
     if read(folder) is not None:
         raise ConfigError("--dir", "a folder no running team store uses", folder,
                           "One is up there already (accelsweep team-store status; down stops it).")
@@ -333,9 +326,9 @@ def _start_mlflow(store: TeamStore, say, stop_postgres_on_failure: bool = True) 
 
 
 # How the admin's password is kept in auth.db. MLflow hashes it with werkzeug's default,
-# scrypt (N=32768): 50-100 ms of CPU on an idle core, 300 ms on this 2-core machine under
-# load, and the server checks the password on every request, so four sweeps' drivers
-# queued behind each other's logins and a store check timed out. Key stretching protects a
+# scrypt (N=32768): tens to hundreds of ms of CPU per check, and the server checks the
+# password on every request, so concurrent sweep drivers queue behind each other's logins
+# until a store check times out. Key stretching protects a
 # password a person chose; this one is 24 random bytes (192 bits), which no hash makes
 # easier or harder to guess, so one round of PBKDF2-SHA256 keeps it as safe for a
 # thousandth of the cost. Users added later through MLflow keep MLflow's own hash.
@@ -396,7 +389,7 @@ def _stop_group(pid: int, grace_s: float = 10.0) -> None:
         deadline = time.monotonic() + grace_s
         while time.monotonic() < deadline:
             # Started by this process (up, a restart): it stays in its group as a zombie
-            # until reaped, and the wait would last the whole grace (20 s, measured).
+            # until reaped, and the wait would last the whole grace.
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, os.WNOHANG)
             try:

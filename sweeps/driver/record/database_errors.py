@@ -4,7 +4,11 @@ the waiting writes, and the study, which makes them, both ask it."""
 
 from __future__ import annotations
 
-__all__ = ["database_unanswered"]
+__all__ = ["DRIVER_TIMEOUT_ARGS", "database_unanswered"]
+
+# Drivers' own connect-timeout arguments (seconds), so a server that accepts TCP but never
+# answers is given up on by the driver too.
+DRIVER_TIMEOUT_ARGS = {"postgresql": "connect_timeout", "mysql": "connect_timeout", "mssql": "timeout"}
 
 
 def database_unanswered(error: BaseException) -> bool:

@@ -1,6 +1,6 @@
 """A sweep read back from MLflow alone: its parent run, and its trial runs as TrialRecords.
 
-The report (sweep_report.py) and the comparison of sweeps (compare.py) read sweeps this
+The report (report_artifacts.py) and the comparison of sweeps (comparison.py) read sweeps this
 way, also at the end of a sweep that has just run: what they show is what the store
 holds, and a report rebuilt a month later from the store is the same report.
 
@@ -14,8 +14,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from accelsweep.sweeps.driver.run.callbacks import TrialRecord
-from accelsweep.sweeps.driver.run.confirm import CONFIRMATION, PHASE_TAG
+from accelsweep.sweeps.driver.record.trial_record import TrialRecord
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.metrics import TRAINING_METRICS, Metric, MetricSet
 from accelsweep.sweeps.driver.record.tracking import ui_command, validate_tracking_uri
@@ -27,6 +26,7 @@ METRICS_TAG = "report.metrics"  # the trainable's MetricSet, as JSON: the table'
 KNOBS_TAG = "report.knobs"  # the searched knobs, in the space's order
 SEARCHED_OUT_TAG = "searched_out"
 GOAL_REACHED_TAG = "goal_reached"  # why Sweep.stop_at_utilisation ended the sweep (sweeps/driver/run/goal.py)
+PHASE_TAG, CONFIRMATION = "phase", "confirmation"  # the tag and value of a confirmation trial
 CONFIRM_NOTE_TAG = "confirmation_note"  # why a planned confirmation phase did not run
 
 

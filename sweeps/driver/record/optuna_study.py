@@ -1,40 +1,50 @@
 """The sweep as an Optuna study in a database, for Optuna's own tools.
 
-The searcher's study lives inside Tune's pickled state, where neither
-``optuna-dashboard`` nor ``optuna.load_study`` can reach it. So the driver writes each
-trial of the sweep, as it ends, into a study of its own in a database (sqlite beside the
-MLflow store by default; any SQLAlchemy URL): one study per sweep, named after its MLflow
-parent run, one Optuna trial per Tune trial with its params, its objective values and a
-state that says what happened:
+The searcher's study lives inside Tune's pickled state, where neither ``optuna-dashboard``
+nor ``optuna.load_study`` can reach it. So the driver writes each trial, as it ends, into a
+study of its own (sqlite beside the MLflow store by default; any SQLAlchemy URL), named
+after the sweep's MLflow parent run, with its params, its objective values and a state:
 
     finished                          COMPLETE  (values: the objectives)
-    stopped early, rejected, cut      PRUNED    (value: the first objective as last
-                                                 reported; per-window values as
-                                                 intermediate values)
+    stopped early, rejected, cut      PRUNED    (the first objective as last reported; per window: intermediate)
     failed                            FAIL      (user attr "error")
 
-Reused proposals (a config measured already) ran nothing: they stay in MLflow only. An
-interrupted trial is recorded when it runs again on ``--resume``, which keeps using the
-same study. Every trial carries user attrs linking it to MLflow (``mlflow_run_id``,
-``trial_number``, ``status``).
+Reused proposals ran nothing and stay in MLflow only; an interrupted trial is recorded when
+it runs again on ``--resume``, which keeps using the same study. User attrs link each trial
+to MLflow (``mlflow_run_id``, ``trial_number``, ``status``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Iterator, Mapping, Optional, Sequence
 
-from accelsweep.sweeps.driver.run.callbacks import (CUT_BY_BUDGET, FAILED, FINISHED, REJECTED, STOPPED_EARLY,
-                                                TrialRecord)
-from accelsweep.sweeps.driver.define.space import quiet_optuna
+import optuna
+
+from accelsweep.sweeps.driver.record.database_errors import DRIVER_TIMEOUT_ARGS
+from accelsweep.sweeps.driver.record.trial_record import CUT_BY_BUDGET, FAILED, FINISHED, REJECTED, STOPPED_EARLY, TrialRecord
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.sweeps.driver.record.secrets import redact_uri
+from accelsweep.sweeps.driver.record.sqlite_store import create_optuna_storage
 
-__all__ = ["SweepStudy", "default_study_storage", "validate_study_storage"]
+__all__ = ["SweepStudy", "default_study_storage", "quiet_optuna", "validate_study_storage"]
 
 PRUNED_STATUSES = (STOPPED_EARLY, REJECTED, CUT_BY_BUDGET)
+
+
+@contextlib.contextmanager
+def quiet_optuna() -> Iterator[None]:
+    """Optuna logs each study it creates (one per sampling here, one per sweep) at INFO:
+    warnings only while inside, the caller's verbosity again after."""
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        yield
+    finally:
+        optuna.logging.set_verbosity(verbosity)
 
 
 def default_study_storage(tracking_uri: str, storage_path: str) -> str:
@@ -101,8 +111,6 @@ class SweepStudy:
         """Create the sweep's study now, under a name no other study in the database has:
         its own, else with -2, -3, ... after it (two sweeps of one name started in the same
         second into one database would otherwise share a study). Returns the name."""
-        import optuna
-
         base, modes = self.name, [mode for _, mode in self.objectives]
         for suffix in range(1, 1000):
             name = base if suffix == 1 else f"{base}-{suffix}"
@@ -164,10 +172,6 @@ def open_study(url: str, name: str, modes: Sequence[str], load_if_exists: bool =
     """The study ``name`` in ``url``, created on first use (directions from ``modes``). A
     sqlite database is created whole first, safe against other processes creating it at
     the same moment (sweeps/driver/record/sqlite_store.py)."""
-    import optuna
-
-    from accelsweep.sweeps.driver.record.sqlite_store import create_optuna_storage
-
     create_optuna_storage(url)
     directions = ["maximize" if mode == "max" else "minimize" for mode in modes]
     with quiet_optuna():
@@ -184,14 +188,10 @@ def shared_storage(url: str):
     (SQLAlchemy's default pool would allow 15 per storage, and the study, the report and
     a resumed study would each open one), whatever the number of its trials; a busy pool
     makes a write wait. A sqlite file is the URL itself (Optuna's own handling)."""
-    import optuna
-
     if url.startswith("sqlite"):
         return url
     if url not in _storages:
         from sqlalchemy.engine import make_url
-
-        from accelsweep.sweeps.driver.define.store_checks import DRIVER_TIMEOUT_ARGS
 
         # pool_pre_ping: a connection the database ended (it restarted, failed over) is
         # replaced when next taken from the pool, instead of failing the write that takes it.
@@ -215,7 +215,6 @@ def _create_tables(url: str, connect_args: dict) -> None:
     constraint pg_type_typname_nsp_index", "relation ... already exists"): whoever lost
     tries again, and finds the tables. Done on connections that close after each use
     (NullPool), so a lost try leaves none open beside the driver's pool."""
-    import optuna
     from sqlalchemy import exc
     from sqlalchemy.pool import NullPool
 

@@ -1,22 +1,17 @@
 """--resume after a killed driver: what it did after Tune's last save, read back from MLflow.
 
 Tune saves its experiment (trials, searcher, our callback's records) every
-TUNE_GLOBAL_CHECKPOINT_S; MLflow has every trial as it happened. A driver killed between
-two saves (SIGKILL, the machine gone) leaves MLflow ahead of Tune's state:
+TUNE_GLOBAL_CHECKPOINT_S; MLflow has every trial as it happened. A driver killed between two
+saves leaves MLflow ahead of Tune's state: a trial Tune saved in flight may have ended since
+(Tune's saved state and the searcher are told so); a trial proposed after the save may have
+ended with its result (its run becomes a record of the sweep again, ``recovered``, and the
+searcher learns it); or it was cut off by the kill (its config is proposed first, and the
+trial of that config continues in its run, under its number). Trial numbers go on after the
+highest one MLflow has (reused proposals' included), so none is given twice.
 
-- a trial Tune saved in flight may have ended since, with its result in its MLflow run:
-  Tune's saved state is told it ended (it would run it again), and so is the searcher;
-- a trial proposed after the save (its MLflow run unknown to Tune) may have ended with
-  its result: its run becomes a record of the sweep again (``recovered``), the searcher
-  learns its result, and it counts toward the sweep's trials;
-- or it was cut off by the kill (its run still RUNNING, or closed as interrupted): the
-  searcher proposes its config first, and the trial of that config continues in its run,
-  under its number.
-
-Trial numbers go on after the highest one MLflow has (reused proposals' included), so
-none is given twice. ``read_stopped_sweep`` runs in lifecycle._resume, before Tune restores
-anything; ``take_over`` when our callback gets its saved records (or, for a sweep
-killed before Tune's first save, at its first step).
+``read_stopped_sweep`` runs in lifecycle._resume, before Tune restores anything; ``take_over``
+when our callback gets its saved records (or, for a sweep killed before Tune's first save, at
+its first step).
 """
 
 from __future__ import annotations
@@ -27,15 +22,15 @@ import math
 import os
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 from accelsweep.sweeps.driver.record.trial_record import (CUT_BY_BUDGET, FAILED, FINISHED, INTERRUPTED, REJECTED, REUSED,
-                                              STOPPED_EARLY, TrialRecord)
+                                                          STOPPED_EARLY, TrialRecord, config_key)
 from accelsweep.trainables import ray_adapter
 
-__all__ = ["LOST", "StoppedRun", "StoppedSweep", "keep_tuner_file", "read_stopped_sweep", "restore_tuner_file",
-           "take_over"]
+__all__ = ["LOST", "MeasuredRun", "ResumeNews", "StoppedRun", "StoppedSweep", "keep_tuner_file", "read_stopped_sweep",
+           "restore_tuner_file", "resume_news", "take_over", "tell_resumed"]
 
 # The statuses of a trial that ended with a result of its own (a failure is one: the
 # config was tried); an interrupted one was cut off and runs again.
@@ -46,6 +41,43 @@ LOST = "Lost"
 # resumed sweep's Tune copies it again, in place, with every save: a kill then can cut it
 # short. Not named .pkl or .json: Tune's copies leave it alone.
 TUNER_FILE, TUNER_COPY = "tuner.pkl", "accelsweep-tuner.copy"
+
+
+@dataclass
+class MeasuredRun:
+    """A trial a killed driver measured after Tune's last save: its MLflow run has its
+    result, Tune's saved state (and so the restored searcher) has not."""
+
+    trial_id: str
+    config: dict
+    result: dict  # its MLflow metrics
+    failed: bool
+
+
+@dataclass
+class ResumeNews:
+    """What a resumed sweep's searcher must learn before its first proposal
+    (sweeps/driver/record/resumed_runs.py): results its saved state lacks, and the configs of
+    trials cut off by the kill, to be proposed again first."""
+
+    measured: list[MeasuredRun] = field(default_factory=list)
+    again: list[dict] = field(default_factory=list)
+    # The trials in Tune's saved state (None: it saved none): the proposals that count.
+    tune_trials: Optional[set[str]] = None
+
+
+# ResumeNews by sweep, left by the resumed callback for the searcher it cannot reach.
+_RESUME_NEWS: dict[str, ResumeNews] = {}
+
+
+def tell_resumed(sweep_token: str, news: ResumeNews) -> None:
+    """Have the sweep's (resumed) searcher learn ``news`` before it proposes again."""
+    _RESUME_NEWS[sweep_token] = news
+
+
+def resume_news(sweep_token: str) -> Optional[ResumeNews]:
+    """The news left for the sweep's searcher by ``tell_resumed`` (once; None: none)."""
+    return _RESUME_NEWS.pop(sweep_token, None)
 
 
 def keep_tuner_file(experiment_dir: str) -> None:
@@ -137,8 +169,6 @@ def read_stopped_sweep(experiment_dir: str, tracker) -> StoppedSweep:
 def take_over(callback, stopped: StoppedSweep) -> None:
     """Bring ``callback`` (a SweepCallback with the records Tune saved) up to what MLflow
     has, and leave the searcher its news (searchers.ResumeNews)."""
-    from accelsweep.sweeps.driver.run.searchers import MeasuredRun, ResumeNews, tell_resumed
-
     callback.runs_of_saved_trials, callback.cut_off_runs = {}, []
     callback.number_floor = max([getattr(callback, "number_floor", 0), *(run.number for run in stopped.runs)])
     saved = stopped.saved_trials or {}
@@ -215,14 +245,8 @@ def run_for(callback, trial_id: str, searched: dict) -> Optional[StoppedRun]:
     off. Taken: no other trial gets it."""
     if trial_id in callback.runs_of_saved_trials:
         return callback.runs_of_saved_trials.pop(trial_id)
-    key = _key(searched)
+    key = config_key(searched)
     for index, run in enumerate(callback.cut_off_runs):
-        if _key(run.searched or {}) == key:
+        if config_key(run.searched or {}) == key:
             return callback.cut_off_runs.pop(index)
     return None
-
-
-def _key(searched: dict) -> str:
-    from accelsweep.sweeps.driver.run.searchers import config_key
-
-    return config_key(searched)

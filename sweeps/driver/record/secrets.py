@@ -1,35 +1,17 @@
 """Keeping credentials out of what a sweep records.
 
-Credentials reach a sweep through environment variables (AWS_SECRET_ACCESS_KEY,
-HF_TOKEN, MLFLOW_TRACKING_PASSWORD, GOOGLE_APPLICATION_CREDENTIALS, ...). Neither those
-variables nor their values may end up in an MLflow param, tag or artifact, and a
-secret can travel under an innocent name: a tracking URI with a password in it, an
-error message that quotes a connection string, a config value copied from the
-environment. ``scrub`` is applied to everything SweepTracker writes, so it holds for
-every sweep without each caller remembering it.
+Credentials reach a sweep through environment variables (AWS_SECRET_ACCESS_KEY, HF_TOKEN,
+MLFLOW_TRACKING_PASSWORD, ...). Neither those variables nor their values may end up in an
+MLflow param, tag or artifact, and a secret can travel under an innocent name: a tracking
+URI with a password in it, an error message that quotes a connection string, a config
+value copied from the environment. ``scrub`` is applied to everything SweepTracker writes,
+so it holds for every sweep without each caller remembering it; what counts as secret is
+decided here once (``looks_secret``, ``scrub``).
 
-What counts as secret, decided here once:
-
-- A name looks secret when one of its words is KEY, SECRET, TOKEN, PASSWORD, PASSWD or
-  CREDENTIAL, or a plural of one (case-insensitive; words are split at ``_``, ``-``,
-  ``.``, spaces and camelCase humps). Whole words only: KEYBOARD, MONKEY,
-  TOKENIZERS_PARALLELISM and PWD (the working directory) are not secrets. Run-together
-  names (APIKEY) are missed; write them with a separator.
-- A secret-looking name is dropped only when its value is text: a credential is a
-  string, while ``pad_token_id=0`` or ``max_tokens=512`` is a count that happens to
-  share the word.
-- A value is redacted wherever it contains the value of a secret-looking environment
-  variable set now, or the password of a URI (``scheme://user:PASSWORD@host``).
-  Values shorter than ``MIN_SECRET_CHARS`` are not hunted for: flags such as
-  ``USE_AUTH_TOKEN=1`` would otherwise blank every "1" in the record.
-
-A tracking server's credentials (``http(s)://user:PASSWORD@host``) are not kept in the
-URI at all: ``credentials_to_environment`` hands them to MLflow through its own
-variables, MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, and the URI the tool
-keeps, pickles (Tune's experiment state), writes and prints is the bare server address.
-A database URI's password cannot move out (the URI is how SQLAlchemy gets it): it stays
-in memory, and what is pickled or written is ``redact_uri`` of it; ``--resume`` reads
-the URI from its flag again.
+A tracking server's credentials are not kept in the URI at all (``credentials_to_environment``);
+a database URI's password cannot move out (the URI is how SQLAlchemy gets it): it stays in
+memory, what is pickled or written is ``redact_uri`` of it, and ``--resume`` reads the URI
+from its flag again.
 """
 
 from __future__ import annotations
@@ -63,7 +45,11 @@ MLFLOW_CREDENTIAL_VARIABLES = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASS
 
 
 def looks_secret(name: str) -> bool:
-    """Whether a variable, param or tag name says it holds a credential."""
+    """Whether a variable, param or tag name says it holds a credential: one of its words
+    is in SECRET_WORDS, or a plural of one (case-insensitive; words are split at ``_``,
+    ``-``, ``.``, spaces and camelCase humps). Whole words only: KEYBOARD, MONKEY,
+    TOKENIZERS_PARALLELISM and PWD (the working directory) are not secrets. Run-together
+    names (APIKEY) are missed; write them with a separator."""
     return any(part.upper() in _SECRET_PARTS for part in _WORD_BOUNDARY.split(str(name)) if part)
 
 
@@ -117,7 +103,14 @@ def redact_text(text: str, secrets: Iterable[str]) -> str:
 def scrub(mapping: Mapping[str, Any], environ: Optional[Mapping[str, str]] = None) -> dict[str, Any]:
     """``mapping`` without its secret-looking text entries, every remaining value with
     the secrets it contains replaced by ``<redacted>``. Values that hold no secret keep
-    their type (MLflow writes them as text later)."""
+    their type (MLflow writes them as text later).
+
+    A secret-looking name is dropped only when its value is text: a credential is a
+    string, while ``pad_token_id=0`` or ``max_tokens=512`` is a count that happens to
+    share the word. A value is redacted wherever it contains the value of a
+    secret-looking environment variable set now (at least MIN_SECRET_CHARS long: flags
+    such as ``USE_AUTH_TOKEN=1`` would otherwise blank every "1" in the record), or the
+    password of a URI (``scheme://user:PASSWORD@host``)."""
     secrets = secret_values(environ)
     clean = {}
     for key, value in mapping.items():
@@ -150,7 +143,8 @@ def shown_uri(uri: str) -> str:
 def credentials_to_environment(uri: str) -> str:
     """``uri`` without its http(s) credentials, which are set as MLFLOW_TRACKING_USERNAME
     and MLFLOW_TRACKING_PASSWORD in this process's environment for MLflow to send (over
-    any value there: the URI given is the one asked for). A sweep puts the variables back
+    any value there: the URI given is the one asked for); the URI the tool keeps, pickles
+    (Tune's experiment state), writes and prints is the bare server address. A sweep puts the variables back
     as they were when it ends (``mlflow_credentials_restored``). Other URIs come back as
     they are."""
     bare, user, password = split_http_credentials(uri)

@@ -3,25 +3,10 @@ same moment: the MLflow store (``sqlite:///mlflow.db``) and the Optuna study bes
 (``mlflow.optuna.db``).
 
 MLflow and Optuna create their schema in place, on first use, with no lock between
-processes. Measured here (MLflow 3.17, Optuna 5.0, 2 cores): three processes opening one
-new mlflow.db at the same instant, five times over: every time at least one died
-(``table ... already exists``, ``duplicate column name: step``, alembic's "expected to
-match one row ... in 'alembic_version'"), and two of the five databases were left
-half-migrated for good (a leftover ``_alembic_tmp_*`` table, a revision short of head),
-which no later process can open. Three opening one new Optuna study db: one try in five
-died (``UNIQUE constraint failed: alembic_version.version_num``).
-
-So a database this tool creates is never built in place:
-
-- it is built whole in a temporary file beside its path, then linked to the path in one
-  step (``os.link`` fails when the path exists: whichever process links first wins, and
-  the other opens the winner's database and drops its own);
-- our own processes take an exclusive ``flock`` on ``<path>.lock`` around that, so two
-  sweeps starting together build it once;
-- a process outside our control (``mlflow ui``, a script calling ``mlflow.search_runs``)
-  that opens a path that does not exist yet builds it in place; a database found
-  mid-build is waited for until its schema is complete, or has not changed for
-  ``SETTLE_S`` (then it is opened as it is, and what is wrong with it said).
+processes: several opening one new database at once can die (``table ... already exists``)
+or leave it half-migrated for good, which no later process can open. So a database this
+tool creates is never built in place (``build_once``, under ``creation_lock``), and one that
+another program is building in place is waited for (``wait_while_built``).
 
 All of this rests on POSIX locks and an atomic link on a local file system. On NFS, EFS or
 SMB sqlite's own locking is not reliable: use an MLflow server with a database behind it
@@ -40,14 +25,17 @@ import sqlite3
 import time
 from typing import Callable, Iterator, Optional
 
+from accelsweep.sweeps.driver.record.secrets import redact_uri
+from accelsweep.trainables.errors import ConfigError
+
 __all__ = ["CREATION_RACE_SIGNS", "LOCK_SUFFIX", "SETTLE_S", "WAIT_S", "build_once", "create_optuna_storage",
            "creation_lock", "looks_like_creation_race", "open_experiment", "open_mlflow_client", "schema_revision",
            "sqlite_file", "wait_while_built"]
 
 LOCK_SUFFIX = ".lock"
 # A schema being built by another process changes every few seconds at most: a whole MLflow
-# schema (create_all, then some 60 alembic steps) took 5.7 s here on 2 loaded cores. Nothing
-# changing for 15 s means nobody is building it.
+# schema (create_all, then some 60 alembic steps) takes seconds even on loaded cores. Nothing
+# changing for a few times that means nobody is building it.
 SETTLE_S = 15.0
 # The longest a sweep waits for another process's build (or for our own lock): a build that
 # takes longer is stuck, and the message says what to do.
@@ -85,7 +73,8 @@ def looks_like_creation_race(error: BaseException) -> bool:
 @contextlib.contextmanager
 def creation_lock(path: str, wait_s: float = WAIT_S) -> Iterator[None]:
     """An exclusive lock on ``<path>.lock`` for creating or opening the database at
-    ``path``, shared by every process of this tool on this machine. Where no lock can be
+    ``path``, shared by every process of this tool on this machine, so two sweeps starting
+    together build it once. Where no lock can be
     taken (a file system without POSIX locks: ENOLCK), the build is still atomic (the link):
     it goes on without one."""
     try:
@@ -115,8 +104,9 @@ def creation_lock(path: str, wait_s: float = WAIT_S) -> Iterator[None]:
 
 def build_once(path: str, build: Callable[[str], None]) -> bool:
     """Create the database at ``path`` unless it exists: ``build(temporary_path)`` builds it
-    whole beside it, then it is linked into place. False when ``path`` existed, or another
-    process linked its own first (then ours is dropped)."""
+    whole beside it, then it is linked into place in one step (``os.link`` fails when the
+    path exists: whichever process links first wins). False when ``path`` existed, or
+    another process linked its own first (then ours is dropped and the winner's opened)."""
     if os.path.exists(path):
         return False
     directory, name = os.path.split(path)
@@ -163,7 +153,10 @@ def schema_revision(path: str) -> tuple[Optional[str], frozenset]:
 def wait_while_built(path: str, complete: Callable[[Optional[str]], bool], settle_s: float = SETTLE_S,
                      wait_s: float = WAIT_S) -> bool:
     """Wait while another process builds the database at ``path``: until ``complete(its
-    revision)``, or until nothing in it has changed for ``settle_s``. True when complete."""
+    revision)``, or until nothing in it has changed for ``settle_s``. True when complete.
+    A process outside our control (``mlflow ui``, a script calling ``mlflow.search_runs``)
+    that opens a path that does not exist yet builds it in place; a database that settles
+    incomplete is opened as it is, and what is wrong with it said."""
     started = last_change = time.monotonic()
     seen = None
     while True:
@@ -191,9 +184,9 @@ def wait_while_built(path: str, complete: Callable[[Optional[str]], bool], settl
 
 
 # Empty schemas built once per library version and copied for each new database: MLflow's
-# create_all plus some 60 alembic steps took 3.8 s here on 2 idle cores, its copy a few ms
-# (Optuna's 1.2 s). A copy is the same file the build makes: tables, indexes and the alembic
-# stamp, no rows (MLflow adds its Default experiment when a client first opens the store).
+# create_all plus some 60 alembic steps (and Optuna's build) cost seconds, a copy milliseconds.
+# A copy is the same file the build makes: tables, indexes and the alembic stamp, no rows
+# (MLflow adds its Default experiment when a client first opens the store).
 SCHEMA_CACHE_ENV = "ACCELSWEEP_SCHEMA_CACHE"
 
 
@@ -293,9 +286,6 @@ def open_experiment(tracking_uri: str, experiment: str, artifact_location: Optio
     store MLflow still cannot open is bad input: ConfigError naming tracking_uri, with
     what MLflow said and what to do. Other stores' errors are the caller's to sort."""
     from mlflow.exceptions import MlflowException
-
-    from accelsweep.trainables.errors import ConfigError
-    from accelsweep.sweeps.driver.record.secrets import redact_uri
 
     path = sqlite_file(tracking_uri)
     try:

@@ -2,7 +2,7 @@
 
 This is the only module that writes to MLflow. It runs in the sweep's driver process,
 so a sqlite store has one writer, and trial processes never open it. Every param and
-tag passes ``trainables.secrets.scrub`` on its way out: no credential from the
+tag passes ``secrets.scrub`` on its way out: no credential from the
 environment, and no URI password, reaches the store. Its writes go through a
 TrackingBuffer (tracking_buffer.py): kept in order, and saved, while the store does not
 answer.
@@ -19,6 +19,7 @@ from urllib.parse import urlparse
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.sweeps.driver.record.secrets import (credentials_to_environment, redact_text, redact_uri, scrub,
                                                      secret_values, shown_uri)
+from accelsweep.sweeps.driver.record.sqlite_store import open_experiment
 from accelsweep.sweeps.driver.record.tracking_buffer import DEFAULT_WAIT_S, TrackingBuffer, said_of, unanswered
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
@@ -63,7 +64,8 @@ def validate_tracking_uri(uri: str) -> str:
     return uri
 
 
-def _param_value(value: Any) -> str:
+def param_value(value: Any) -> str:
+    """A value as an MLflow param: its text, cut to the length MLflow keeps."""
     return str(value)[:_MAX_PARAM_LENGTH]
 
 
@@ -76,8 +78,6 @@ def _metrics(values: Mapping[str, Any]) -> dict[str, float]:
 class SweepTracker:
     def __init__(self, tracking_uri: str, experiment: str):
         import mlflow
-
-        from accelsweep.sweeps.driver.record.sqlite_store import open_experiment
 
         # A server's user and password go to MLflow's own variables (secrets.py): the URI
         # kept, and copied into Tune's pickled state by the sweep callback, has none.
@@ -151,7 +151,7 @@ class SweepTracker:
         self.buffer.log_batch(
             run_id,
             metrics=[entities.Metric(k, v, now, step) for k, v in _metrics(dict(metrics)).items()],
-            params=[entities.Param(k, _param_value(v)) for k, v in scrub(dict(params)).items()],
+            params=[entities.Param(k, param_value(v)) for k, v in scrub(dict(params)).items()],
             tags=[entities.RunTag(k, str(v)[:_MAX_TAG_LENGTH]) for k, v in scrub(dict(tags)).items()],
         )
 

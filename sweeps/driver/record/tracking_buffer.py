@@ -4,33 +4,9 @@ SweepTracker (tracking.py) sends each of its writes (create_run, log_batch, upda
 set_terminated, log_artifact) through a TrackingBuffer. While the store answers, a write
 goes straight through. When it does not answer (connection refused or reset, a timeout,
 a 502/503/504 from a proxy, a database that is down), that write and every one after it
-are kept, in order, and the trials go on:
-
-- a run created meanwhile gets a placeholder id (``accelsweep-pending-<hex>``); the
-  callback keeps it in its TrialRecord (and Tune pickles it for --resume). The kept
-  writes name runs by it; when they are written, each placeholder becomes the id MLflow
-  gave (``run_id_of``), also where a tag holds it (``mlflow.parentRunId``);
-- the store is tried again at most every few seconds: at each write, and at each step
-  of Tune's loop (``retry``); when it answers, the kept writes are written in order;
-- kept writes are saved as JSON lines under the sweep's experiment dir
-  (``tracking-buffer/writes.jsonl``, with copies of the files to log beside it), so a
-  driver killed during an outage loses none of them, and --resume writes them before
-  anything else (``keep_in``);
-- when the store has not answered for ``wait_s`` (``Sweep.tracking_wait_s``,
-  ``--tracking-wait-s``), the buffer gives up: inside Tune's loop the sweep stops as
-  Ctrl-C stops it (running trials are stopped, and run again on --resume), and the
-  sweep ends with SweepStopped, which says where the writes are and how to resume.
-
-Why 600 s by default: a restarted server, a rescheduled pod or a database failover is
-back within a few minutes. Past ten, a person has to act, and a sweep should not run on
-for hours with nothing in MLflow to see. Waiting costs nothing measured: the trials keep
-running and every result is kept.
-
-The values reaching the buffer were scrubbed by the tracker (secrets.scrub); the buffer
-scrubs what it saves once more, so that no credential, and not the tracking URI, is in
-the file. A write the server applied but whose answer was lost (a timeout) is written
-again: MLflow takes a repeated metric, param, tag or status as the same write; a run
-created twice would be a duplicate (seen only when a create_run times out).
+are kept, in order and on disk, and the trials go on; the store is tried again every few
+seconds, and the kept writes are written in order once it answers. After ``wait_s``
+without an answer the buffer gives up and the sweep stops, to be resumed.
 """
 
 from __future__ import annotations
@@ -48,6 +24,7 @@ import time
 import uuid
 from typing import Any, Callable, Iterator, Optional
 
+from accelsweep.trainables import ray_adapter
 from accelsweep.trainables.errors import ConfigError, SweepStopped
 from accelsweep.trainables.loop.failures import one_line
 from accelsweep.sweeps.driver.record.secrets import redact_text, redact_uri, scrub, secret_values
@@ -59,6 +36,10 @@ PLACEHOLDER_PREFIX = "accelsweep-pending-"
 TUNE_LOGGER = "ray.tune.tune"
 BUFFER_DIR = "tracking-buffer"  # under the sweep's experiment dir
 WRITES_FILE = "writes.jsonl"
+# A restarted server, a rescheduled pod or a database failover is back within a few
+# minutes. Past ten, a person has to act, and a sweep should not run on for hours with
+# nothing in MLflow to see. Waiting costs nothing: the trials keep running and every
+# result is kept.
 DEFAULT_WAIT_S = 600.0
 # How often a lost store is tried again (at most; a try that itself took longer, a
 # server that swallows packets, waits as long again, so probing never takes most of
@@ -128,7 +109,29 @@ def _clean(op: dict[str, Any]) -> dict[str, Any]:
 
 
 class TrackingBuffer:
-    """The tracker's writes, in order, through a store that may go away (module docstring)."""
+    """The tracker's writes, in order, through a store that may go away.
+
+    - a run created while the store does not answer gets a placeholder id
+      (``accelsweep-pending-<hex>``); the callback keeps it in its TrialRecord (and Tune
+      pickles it for --resume). The kept writes name runs by it; when they are written,
+      each placeholder becomes the id MLflow gave (``run_id_of``), also where a tag holds
+      it (``mlflow.parentRunId``);
+    - the store is tried again at most every RETRY_EVERY_S: at each write, and at each step
+      of Tune's loop (``retry``);
+    - kept writes are saved as JSON lines under the sweep's experiment dir
+      (``tracking-buffer/writes.jsonl``, with copies of the files to log beside it), so a
+      driver killed during an outage loses none of them, and --resume writes them before
+      anything else (``keep_in``);
+    - when the store has not answered for ``wait_s`` (``Sweep.tracking_wait_s``,
+      ``--tracking-wait-s``), the buffer gives up: inside Tune's loop the sweep stops as
+      Ctrl-C stops it (running trials are stopped, and run again on --resume), and the
+      sweep ends with SweepStopped, which says where the writes are and how to resume.
+
+    The values reaching the buffer were scrubbed by the tracker (secrets.scrub); what it
+    saves is scrubbed once more, so that no credential, and not the tracking URI, is in the
+    file. A write the server applied but whose answer was lost (a timeout) is written again:
+    MLflow takes a repeated metric, param, tag or status as the same write; a run created
+    twice would be a duplicate (seen only when a create_run times out)."""
 
     def __init__(self, client, store: str):
         self.client = client
@@ -339,8 +342,6 @@ class TrackingBuffer:
     def _stop_tune(self) -> None:
         """Tune's own stop (stop_signals.py uses it for SIGINT and SIGTERM): it saves the
         experiment one last time, stops the running trials and returns from fit."""
-        from accelsweep.trainables import ray_adapter
-
         stop_tune = ray_adapter.tune_interrupt_handler()
         if stop_tune is None or threading.current_thread() is not threading.main_thread():
             # fit runs in another thread (the handler found is an earlier run's): raised

@@ -5,12 +5,14 @@ resume of a killed driver's runs, reports) need not import the callback."""
 
 from __future__ import annotations
 
+import json
 import math
+import statistics
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
 __all__ = ["CUT_BY_BUDGET", "FAILED", "FINISHED", "INTERRUPTED", "NOISE_METRICS", "NOT_RANKED", "REJECTED", "REUSED",
-           "STOPPED_EARLY", "TrialRecord"]
+           "STOPPED_EARLY", "TrialRecord", "config_key", "host_slowdown", "ranked"]
 
 FINISHED, STOPPED_EARLY, FAILED, CUT_BY_BUDGET = "finished", "stopped early", "failed", "cut by time budget"
 INTERRUPTED = "interrupted"  # the sweep stopped (Ctrl-C) while it ran: --resume runs it again
@@ -92,3 +94,27 @@ class TrialRecord:
     def has_measurement(self) -> bool:
         """Measured on the sweep's first objective (``measured_by``)."""
         return bool(self.measured_by) and self.measured(self.measured_by)
+
+
+def config_key(config: Mapping[str, Any]) -> str:
+    """One config's identity: equal for equal knob values, whatever their order."""
+    return json.dumps(dict(config), sort_keys=True, default=str)
+
+
+def ranked(records: Iterable[TrialRecord], metric: str) -> list[TrialRecord]:
+    """The trials that take part in ranking by ``metric``: measured (not failed, the value
+    finite). Interpreted kernels (Pallas on a CPU) are checked, not ranked: their time is
+    the interpreter's."""
+    return [r for r in records if r.measured(metric) and not r.result.get("interpreted")]
+
+
+def host_slowdown(record: TrialRecord, records: Sequence[TrialRecord]) -> float:
+    """How much slower the machine ran during ``record`` than it typically did in the sweep
+    (0.3: its host probe took 30% longer than the median of the trials' probes; a median,
+    so that one fast outlier does not make every other trial look loaded); NaN where
+    trials carry no probe."""
+    probes = [r.metric("host_probe_s") for r in records if r.metric("host_probe_s") > 0 and r.status != REUSED]
+    own = record.metric("host_probe_s")
+    if not probes or not own > 0:
+        return float("nan")
+    return own / statistics.median(probes) - 1

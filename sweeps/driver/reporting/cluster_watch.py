@@ -17,6 +17,7 @@ import time
 
 from ray.tune import Callback
 
+from accelsweep.sweeps.driver.reporting.summary import best_record
 from accelsweep.trainables.placement import node_type_of
 
 SAMPLE_EVERY_S = 2.0
@@ -81,8 +82,6 @@ class ClusterWatch(Callback):
 def by_node_type(records, metric: str, mode: str) -> str:
     """How each node type the trials ran on did: its trials and its best by ``metric``,
     with that trial's price per 1M samples; "" when they all ran on one type (or none)."""
-    from accelsweep.sweeps.driver.reporting.summary import best_record
-
     kinds = sorted({r.result.get("node_type") for r in records if r.result.get("node_type")})
     if len(kinds) < 2:
         return ""

@@ -1,7 +1,7 @@
 """Compare sweeps: each one's best config side by side, and which is cheaper per sample.
 
-    python sweeps/driver/reporting/compare_command.py neuron_vit-20261123-170238 neuron_vit-20261124-091500   # parent run names or ids
-    python sweeps/driver/reporting/compare_command.py <run id> <run id> --tracking-uri sqlite:///mlflow.db --no-log --out compare/
+    accelsweep compare neuron_vit-20261123-170238 neuron_vit-20261124-091500   # parent run names or ids
+    accelsweep compare <run id> <run id> --tracking-uri sqlite:///mlflow.db --no-log --out compare/
 
 The seed's question "trn1.2xlarge or trn1.32xlarge, which is cheaper per sample?": run
 the study on each (``sweeps/neuron_vit.py --instance-type ...``), then compare the two

@@ -6,15 +6,12 @@
     run_id = log_comparison(comparison)  # comparison.md, .html and .png on a run of its own
 
 The seed's instance-type question ("trn1.2xlarge or trn1.32xlarge, which is cheaper per
-sample?") is a comparison: run the same study on each instance type, then compare the
-two sweeps. Each sweep's best is its best trial by its own first objective (as in its
-report), so a sweep ranked by throughput offers its fastest config, which need not be
-its cheapest; the comparison says so when that happens.
-
-What the sentence compares is $ per 1M samples of the best configs. It also says what
-else differs between the sweeps (hardware, the base config's workload, the objective),
-since "cheaper" across two machines and two models is not a statement about either.
-Everything is read from the MLflow store (history.py), as the sweep report is.
+sample?") is a comparison of two sweeps of one study. Each sweep's best is its best trial
+by its own first objective (as in its report), which need not be its cheapest: the
+comparison says so. The sentence compares $ per 1M samples of the best configs, and says
+what else differs (hardware, the base config's workload, the objective), since "cheaper"
+across two machines and two models is not a statement about either. Everything is read
+from the MLflow store (history.py), as the sweep report is.
 """
 
 from __future__ import annotations
@@ -29,9 +26,10 @@ import tempfile
 from dataclasses import MISSING, dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
-from accelsweep.sweeps.driver.run.callbacks import TrialRecord
+from accelsweep.sweeps.driver.record.trial_record import TrialRecord
 from accelsweep.sweeps.driver.record.history import SweepHistory, load_sweep
 from accelsweep.sweeps.driver.reporting.summary import Block, Table, best_record, html, markdown, ranked
+from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.cost import price_advice
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.sweeps.driver.record.secrets import redact_uri
@@ -234,8 +232,6 @@ def _base_param(params: Mapping[str, str], key: str) -> str:
 
 @functools.lru_cache(maxsize=1)
 def _trial_config_defaults() -> dict[str, Any]:
-    from accelsweep.trainables.config import TrialConfig
-
     return {f.name: f.default for f in dataclasses.fields(TrialConfig) if f.default is not MISSING}
 
 

@@ -1,7 +1,7 @@
 """The sweep report's plots: PNG files a person can look at, drawn with matplotlib.
 
     from accelsweep.sweeps.driver.reporting.plots import PlotStamp, progress_plot
-    stamp = PlotStamp("neuron_vit on cpu", "AMD EPYC 9R14, 2 CPUs (x86_64)", "cpu", "2026-11-23")
+    stamp = PlotStamp("neuron_vit on cpu", "AMD EPYC 9R14, 2 CPUs (x86_64)", "cpu", date.today().isoformat())
     progress_plot(records, "throughput_samples_per_s", "max", "report/progress.png", stamp)
 
 Every function writes one PNG at ``path`` and returns it as a ``PlotFile`` (the path, a
@@ -22,8 +22,8 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from accelsweep.sweeps.driver.run.callbacks import (CUT_BY_BUDGET, FAILED, FINISHED, INTERRUPTED, REJECTED, REUSED,
-                                                 STOPPED_EARLY, TrialRecord)
+from accelsweep.sweeps.driver.record.trial_record import (CUT_BY_BUDGET, FAILED, FINISHED, INTERRUPTED, REJECTED, REUSED,
+                                                    STOPPED_EARLY, TrialRecord)
 from accelsweep.sweeps.driver.reporting.summary import best_record, op_keys, pareto_set, ranked
 from accelsweep.trainables.cost import price_advice
 from accelsweep.trainables.errors import one_of, positive_int
@@ -52,7 +52,7 @@ class PlotStamp:
     sweep: str  # "neuron_vit on cpu"
     machine: str  # "AMD EPYC 9R14, 2 CPUs (x86_64)"
     device: str  # the best trial's result["device"]
-    date: str  # "2026-11-23"
+    date: str  # ISO, "YYYY-MM-DD"
 
     @property
     def footer(self) -> str:
@@ -115,7 +115,7 @@ def tradeoff_plot(records: Sequence[TrialRecord], y_metric: str, y_mode: str, x_
                   path: str, stamp: PlotStamp, labels: Optional[Mapping[str, str]] = None,
                   cost_note: str = "") -> PlotFile:
     """The ranked trials as points of (x, y), the Pareto front over both objectives
-    (report.pareto_set) marked and joined by its staircase, baseline and best annotated.
+    (summary.pareto_set) marked and joined by its staircase, baseline and best annotated.
     ``cost_note``: the sweep's price basis note, whose advice an unpriced plot repeats."""
     one_of("y_mode", y_mode, MODES)
     one_of("x_mode", x_mode, MODES)

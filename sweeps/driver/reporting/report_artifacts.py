@@ -2,7 +2,7 @@
 artifacts of the sweep's MLflow parent run.
 
 Built from the MLflow record alone (history.py), at the end of every sweep and again on
-demand (``python sweeps/driver/reporting/report_command.py SWEEP``): its figures are the trial runs' metrics.
+demand (``accelsweep report SWEEP``): its figures are the trial runs' metrics.
 
 Training sweeps: the first objective against $ per 1M samples (the Pareto front over the
 two marked), the first objective per trial in proposal order with the best so far, knob
@@ -21,7 +21,12 @@ import warnings
 from typing import Callable, Optional
 
 from accelsweep.sweeps.driver.record.history import SweepHistory, load_sweep
+from accelsweep.sweeps.driver.record.optuna_study import quiet_optuna, shared_storage
+from accelsweep.sweeps.driver.reporting import plots
+from accelsweep.sweeps.driver.reporting.plots import PlotStamp
+from accelsweep.sweeps.driver.reporting.roofline_plot import roofline_plot
 from accelsweep.sweeps.driver.reporting.summary import best_record, html, markdown, ranked, summary_blocks
+from accelsweep.trainables.loop.failures import one_line
 
 __all__ = ["PLOTS_DIR", "REPORT_FILES", "build_report", "knob_importances", "log_report"]
 
@@ -36,8 +41,6 @@ def is_kernel_sweep(history: SweepHistory) -> bool:
 
 
 def _stamp(history: SweepHistory):
-    from accelsweep.sweeps.driver.reporting.plots import PlotStamp
-
     best = best_record(history.records, *history.objectives[0])
     machine = history.tags.get("hardware") or (
         f"{history.tags.get('host.machine', 'unknown machine')}, {history.tags.get('host.cpus', '?')} CPUs")
@@ -64,9 +67,6 @@ def knob_importances(history: SweepHistory, study_url: Optional[str] = None) -> 
     (default: the one the parent run names, which has no password in it)."""
     import optuna
 
-    from accelsweep.sweeps.driver.define.space import quiet_optuna
-    from accelsweep.sweeps.driver.record.optuna_study import shared_storage
-
     url = study_url or history.tags.get("optuna_storage")
     name = history.tags.get("optuna_study")
     if not url or not name or "<redacted>" in url:
@@ -78,7 +78,7 @@ def knob_importances(history: SweepHistory, study_url: Optional[str] = None) -> 
             complete = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
             if complete < MIN_TRIALS_FOR_IMPORTANCE:
                 # Optuna would give every knob the same importance, and importing its
-                # importance module costs 2 s (it loads scikit-learn for fANOVA).
+                # importance module costs seconds (it loads scikit-learn for fANOVA).
                 return {}, evaluator_name, (f"no importances: {complete} complete trial(s) in study {name}; "
                                             f"{MIN_TRIALS_FOR_IMPORTANCE} or more are needed")
             import optuna.importance
@@ -112,9 +112,6 @@ def _first_objective_target(study):
 def build_report(history: SweepHistory, out_dir: str, study_url: Optional[str] = None) -> list[str]:
     """Write the report and its plots under ``out_dir``; returns their paths (plots under
     ``out_dir/plots``)."""
-    from accelsweep.sweeps.driver.reporting import plots
-    from accelsweep.sweeps.driver.reporting.roofline_plot import roofline_plot
-
     metric, mode = history.objectives[0]
     os.makedirs(os.path.join(out_dir, PLOTS_DIR), exist_ok=True)
     stamp = _stamp(history)
@@ -182,8 +179,6 @@ def log_report(tracker, parent_run_id: str, study=None,
                 tracker.log_artifact(parent_run_id, path, None if folder == "." else folder)
                 logged.append(os.path.relpath(path, out_dir))
     except Exception as error:  # noqa: BLE001 - any failure here must not lose the sweep's end
-        from accelsweep.trainables.loop.failures import one_line
-
         say(f"warning: the sweep report could not be built ({type(error).__name__}: {one_line(error)}); "
             f"rebuild it with: python sweeps/driver/reporting/report_command.py {parent_run_id} --tracking-uri ...")
         return []

@@ -1,7 +1,7 @@
 """Rebuild a sweep's report (tables and plots) from its MLflow record alone.
 
-    python sweeps/driver/reporting/report_command.py neuron_vit-20261123-170102             # by parent run name, or run id
-    python sweeps/driver/reporting/report_command.py <run id> --tracking-uri sqlite:///mlflow.db --out report/
+    accelsweep report neuron_vit-20261123-170102             # by parent run name, or run id
+    accelsweep report <run id> --tracking-uri sqlite:///mlflow.db --out report/
 
 Every sweep logs its report on its parent run when it ends; this builds it again (after
 a sweep that was killed, or with a newer version of this tool) and logs it over the old

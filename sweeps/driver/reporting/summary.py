@@ -2,8 +2,9 @@
 
 Baseline config against best config, knob by knob, then the measured figures and the
 change (changes.py: in percent where the baseline is far from zero, else the difference,
-so an error near zero is not "+1199900%"); with several objectives, the Pareto set; then counts by outcome, the mean
-per-trial overhead, the price basis, and the command that opens MLflow on the results.
+so an error near zero is not "+1199900%"); with several objectives, the Pareto set; then
+counts by outcome, the mean per-trial overhead, the price basis, and the command that
+opens MLflow on the results.
 
 Ranking reads the sweep's objectives only: a trial is measured when it did not fail and
 its objective value is finite, whatever the metric is called.
@@ -17,11 +18,12 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Optional, Sequence, Union
 
-from accelsweep.sweeps.driver.run.callbacks import CUT_BY_BUDGET, REJECTED, REUSED, TrialRecord
+from accelsweep.kernels.registry import get_op
+from accelsweep.sweeps.driver.record.trial_record import CUT_BY_BUDGET, REJECTED, REUSED, TrialRecord, ranked
 from accelsweep.sweeps.driver.reporting.changes import describe_change
-from accelsweep.sweeps.driver.run.confirm import Judgement, config_key, judge, measurements
-from accelsweep.sweeps.driver.reporting.verdict import verdict
+from accelsweep.sweeps.driver.reporting.verdict import Judgement, config_key, judge, measurements, verdict
 from accelsweep.trainables.roofline import roofline_phrase
+from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.metrics import TRAINING_METRICS, MetricSet
 from accelsweep.trainables.harness.microbench import NOISY_CV
 from accelsweep.trainables.utilisation import utilisation_line
@@ -39,13 +41,6 @@ def _format(template: str, value: float) -> str:
     return template.format(value) if isinstance(value, (int, float)) and math.isfinite(value) else "n/a"
 
 
-def ranked(records: Iterable[TrialRecord], metric: str) -> list[TrialRecord]:
-    """The trials that take part in ranking by ``metric``: measured (not failed, the value
-    finite). Interpreted kernels (Pallas on a CPU) are checked, not ranked: their time is
-    the interpreter's."""
-    return [r for r in records if r.measured(metric) and not r.result.get("interpreted")]
-
-
 def best_record(records: Iterable[TrialRecord], metric: str, mode: str) -> Optional[TrialRecord]:
     measured = ranked(records, metric)
     if not measured:
@@ -58,9 +53,6 @@ def op_keys(record: TrialRecord) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(shape parameters, the trial's implementation's tuning knobs) of a kernel trial's
     op; an op that cannot be loaded here: every searched knob but impl and threads is a
     shape."""
-    from accelsweep.kernels.registry import get_op
-    from accelsweep.trainables.errors import ConfigError
-
     try:
         spec = get_op(record.config.get("op"))
         return spec.shape_params, tuple(spec.impl(record.config.get("impl")).tuning)
@@ -205,8 +197,9 @@ def summary_blocks(title: str, records: Sequence[TrialRecord], metric: str, mode
                    confirm_note: str = "", goal_reached: str = "") -> list[Block]:
     """``metric``/``mode``: the first objective, whose best trial the table sets against the
     baseline. ``confirmations``: the confirmation phase's trials (confirm.py), whose
-    verdict is the sweep's; ``confirm_note``: why there are none, when that was planned. ``metrics``: the sweep's declaration (its trainable's MetricSet), a row per
-    summarised metric; None: the training loop's rows. ``objectives``: every (metric,
+    verdict is the sweep's; ``confirm_note``: why there are none, when that was planned.
+    ``metrics``: the sweep's declaration (its trainable's MetricSet), a row per summarised
+    metric; None: the training loop's rows. ``objectives``: every (metric,
     mode) of the sweep; with more than one, the Pareto set follows the table.
     ``planned_trials``: the sweep's num_samples, to say whether the search finished;
     ``searched_out``: the searcher ended it, having run out of new configs; ``goal_reached``:
@@ -297,8 +290,9 @@ def utilisation_lines(best: TrialRecord, baseline: Optional[TrialRecord]) -> lis
     if baseline is not None and baseline is not best and math.isfinite(baseline.metric("mfu")):
         line += f"; the baseline at {baseline.metric('mfu'):.1%}"
         if baseline.result.get("peak_dtype") != best.result.get("peak_dtype"):
-            # Each against the peak of its own precision (an fp32 baseline at 43% of the H100's fp32
-            # peak ran 4x slower than a bf16 best at 12% of the bf16 one): said, or it reads as a loss.
+            # Each against the peak of its own precision (an fp32 baseline can sit at a larger share
+            # of its peak than a bf16 best several times faster does of the bf16 one): said, or it
+            # reads as a loss.
             line += (f" of its own {baseline.result.get('peak_dtype', 'unknown')} peak "
                      f"({baseline.metric('peak_tflops'):.3g} TFLOP/s)")
     lines = [line]

@@ -1,41 +1,30 @@
 """Does the best config beat the baseline, beyond the noise of the measurements?
 
-A sweep's best trial is the maximum of many noisy figures: on a shared 2-core VM the
-same config measured 31.6 samples/s under load and 758.7 unloaded, and a repeat of the
-baseline's own config was once named "best" at +26%. So the summary says whether the
-best's lead over the baseline is larger than the noise both were measured with:
-
-- each trial's window-to-window spread (``throughput_cv``; a kernel's ``latency_cv``),
-  combined for the two as 2 * sqrt(cv_a^2 + cv_b^2): about two standard deviations of
-  the difference of two figures, each with its own spread;
-- the machine's own speed while each ran (``host_probe_s``, a fixed pure-Python loop
-  timed between windows): a trial whose probe ran more than HOST_LOADED slower than the
-  sweep's typical (median) probe was measured on a loaded host, and its figure is not
-  trusted for a verdict;
-- contention (trainables/contention.py): a trial every window of which other processes
-  took cores from is not trusted either (a single-threaded probe misses what a
-  two-thread trial loses to one busy neighbour).
-
-That is the search's verdict. With a confirmation phase (confirm.py), the verdict is
-``confirmed_verdict``: the baseline and the best configs measured again in interleaved
-rounds, each round a pair (candidate, baseline beside it), judged by a 95% interval of the
-paired log ratio over the rounds without contention (Student's t: few rounds give a wide
-interval, honestly). "Not decided" when too few rounds were quiet, or the interval is too
-wide to tell a gain from none.
+A sweep's best trial is the maximum of many noisy figures: on a shared VM one config's
+figure moves several-fold with the load, and a repeat of the baseline's own config can be
+named "best". So the summary says whether the best's lead over the baseline is larger than
+the noise both were measured with (``verdict``: the search's trials on a quiet host), or,
+with a confirmation phase (confirm.py), whether the rounds that measured them again side by
+side show a gain (``confirmed_verdict``: a 95% interval of the paired log ratio over the
+rounds without contention). "Not decided" when the figures cannot tell a gain from none.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
-from accelsweep.sweeps.driver.run.callbacks import HOST_LOADED, TrialRecord, host_slowdown
+from accelsweep.sweeps.driver.record.trial_record import FAILED, TrialRecord, host_slowdown
 from accelsweep.sweeps.driver.reporting.changes import describe_change, is_relative
+from accelsweep.trainables.loop.measure import HOST_LOADED
+from accelsweep.trainables.turns import turn_key
 
-__all__ = ["EQUAL_WITHIN", "HOST_LOADED", "RoundsJudged", "Verdict", "confirmed_verdict", "host_slowdown",
-           "judge_rounds", "simplest_of_tied", "verdict"]
+__all__ = ["EQUAL_WITHIN", "HOST_LOADED", "Judgement", "RoundsJudged", "TURN_FIGURES", "Verdict", "config_key",
+           "confirmed_verdict", "host_slowdown", "judge", "judge_rounds", "knobs_changed", "measurements",
+           "simplest_of_tied", "verdict"]
 
 
 @dataclass(frozen=True)
@@ -58,7 +47,14 @@ class Verdict:
 def verdict(baseline: Optional[TrialRecord], best: Optional[TrialRecord], metric: str, mode: str,
             records: Sequence[TrialRecord]) -> Optional[Verdict]:
     """The verdict on ``best`` against ``baseline`` by ``metric`` (the first objective);
-    None when either has no measurement of it."""
+    None when either has no measurement of it. The noise bound combines each trial's
+    window-to-window spread (``throughput_cv``; a kernel's ``latency_cv``) as
+    2 * sqrt(cv_a^2 + cv_b^2): about two standard deviations of the difference of two
+    figures, each with its own spread. Not trusted for a verdict: a trial whose host probe
+    (``host_probe_s``, a fixed pure-Python loop timed between windows) ran more than
+    HOST_LOADED slower than the sweep's median probe (a loaded host), and one every window
+    of which was contended (trainables/contention.py: a single-threaded probe misses what a
+    two-thread trial loses to one busy neighbour)."""
     if baseline is None or best is None or not baseline.measured(metric):
         return None
     base_value, best_value = baseline.metric(metric), best.metric(metric)
@@ -118,10 +114,9 @@ def simplest_of_tied(better: Sequence[RoundsJudged], leader: RoundsJudged,
     from it), the one changing the fewest knobs from the baseline, then the higher gain.
     Breiman's one-standard-error rule, for configs: a knob change must earn its place.
     Why here: the rounds' interval holds the round-to-round noise of one process per
-    config, not the 3-10% by which whole processes of one config differ on this project's
-    VM (issue 37: a linear patch-embed twin confirmed +99.9% against +95.5% for the conv
-    config a plain loop in fresh processes measured 5% faster). Without ``changed`` for
-    every tied candidate, the leader."""
+    config, not the few percent by which whole processes of one config differ on a shared
+    VM, so a variant can confirm a little above a config that fresh processes measure
+    faster. Without ``changed`` for every tied candidate, the leader."""
     tied = [j for j in better if j.high >= leader.low and leader.high >= j.low]
     if not all(j.key in changed for j in tied):
         return leader
@@ -184,7 +179,7 @@ def confirmed_verdict(measurements: Sequence[Mapping[str, tuple[float, bool]]], 
     e.g. "trial 7"), and each candidate's judgement. ``changed``: candidate key -> the knobs
     its config changes from the baseline's; with it, of the candidates confirmed better
     whose intervals overlap the leader's, the call is the one that changes fewest
-    (``simplest_of_tied``)."""
+    (``simplest_of_tied``). Student's t: few rounds give a wide interval, honestly."""
     judged = [judge_rounds(measurements, baseline_key, key, mode) for key in names]
     decidable = [j for j in judged if j.rounds >= 2]
     ran = len(measurements)
@@ -222,3 +217,63 @@ def confirmed_verdict(measurements: Sequence[Mapping[str, tuple[float, bool]]], 
     text = (f"not decided: {names[best.key]}'s config is {best.gain:+.1%} against the baseline, but its "
             f"{interval(best)} spans no change: more rounds (--confirm-rounds) or a quieter machine would decide it")
     return Verdict(text, best.gain, half, False, decided=False, confirmed=True, subject=names[best.key]), judged
+
+
+TURN_FIGURES = "turn_figures"  # a turn-taking trial's windows: JSON [[figure, contended], ...], a tag of its run
+config_key = turn_key  # a config's name in the confirmation (one trial per config)
+
+
+def measurements(records: Sequence[TrialRecord], metric: str) -> list[dict[str, tuple[float, bool]]]:
+    """The confirmation trials per round: config key -> (its figure, contended); a failed
+    trial's figure is NaN. A trial that took turns gives a round per window it measured."""
+    rounds: dict[int, dict[str, tuple[float, bool]]] = {}
+    for record in records:
+        if TURN_FIGURES in record.result:  # a trial that took turns: one window per round
+            for index, (value, contended) in enumerate(json.loads(record.result[TURN_FIGURES]), start=1):
+                rounds.setdefault(index, {})[config_key(record.searched)] = (float(value), bool(contended))
+            continue
+        round_value = record.metric("confirm_round")
+        round_index = int(round_value) if math.isfinite(round_value) else 0
+        value = record.metric(metric) if record.status != FAILED else float("nan")
+        rounds.setdefault(round_index, {})[config_key(record.searched)] = (value, record.contended)
+    return [rounds[index] for index in sorted(rounds)]
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """The confirmation's verdict, each candidate's rounds, and what each config is called."""
+
+    verdict: Verdict
+    candidates: list[RoundsJudged]
+    names: dict[str, str]  # config key -> "trial N" (the search's best trial of that config), "the baseline"
+    baseline_key: str
+    rounds: int
+
+
+def judge(search: Sequence[TrialRecord], confirmations: Sequence[TrialRecord], metric: str,
+          mode: str) -> Optional[Judgement]:
+    """The verdict of the confirmation trials ``confirmations`` (None when there are none),
+    read from the records alone: the driver's at the end of a sweep, or MLflow's later."""
+    base = next((r for r in confirmations if r.is_baseline), None)
+    if base is None:
+        return None
+    baseline_key = config_key(base.searched)
+    names = {}
+    for record in confirmations:
+        key = config_key(record.searched)
+        if key != baseline_key and key not in names:
+            same = [r for r in search if config_key(r.searched) == key and r.measured(metric)] or \
+                   [r for r in search if config_key(r.searched) == key]
+            best = max(same, key=lambda r: r.metric(metric) if mode == "max" else -r.metric(metric), default=None)
+            names[key] = f"trial {best.number}" if best else "a config"
+    rounds = measurements(confirmations, metric)
+    verdict, judged = confirmed_verdict(rounds, baseline_key, names, mode, knobs_changed(base, confirmations))
+    return Judgement(verdict, judged, {baseline_key: "the baseline", **names}, baseline_key, len(rounds))
+
+
+def knobs_changed(baseline: TrialRecord, records: Sequence[TrialRecord]) -> dict[str, tuple[str, ...]]:
+    """Config key -> the searched knobs whose value differs from the baseline's, per config
+    of ``records`` (what the verdict weighs when the rounds cannot separate two configs)."""
+    base = dict(baseline.searched)
+    return {config_key(r.searched): tuple(sorted(k for k, v in r.searched.items() if base.get(k) != v))
+            for r in records}

@@ -21,12 +21,15 @@ from accelsweep.sweeps.driver.record.database_errors import database_unanswered
 from accelsweep.sweeps.driver.run.deadline import TrialDeadline
 from accelsweep.sweeps.driver.define.first_guess import LABEL as GUESS_LABEL
 from accelsweep.sweeps.driver.record.trial_record import (CUT_BY_BUDGET, FAILED, FINISHED, INTERRUPTED, NOISE_METRICS,
-                                              NOT_RANKED, REJECTED, REUSED, STOPPED_EARLY, TrialRecord)
+                                                          NOT_RANKED, REJECTED, REUSED, STOPPED_EARLY, TrialRecord,
+                                                          config_key, host_slowdown)
+from accelsweep.sweeps.driver.run.searchers import local_proposals, take_reuses
 from accelsweep.trainables.cost import CostBasis, trial_cost_usd
 from accelsweep.trainables.loop.failures import ERROR, failure_cause, one_line
 from accelsweep.trainables.loop.measure import HOST_LOADED
 from accelsweep.trainables.metrics import CONTENTION_METRICS, TRAINING_METRICS, MetricSet
 from accelsweep.trainables.harness.microbench import NOISY_CV
+from accelsweep.sweeps.driver.record.resumed_runs import run_for, take_over
 from accelsweep.sweeps.driver.record.secrets import redact_text, redact_uri, secret_values
 from accelsweep.sweeps.driver.record.tracking import SweepTracker
 from accelsweep.sweeps.driver.record.tracking_buffer import PLACEHOLDER_PREFIX, RETRY_EVERY_S
@@ -62,18 +65,6 @@ def _error_of(trial) -> tuple[str, str, str]:
 def _step_of(result: Mapping[str, Any]) -> int:
     """The MLflow step of a result: its window (Tune's iteration); 0 before any report."""
     return int(result.get("windows_done", result.get("training_iteration", 0)) or 0)
-
-
-def host_slowdown(record: TrialRecord, records: Sequence[TrialRecord]) -> float:
-    """How much slower the machine ran during ``record`` than it typically did in the sweep
-    (0.3: its host probe took 30% longer than the median of the trials' probes; a median,
-    so that one fast outlier does not make every other trial look loaded); NaN where
-    trials carry no probe."""
-    probes = [r.metric("host_probe_s") for r in records if r.metric("host_probe_s") > 0 and r.status != REUSED]
-    own = record.metric("host_probe_s")
-    if not probes or not own > 0:
-        return float("nan")
-    return own / statistics.median(probes) - 1
 
 
 def trial_figures(result: Mapping[str, Any]) -> dict[str, Any]:
@@ -236,8 +227,6 @@ class SweepCallback(Callback):
         """--resume: what the killed driver did after Tune's last save (resumed_runs.py)."""
         stopped, self.stopped = self.stopped, None
         if stopped is not None:
-            from accelsweep.sweeps.driver.record.resumed_runs import take_over
-
             take_over(self, stopped)
 
     def _next_number(self) -> int:
@@ -315,8 +304,6 @@ class SweepCallback(Callback):
         """Each proposal the searcher answered from an earlier trial becomes a run of its
         own, tagged with the trial it reused: the search's path stays complete in MLflow,
         and nothing ran (no cost, no time)."""
-        from accelsweep.sweeps.driver.run.searchers import config_key, take_reuses
-
         for searched, original_id in take_reuses(self.sweep_token):
             original = self.records.get(original_id)
             number = self._next_number()
@@ -354,8 +341,6 @@ class SweepCallback(Callback):
         # On --resume, a trial of a killed driver's goes on in its run, under its number.
         stopped_run = None
         if self.runs_of_saved_trials or self.cut_off_runs:
-            from accelsweep.sweeps.driver.record.resumed_runs import run_for
-
             stopped_run = run_for(self, trial.trial_id, searched)
         record = TrialRecord(
             number=stopped_run.number if stopped_run else self._next_number(), trial_id=trial.trial_id,
@@ -413,8 +398,6 @@ class SweepCallback(Callback):
     def local_step(self, record: TrialRecord) -> str:
         """What the trial's config changed from the leader, when the local search proposed it
         (searchers.py); else ""."""
-        from accelsweep.sweeps.driver.run.searchers import local_proposals
-
         for key, step in local_proposals(self.sweep_token).items():
             params = json.loads(key)
             if params and all(record.searched.get(name) == value for name, value in params.items()):

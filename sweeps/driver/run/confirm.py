@@ -24,11 +24,13 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ray.tune.search import Searcher
 
-from accelsweep.sweeps.driver.run.callbacks import SweepCallback, TrialRecord
-from accelsweep.sweeps.driver.record.trial_record import FAILED, NOT_RANKED
-from accelsweep.sweeps.driver.reporting.verdict import RoundsJudged, Verdict, confirmed_verdict
+from accelsweep.sweeps.driver.run.callbacks import SweepCallback
+from accelsweep.sweeps.driver.record.history import CONFIRMATION, PHASE_TAG
+from accelsweep.sweeps.driver.record.trial_record import NOT_RANKED, TrialRecord
+from accelsweep.sweeps.driver.reporting.verdict import (TURN_FIGURES, Judgement, config_key, judge, knobs_changed,
+                                                        measurements)
 from accelsweep.trainables.platforms import get_platform
-from accelsweep.trainables.turns import TurnBaton, drain_steps, turn_key
+from accelsweep.trainables.turns import TurnBaton, drain_steps
 
 __all__ = ["CANDIDATES", "CONFIRMATION", "CONFIRM_BUDGET_SHARE", "Confirmation", "Judgement", "NEAR_BEST",
            "PHASE_TAG", "TURN_CANDIDATES", "at_typical_speed", "candidates", "config_key", "fitted", "judge",
@@ -50,12 +52,7 @@ CONFIRM_BUDGET_SHARE = 0.3
 # turns (benchmarks/results/vs_plain_tune.json; their own processes differ by that much).
 NEAR_BEST = 0.10
 MIN_ROUNDS = 2  # fewer pairs decide nothing (a paired interval needs two)
-PHASE_TAG, CONFIRMATION = "phase", "confirmation"
-TURN_FIGURES = "turn_figures"  # a turn-taking trial's windows: JSON [[figure, contended], ...], a tag of its run
 MAX_TURN_ROUNDS = 30  # enough pairs for a t interval; more only lengthens the phase
-
-
-config_key = turn_key  # a config's name in the confirmation (one trial per config)
 
 
 def search_budget_s(time_budget_s: Optional[float], confirm_rounds: int) -> Optional[float]:
@@ -149,62 +146,6 @@ class Confirmation:
     records: list[TrialRecord] = field(default_factory=list)  # the confirmation trials, in order
     skipped: str = ""  # why it did not run ('' when it ran)
     seconds: float = 0.0
-
-
-def measurements(records: Sequence[TrialRecord], metric: str) -> list[dict[str, tuple[float, bool]]]:
-    """The confirmation trials per round: config key -> (its figure, contended); a failed
-    trial's figure is NaN. A trial that took turns gives a round per window it measured."""
-    rounds: dict[int, dict[str, tuple[float, bool]]] = {}
-    for record in records:
-        if TURN_FIGURES in record.result:  # a trial that took turns: one window per round
-            for index, (value, contended) in enumerate(json.loads(record.result[TURN_FIGURES]), start=1):
-                rounds.setdefault(index, {})[config_key(record.searched)] = (float(value), bool(contended))
-            continue
-        round_value = record.metric("confirm_round")
-        round_index = int(round_value) if math.isfinite(round_value) else 0
-        value = record.metric(metric) if record.status != FAILED else float("nan")
-        rounds.setdefault(round_index, {})[config_key(record.searched)] = (value, record.contended)
-    return [rounds[index] for index in sorted(rounds)]
-
-
-@dataclass(frozen=True)
-class Judgement:
-    """The confirmation's verdict, each candidate's rounds, and what each config is called."""
-
-    verdict: Verdict
-    candidates: list[RoundsJudged]
-    names: dict[str, str]  # config key -> "trial N" (the search's best trial of that config), "the baseline"
-    baseline_key: str
-    rounds: int
-
-
-def judge(search: Sequence[TrialRecord], confirmations: Sequence[TrialRecord], metric: str,
-          mode: str) -> Optional[Judgement]:
-    """The verdict of the confirmation trials ``confirmations`` (None when there are none),
-    read from the records alone: the driver's at the end of a sweep, or MLflow's later."""
-    base = next((r for r in confirmations if r.is_baseline), None)
-    if base is None:
-        return None
-    baseline_key = config_key(base.searched)
-    names = {}
-    for record in confirmations:
-        key = config_key(record.searched)
-        if key != baseline_key and key not in names:
-            same = [r for r in search if config_key(r.searched) == key and r.measured(metric)] or \
-                   [r for r in search if config_key(r.searched) == key]
-            best = max(same, key=lambda r: r.metric(metric) if mode == "max" else -r.metric(metric), default=None)
-            names[key] = f"trial {best.number}" if best else "a config"
-    rounds = measurements(confirmations, metric)
-    verdict, judged = confirmed_verdict(rounds, baseline_key, names, mode, knobs_changed(base, confirmations))
-    return Judgement(verdict, judged, {baseline_key: "the baseline", **names}, baseline_key, len(rounds))
-
-
-def knobs_changed(baseline: TrialRecord, records: Sequence[TrialRecord]) -> dict[str, tuple[str, ...]]:
-    """Config key -> the searched knobs whose value differs from the baseline's, per config
-    of ``records`` (what the verdict weighs when the rounds cannot separate two configs)."""
-    base = dict(baseline.searched)
-    return {config_key(r.searched): tuple(sorted(k for k, v in r.searched.items() if base.get(k) != v))
-            for r in records}
 
 
 class ConfirmationCallback(SweepCallback):

@@ -15,15 +15,15 @@ cause ``timeout``. The driver's own pauses do not count as a trial's silence.
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import signal
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional
 
+from accelsweep.sweeps.driver.define.plan import check_trial_timeout
+from accelsweep.trainables import ray_adapter
 from accelsweep.trainables.processes import children_by_parent, process_table
-from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.loop.failures import TIMEOUT
 
 __all__ = ["StallRule", "TIMEOUT_ERROR", "TrialDeadline", "check_trial_timeout", "deadline_for", "kill_process_tree"]
@@ -35,16 +35,6 @@ TIMEOUT_ERROR = "TrialTimeout"
 # driver. Tune's loop checks about every 0.1 s; saving the experiment takes well under this.
 DRIVER_PAUSE_S = 5.0
 RUNNING = "RUNNING"  # ray.tune.experiment.Trial.RUNNING, without importing Tune here
-
-
-def check_trial_timeout(timeout_s: Any) -> None:
-    """``Sweep.trial_timeout_s`` is a number of seconds > 0, or None (no deadline)."""
-    if timeout_s is None:
-        return
-    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not (
-            timeout_s > 0 and math.isfinite(timeout_s)):
-        raise ConfigError("trial_timeout_s", "a number of seconds > 0 (the longest a trial may go without "
-                                             "reporting), or None for no deadline", timeout_s)
 
 
 def deadline_for(timeout_s: Optional[float]) -> Optional["TrialDeadline"]:
@@ -134,8 +124,6 @@ def end_trial_processes(trial) -> Optional[str]:
     the driver's loop must not stall."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    from accelsweep.trainables import ray_adapter
 
     actor = ray_adapter.trial_actor(trial)
     if actor is None:

@@ -20,6 +20,7 @@ import math
 import os
 from typing import Any, Mapping, Optional, Sequence, Union
 
+from accelsweep.kernels.registry import KernelUnavailable, get_op
 from accelsweep.sweeps.driver.define.plan import plan_sweep
 from accelsweep.sweeps.driver.define.sweep import Objective, Sweep
 from accelsweep.sweeps.driver.run.lifecycle import run_sweep
@@ -66,8 +67,6 @@ def build_kernel_sweep(op: str, shapes: Optional[Mapping[str, Sequence[int]]] = 
     Implementations that cannot run here (a dtype or option they lack, a stack not
     installed) are left out, each with a line saying why; none left is a ConfigError.
     """
-    from accelsweep.kernels.registry import KernelUnavailable, get_op
-
     spec = get_op(op)
     if platform != "auto":
         one_of("platform", platform, ("auto",) + PLATFORM_NAMES)
@@ -170,8 +169,6 @@ def kernel_main(op: str, description: str, shapes: Mapping[str, Sequence[int]],
     first is the default), one per sweep (``--variant``): each is its own table in the
     seed, with its own contenders. ``argv``: default sys.argv. Returns the SweepResult
     (None for --dry-run)."""
-    from accelsweep.kernels.registry import get_op
-
     spec = get_op(op)
     variants = variants or {"default": {}}
     parser = common_parser(description, default_samples=0)
@@ -187,7 +184,7 @@ def kernel_main(op: str, description: str, shapes: Mapping[str, Sequence[int]],
                              "CPUs; several values: each is a point of the grid. Only torch implementations take "
                              "it: the others are left out, each with a line (default: every CPU a trial holds)")
     args = parser.parse_args(argv)
-    sweep = accelsweep.build_kernel_sweep(op, smoke_shapes if args.smoke else shapes, platform=args.platform,
+    sweep = build_kernel_sweep(op, smoke_shapes if args.smoke else shapes, platform=args.platform,
                                dtype=args.dtype, options=variants[getattr(args, "variant", next(iter(variants)))],
                                smoke=args.smoke, dry_run=args.dry_run, threads=args.threads,
                                # default_samples None: the builder's, every point of the grid once;
@@ -204,8 +201,6 @@ def accepted_impls(op: str, platform: str, dtype: str, shape: Mapping[str, int],
     """The implementations of ``op`` registered for ``platform`` that take this dtype,
     these options and a thread count (``threads``: only torch's do), checked without
     importing their stacks, and a line for each one left out, with the reason."""
-    from accelsweep.kernels.registry import get_op
-
     accepted, skipped = [], []
     held = {} if threads is None else {"threads": threads, "cpus_per_worker": max(threads, os.cpu_count() or 1)}
     for implementation in get_op(op).impls_for(platform):

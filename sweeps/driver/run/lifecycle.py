@@ -39,7 +39,7 @@ from accelsweep.sweeps.driver.run.goal import watch_goal
 from accelsweep.sweeps.driver.record.marker import unfinished_sweep_dir, write_sweep_marker
 from accelsweep.sweeps.driver.define.plan import (
     Plan,
-    _as_sized,
+    as_sized,
     early_stopping,
     preflight,
     LOCAL_TIME_SHARE,
@@ -49,6 +49,8 @@ from accelsweep.sweeps.driver.define.plan import (
     trial_limits_of,
 )
 from accelsweep.sweeps.driver.reporting.cluster_watch import ClusterWatch, by_node_type
+from accelsweep.sweeps.driver.define.cli import RETURNED, SweepInterrupted
+from accelsweep.sweeps.driver.define.first_guess import LABEL as GUESS_LABEL
 from accelsweep.sweeps.driver.define.preflight import check_ray_address
 from accelsweep.sweeps.driver.record.secrets import (
     mlflow_credentials_hidden,
@@ -71,12 +73,15 @@ from accelsweep.sweeps.driver.record.resumed_runs import (
     read_stopped_sweep,
     restore_tuner_file,
 )
-from accelsweep.sweeps.driver.define.space import quiet_optuna
-from accelsweep.sweeps.driver.run.stop_signals import StopSignals, SweepInterrupted
+from accelsweep.sweeps.driver.run.schedulers import ParetoStoppingRule, TrustedWindowsOnly
+from accelsweep.sweeps.driver.run.searchers import (FailureAwareOptunaSearch, concurrency_aware_tpe, label_proposal,
+                                                    searched_out)
+from accelsweep.sweeps.driver.run.stop_signals import StopSignals
 from accelsweep.sweeps.driver.run.storage_watch import StorageWatch, storage_error_stopped
 from accelsweep.sweeps.driver.define.store_checks import claim_experiment_dir
-from accelsweep.sweeps.driver.record.optuna_study import SweepStudy, default_study_storage
+from accelsweep.sweeps.driver.record.optuna_study import SweepStudy, default_study_storage, quiet_optuna
 from accelsweep.sweeps.driver.define.sweep import Sweep, SweepResult
+from accelsweep.sweeps.driver.define.warm_start import unique_points, warm_trials
 from accelsweep.sweeps.driver.reporting.report_artifacts import log_report
 from accelsweep.sweeps.driver.reporting.verdict import verdict
 from accelsweep.trainables import ray_adapter
@@ -134,9 +139,6 @@ def concurrency_for(per_trial: Mapping[str, float], sweep: Sweep) -> tuple[int, 
 
 def _searcher(plan: Plan, sweep_token: str = "", time_budget_s: Optional[float] = None):
     import optuna
-    from accelsweep.sweeps.driver.define.first_guess import LABEL as GUESS_LABEL
-    from accelsweep.sweeps.driver.run.searchers import FailureAwareOptunaSearch, concurrency_aware_tpe, label_proposal
-    from accelsweep.sweeps.driver.define.warm_start import unique_points, warm_trials
 
     sweep = plan.sweep
     metrics = [o.metric for o in sweep.objectives]
@@ -170,7 +172,6 @@ def _searcher(plan: Plan, sweep_token: str = "", time_budget_s: Optional[float] 
 
 def _scheduler(plan: Plan):
     """The sweep's early stopping, judging trustworthy windows only (schedulers.py)."""
-    from accelsweep.sweeps.driver.run.schedulers import ParetoStoppingRule, TrustedWindowsOnly
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule
 
     sweep = plan.sweep
@@ -196,7 +197,7 @@ def _trial_resources(config_for: Callable[[Mapping[str, Any]], Any], fallback: M
     """What Tune reserves for one trial's process (``config_for``: Plan.config_for).
     Module-level so Tune can pickle it."""
     try:
-        config = _as_sized(config_for(searched))
+        config = as_sized(config_for(searched))
     except ConfigError:
         return dict(fallback)  # the trial itself then fails with the config error, on record
     return dict(get_platform(config.platform).trial_actor_resources(config))
@@ -260,14 +261,6 @@ def run_sweep(sweep: Sweep) -> SweepResult:
         stop.raise_if_requested(result)
         RETURNED.count, RETURNED.last = RETURNED.count + 1, result
         return result
-
-
-class RETURNED:
-    """What run_sweep last returned in this process, and how many it has: a script's
-    main_guard judges its sweep by it when the script's main returns nothing (cli.py)."""
-
-    count = 0
-    last: Optional[SweepResult] = None
 
 
 # Set for a sweep's duration only (sweep_settings); a value the caller set is kept.
@@ -592,8 +585,6 @@ def _finish(plan: Plan, run: _Run, tracker, status: str, elapsed_s: float,
     """Close what the driver left running, mark the sweep ended, and summarise it on
     its parent run (also after a failed or interrupted fit). ``confirmation``: what the
     confirmation phase measured (its verdict is the sweep's)."""
-    from accelsweep.sweeps.driver.run.searchers import searched_out
-
     sweep = plan.sweep
     run.callback.adopt_run_ids()  # of runs created while MLflow's store was away, written since
     run.parent_run_id = tracker.parent_run_id = tracker.buffer.run_id_of(run.parent_run_id)

@@ -31,6 +31,9 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
+from accelsweep.sweeps.driver.record.secrets import redact_command_line
+from accelsweep.sweeps.driver.run import raylet_child
+from accelsweep.trainables import ray_adapter
 from accelsweep.trainables.processes import command_line, descendants, open_paths, process_table, stat_of
 
 __all__ = ["RECORD", "instance_processes", "shutdown", "start", "stop_stale_instances"]
@@ -62,8 +65,6 @@ def start(log_to_driver: bool = False) -> str:
     global _current
     import ray
 
-    from accelsweep.trainables import ray_adapter
-
     # No dashboard, and every listener on 127.0.0.1 (a sweep on one machine needs nothing
     # beyond loopback; ray_adapter.local_instance_confined). Token auth stays on too (other
     # users of the machine reach loopback): with RAY_AUTH_MODE unset, ray.init turns it on
@@ -71,9 +72,6 @@ def start(log_to_driver: bool = False) -> str:
     # here would not). RAY_AUTH_MODE=disabled opts out. The job table gets the command line
     # without its secrets. address="local": a new instance even where a bare ray.init()
     # would join one.
-    from accelsweep.sweeps.driver.run import raylet_child
-    from accelsweep.sweeps.driver.record.secrets import redact_command_line
-
     with ray_adapter.sigterm_handler_kept(), ray_adapter.entrypoint_shown_as(redact_command_line), \
             ray_adapter.local_instance_confined(os.path.abspath(raylet_child.__file__)):
         context = ray.init(address="local", include_dashboard=False, logging_level=logging.WARNING,

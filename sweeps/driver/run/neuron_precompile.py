@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
+from accelsweep.sweeps.driver.define.plan import startup_trials
+from accelsweep.sweeps.driver.run.lifecycle import _searcher
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.platforms import get_platform
@@ -42,9 +44,6 @@ def first_proposals(plan, count: int) -> list[dict[str, Any]]:
     baseline counts) is random and seeded, so a searcher built the same way proposes them
     again, in the same order, in the sweep itself. Later proposals depend on measurements
     and compile when they run."""
-    from accelsweep.sweeps.driver.define.plan import startup_trials
-    from accelsweep.sweeps.driver.run.lifecycle import _searcher
-
     searcher = _searcher(plan)
     knowable = min(count, startup_trials(plan.sweep))
     return [dict(searcher.suggest(f"precompile-{index}")) for index in range(knowable)]

@@ -5,7 +5,8 @@ without a parent-death signal, and when their raylet dies with a SIGKILLed drive
 notice it but block for 60 s on the dead GCS, and may never answer SIGTERM: with the
 sweep's reaper killed too, they stay for good. local_ray.start has the raylet start them
 through this shim, which asks the kernel for SIGKILL when the parent (the raylet) dies,
-then becomes the agent itself (exec keeps the pid, the parent and the death signal). Standard library only, started with -S: it adds no start-up time.
+then becomes the agent itself (exec keeps the pid, the parent and the death signal).
+Standard library only, started with -S: it adds no start-up time.
 """
 
 import ctypes

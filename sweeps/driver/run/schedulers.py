@@ -21,10 +21,10 @@ from accelsweep.sweeps.driver.reporting.summary import dominates, objective_vect
 
 __all__ = ["NEAR_BEST", "ParetoStoppingRule", "TrustedWindowsOnly"]
 
-# Within this fraction of the best window so far, a trial is not stopped early: the upper
-# end of how far the main job's interleaved confirmation rounds on a quiet 2-core VM moved
-# from round to round (benchmarks/data/verdict_under_load_amd_epyc_2cpu.json), rounded
-# down; one window cannot rank configs closer than that.
+# Within this fraction of the best window so far, a trial is not stopped early: about how
+# far the main job's interleaved confirmation rounds on a quiet 2-core VM move from round to
+# round (benchmarks/data/verdict_under_load_amd_epyc_2cpu.json); one window cannot rank
+# configs closer than that.
 NEAR_BEST = 0.10
 
 
@@ -72,9 +72,13 @@ class ParetoStoppingRule(FIFOScheduler):
 
 class TrustedWindowsOnly(TrialScheduler):
     """``scheduler``, fed only results whose window was not contended (``window_contended``
-    0 or absent); every other call passes through. Counts what it kept from it.
-    ``objective`` (metric, mode): a stop of a trial whose window is within ``near_best``
-    of the best trusted window so far is overruled (None: every stop stands)."""
+    0 or absent); every other call passes through. Counts what it kept from it. A disturbed
+    moment would otherwise stop a good config at its rung; ASHA records a trial at a rung by
+    the first result it sees at or past it, so the next trustworthy window stands in for a
+    skipped one. ``objective`` (metric, mode): a stop of a trial whose window is within
+    ``near_best`` of the best trusted window so far is overruled (None: every stop stands):
+    a config that close to the leader is a contender the search and the confirmation must
+    see measured in full (ASHA at reduction factor 2 can stop one at its first window)."""
 
     def __init__(self, scheduler: TrialScheduler, objective: tuple[str, str] | None = None,
                  near_best: float = NEAR_BEST):

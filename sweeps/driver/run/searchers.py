@@ -5,16 +5,17 @@ class must be importable by name."""
 
 from __future__ import annotations
 
-import json
 import math
 import time
-from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
+
+from accelsweep.sweeps.driver.record.resumed_runs import MeasuredRun, ResumeNews, resume_news, tell_resumed
+from accelsweep.sweeps.driver.record.trial_record import config_key
 
 __all__ = ["FailureAwareOptunaSearch", "MAX_REPEATED_PROPOSALS", "MeasuredRun", "ResumeNews", "config_key",
            "concurrency_aware_tpe", "label_proposal", "local_proposals", "neighbours", "take_reuses", "tell_resumed"]
@@ -34,7 +35,7 @@ def concurrency_aware_tpe(seed: Optional[int], n_startup_trials: int):
     """The sweep's TPE sampler. ``constant_liar``: each trial still running counts, while
     it runs, as a result worse than any measured, so N proposals made while N trials run
     spread over the space instead of all landing on the best region the finished results
-    point to (issue 31; ray-project/ray#46965). Ray's OptunaSearch leaves a proposal's
+    point to (ray-project/ray#46965). Ray's OptunaSearch leaves a proposal's
     Optuna trial RUNNING, its params set, until Tune reports it ended: the liar sees every
     running trial. Said explicitly: Optuna 4 (allowed by pyproject) defaults it to off."""
     import optuna
@@ -49,43 +50,6 @@ _REUSES: dict[str, list[tuple[dict, str]]] = {}
 _SEARCHED_OUT: set[str] = set()
 # The local search's proposals by sweep: config key -> what it changed from the leader.
 _LOCAL: dict[str, dict[str, str]] = {}
-
-
-@dataclass
-class MeasuredRun:
-    """A trial a killed driver measured after Tune's last save: its MLflow run has its
-    result, Tune's saved state (and so the restored searcher) has not."""
-
-    trial_id: str
-    config: dict
-    result: dict  # its MLflow metrics
-    failed: bool
-
-
-@dataclass
-class ResumeNews:
-    """What a resumed sweep's searcher must learn before its first proposal
-    (sweeps/driver/record/resumed_runs.py): results its saved state lacks, and the configs of
-    trials cut off by the kill, to be proposed again first."""
-
-    measured: list[MeasuredRun] = field(default_factory=list)
-    again: list[dict] = field(default_factory=list)
-    # The trials in Tune's saved state (None: it saved none): the proposals that count.
-    tune_trials: Optional[set[str]] = None
-
-
-# ResumeNews by sweep, left by the resumed callback for the searcher it cannot reach.
-_RESUME_NEWS: dict[str, ResumeNews] = {}
-
-
-def tell_resumed(sweep_token: str, news: ResumeNews) -> None:
-    """Have the sweep's (resumed) searcher learn ``news`` before it proposes again."""
-    _RESUME_NEWS[sweep_token] = news
-
-
-def config_key(config: Mapping[str, Any]) -> str:
-    """One config's identity: equal for equal knob values, whatever their order."""
-    return json.dumps(dict(config), sort_keys=True, default=str)
 
 
 def _finite(value: Any) -> bool:
@@ -139,15 +103,15 @@ def take_reuses(sweep_token: str) -> list[tuple[dict, str]]:
 class FailureAwareOptunaSearch(OptunaSearch):
     """Optuna through Tune, with two changes.
 
-    A trial that reported its own failure (trainables.failures.run_isolated) is a failed
+    A trial that reported its own failure (trainables/loop/failures.py run_isolated) is a failed
     Optuna trial: not a pruned one, and not a NaN value Optuna refuses. TPE then samples
     away from it.
 
     A proposal identical to a config this sweep has already measured is not run again
     (unless ``repeats``): Optuna is told that trial's result as the proposal's, and asked
     again. TPE re-proposes its best points (the baseline among them) as a matter of
-    course; a second run of one config is noise, not information, and once it was named
-    "best" at +26% with every knob unchanged. ``sweep_token`` names where the reuses are
+    course; a second run of one config is noise, not information, and could be named
+    "best" with every knob unchanged. ``sweep_token`` names where the reuses are
     left for the sweep's callback (``take_reuses``).
 
     On ``--resume`` (``ResumeNews``, before its first proposal) it learns the results of
@@ -158,9 +122,9 @@ class FailureAwareOptunaSearch(OptunaSearch):
     Its last ``local_search`` proposals (of ``budget``) are a local search: each is a
     config one step from the best measured so far (``neighbours``) that no trial has
     measured, so the search ends by checking the leader's surroundings, where TPE's
-    sampling leaves gaps (issue 37: a sweep missed the config one batch size above its
-    winner). With a time budget the local search also begins at ``local_after`` (a
-    time.time() moment: the search's last third), whichever comes first: a budget of time
+    sampling leaves gaps (a sweep can miss the config one batch size above its winner).
+    With a time budget the local search also begins at ``local_after`` (a time.time()
+    moment: the search's last third), whichever comes first: a budget of time
     ends a search before its last proposals when trials compile for tens of seconds.
     With no such config left, TPE proposes as before."""
 
@@ -198,7 +162,7 @@ class FailureAwareOptunaSearch(OptunaSearch):
         self._since_resume_was_added()
 
     def suggest(self, trial_id: str) -> Optional[dict]:
-        self._learn(_RESUME_NEWS.pop(self.sweep_token, None))
+        self._learn(resume_news(self.sweep_token))
         if self.budget is not None and self._returned + len(self._recovered) >= self.budget:
             return Searcher.FINISHED  # the recovered trials took the proposals left
         self._step_from_leader()

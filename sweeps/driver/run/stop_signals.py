@@ -1,43 +1,16 @@
 """SIGINT, SIGTERM and SIGHUP end a sweep the way Ctrl-C ends a Ray Tune run, and the
-script with a stated exit status.
+script with a stated exit status (``SweepInterrupted``: 128 + the signal's number).
 
-SIGTERM is what ``kill``, systemd, tmux and batch schedulers send; Ctrl-C in a terminal
-is SIGINT; SIGHUP is the terminal or SSH session closing (the common end of a sweep started
-by hand on a cluster's head node: run it under nohup, tmux or screen to keep it past a
-logout). Any one, while ``run_sweep`` runs:
+While trials run, Tune is told to stop as its own Ctrl-C handler would (it saves the
+experiment; the running trials, the parent run and the marker end as interrupted); in
+``Sweep.before_trials`` the sweep stops at once; anywhere else the step ends first. A second
+signal stops at once (--resume closes what it left open).
 
-- while trials run (Tune's loop): Tune is told to stop as its own Ctrl-C handler would
-  (it saves the experiment one last time and stops the trials); the trials still running
-  end as interrupted (MLflow KILLED, tag ``status`` interrupted), the parent run too, and
-  the sweep's marker says interrupted;
-- in ``Sweep.before_trials`` (a precompile phase may run for minutes): at once;
-- anywhere else (the checks, a store being created, Ray starting, the parent run being
-  opened or closed: seconds each): that step ends first, then the sweep stops there.
-
-Then the Ray instance the sweep started is stopped, the resume hint is printed, and
-``run_sweep`` raises ``SweepInterrupted`` (a KeyboardInterrupt), which the scripts
-(``cli.main_guard``) turn into exit status 128 + the signal's number, as a shell reports
-a process a signal ended: 130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP. After a SIGHUP
-the terminal is gone: what the sweep prints from then on goes to /dev/null (as under
-nohup) instead of failing the writes that close its runs. A second signal stops at once,
-without waiting for the trials to stop (--resume closes what it left open).
-
-Why the sweep handles them itself: ray.init sets SIGTERM to exit the driver, and a local
-head node to kill the instance's processes first; the driver's core worker then finds its
-raylet gone and aborts (SIGABRT, a C++ stack trace) and the parent run ends FAILED. Tune
-itself handles SIGINT only (and SIGUSR1); here its SIGINT handler is off
-(TUNE_DISABLE_SIGINT_HANDLER) and both signals reach Tune's stop the same way.
-
-To the driver's pid, that is: a SIGTERM sent to its whole process group (bash's ``kill
-%job``, systemd's default KillMode=control-group) reaches the local Ray instance's own
-processes too (Ray's processes block SIGINT only, so Ctrl-C in a terminal is fine): they
-stop at once, the sweep cannot close its trials, and the driver ends some 60 s later when
-its Ray client gives up, its runs left RUNNING (--resume closes them; nothing of Ray
-stays, local_ray.py). Use KillMode=mixed, or signal the driver's pid.
-
-The handlers are set for the sweep's duration and the previous ones put back after it
-(run_sweep may run in a notebook). Only the main thread can set them: a sweep run from
-another thread leaves signals to the process's own handlers.
+Why the sweep handles them itself: ray.init sets SIGTERM to exit the driver, whose core
+worker then finds its raylet gone and aborts (a C++ stack trace, the parent run FAILED), and
+Tune handles SIGINT only. A SIGTERM to the driver's whole process group (bash's ``kill
+%job``, systemd's KillMode=control-group) stops Ray's processes too, before the sweep can
+close its trials: use KillMode=mixed, or signal the driver's pid.
 """
 
 from __future__ import annotations
@@ -51,6 +24,7 @@ import threading
 import time
 from typing import Any, Callable, Iterator, Optional
 
+from accelsweep.sweeps.driver.define.cli import SweepInterrupted
 from accelsweep.trainables import ray_adapter
 from accelsweep.trainables.environment_variables import environment_snapshot, restore_environment
 
@@ -63,28 +37,17 @@ TUNE_LOGGER = "ray.tune.tune"
 AT_ONCE, AFTER_STEP, THROUGH_TUNE = "at once", "after the step", "through Tune"
 
 
-class SweepInterrupted(KeyboardInterrupt):
-    """A sweep stopped by SIGINT or SIGTERM. Raised by ``run_sweep`` once the sweep has
-    closed its runs and stopped the Ray instance it started (``result``: its summary, None
-    when it stopped before its parent run was opened)."""
-
-    def __init__(self, signum: int, result: Any = None):
-        super().__init__(signum)
-        self.signum, self.result = signum, result
-
-    @property
-    def exit_status(self) -> int:
-        return 128 + self.signum
-
-    def __str__(self) -> str:
-        return f"interrupted by {signal.Signals(self.signum).name} (exit status {self.exit_status})"
-
-
 class StopSignals:
-    """The sweep's SIGINT and SIGTERM handlers, as a context for its duration. What a
-    signal does depends on the step the sweep is in: in ``through_tune`` it stops Tune's
+    """The sweep's SIGINT, SIGTERM and SIGHUP handlers, as a context for its duration. What
+    a signal does depends on the step the sweep is in: in ``through_tune`` it stops Tune's
     loop, in ``at_once`` it raises SweepInterrupted there; anywhere else it is acted on
-    where the sweep calls ``raise_if_requested`` (between steps)."""
+    where the sweep calls ``raise_if_requested`` (between steps: the checks, a store being
+    created, Ray starting, the parent run being opened or closed, seconds each).
+
+    Tune's own SIGINT handler is off (TUNE_DISABLE_SIGINT_HANDLER): every signal reaches
+    Tune's stop the same way. The previous handlers are put back after the sweep (run_sweep
+    may run in a notebook). Only the main thread can set them: a sweep run from another
+    thread leaves signals to the process's own handlers."""
 
     def __init__(self, say: Optional[Callable[[str], None]] = None):
         self.say = say or (lambda line: print(line, flush=True))
@@ -220,8 +183,10 @@ class StopSignals:
 
 
 def _away_from_terminal() -> None:
-    """Point the standard streams that are a terminal at /dev/null: the terminal hung up,
-    and a write to it fails (EIO) from now on."""
+    """Point the standard streams that are a terminal at /dev/null (as under nohup): the
+    terminal hung up, and a write to it fails (EIO) from now on, which would fail the writes
+    that close the sweep's runs. SIGHUP is the common end of a sweep started by hand on a
+    cluster's head node: run it under nohup, tmux or screen to keep it past a logout."""
     for fd in (0, 1, 2):
         try:
             if not os.isatty(fd):

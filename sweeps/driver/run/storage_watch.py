@@ -1,21 +1,15 @@
 """A storage path that fills up (or turns read-only) while a sweep runs: the sweep stops
 while Tune can still save its state, and says how to go on.
 
-``store_checks.check_storage_path`` refuses a full or read-only storage path before
-anything starts. What it cannot see is the disk filling during the sweep (another job's
-output, a growing log). Tune then goes on: its copy of the experiment's state to the
-storage path fails with a WARNING and a traceback at every save, the sweep ends "finished",
-and the state left on disk is cut short (measured with Ray 2.60: a 2 MB tmpfs filled
-after the first trial: experiment_state-*.json truncated at 8192 bytes, six tracebacks,
-exit status 0), which a later --resume cannot read.
-
-So, at each step of Tune's loop (at most every ``CHECK_EVERY_S``), ``StorageWatch.check``
-reads the free space under the storage path, and watches Tune's own copy for "no space
-left" and "read-only file system". When free space falls under ``STOP_FREE_BYTES`` or a
-copy fails so, the sweep stops as Ctrl-C stops it: Tune saves its state one last time
-(there is still room for it), the running trials end as interrupted, the parent run ends
-KILLED, and ``run_sweep`` raises SweepStopped (exit status 75): what happened, how much is
-free, and to run the same command with --resume once there is room.
+``store_checks.check_storage_path`` refuses a full or read-only storage path before anything
+starts; it cannot see the disk filling during the sweep (another job's output, a growing
+log). Tune then goes on: its copy of the experiment's state fails with a traceback at every
+save, the sweep ends "finished", and the state left on disk is cut short, which a later
+--resume cannot read. So at each step of Tune's loop ``StorageWatch.check`` reads the free
+space and watches Tune's copy for "no space left" and "read-only file system"; below
+``STOP_FREE_BYTES`` or on such a failure the sweep stops as Ctrl-C stops it, and ``run_sweep``
+raises SweepStopped (exit status 75), saying to run the same command with --resume once there
+is room.
 """
 
 from __future__ import annotations
@@ -28,6 +22,7 @@ import time
 from typing import Callable, Iterator, Optional
 
 from accelsweep.sweeps.driver.define.store_checks import MIN_FREE_BYTES, free_bytes
+from accelsweep.trainables import ray_adapter
 from accelsweep.trainables.errors import SweepStopped
 
 __all__ = ["CHECK_EVERY_S", "STOP_FREE_BYTES", "STORAGE_ERRNOS", "StorageWatch", "storage_error_stopped"]
@@ -143,8 +138,6 @@ class StorageWatch:
         return False
 
     def _stop_tune(self) -> None:
-        from accelsweep.trainables import ray_adapter
-
         stop_tune = ray_adapter.tune_interrupt_handler()
         if stop_tune is None or threading.current_thread() is not threading.main_thread():
             raise self.stopped()  # out of Tune's loop: its state is as of its last save
