@@ -30,7 +30,8 @@ _PUBLIC = {
     **dict.fromkeys(["Plan", "plan_sweep", "preflight", "remeasure"], f"{_DRIVER}.define.plan"),
     "run_sweep": f"{_DRIVER}.run.lifecycle",
     # the flags every study shares
-    **dict.fromkeys(["common_parser", "sweep_options", "platform_from_args", "main_guard"], f"{_DRIVER}.define.cli"),
+    **dict.fromkeys(["common_parser", "sweep_options", "platform_from_args", "main_guard", "cost_basis"],
+                    f"{_DRIVER}.define.cli"),
     # what a trial runs: its config, workload and metrics
     **dict.fromkeys(["TrialConfig", "DictConfig"], "accelsweep.trainables.config"),
     "train_trainable": "accelsweep.trainables.trainable",
@@ -38,7 +39,7 @@ _PUBLIC = {
     "import_path": "accelsweep.trainables.importing",
     **dict.fromkeys(["Metric", "MetricSet", "TRAINING_METRICS", "KERNEL_METRICS"], "accelsweep.trainables.metrics"),
     **dict.fromkeys(["ConfigError", "one_of"], "accelsweep.trainables.errors"),
-    "CostBasis": "accelsweep.trainables.cost",
+    **dict.fromkeys(["CostBasis", "resolve_cost_basis"], "accelsweep.trainables.cost"),
     # kernel ops and their sweeps
     **dict.fromkeys(["OpSpec", "KernelImpl", "KernelUnavailable", "importable_module"], "accelsweep.kernels.registry"),
     "build_kernel_sweep": f"{_DRIVER}.run.kernel_sweep",
@@ -68,7 +69,8 @@ install_moved_paths()
 
 if TYPE_CHECKING:  # what editors and type checkers see; at run time each name loads on first use
     from accelsweep.kernels.registry import KernelImpl, KernelUnavailable, OpSpec, importable_module
-    from accelsweep.sweeps.driver.define.cli import common_parser, main_guard, platform_from_args, sweep_options
+    from accelsweep.sweeps.driver.define.cli import (common_parser, cost_basis, main_guard, platform_from_args,
+                                                     sweep_options)
     from accelsweep.sweeps.driver.define.plan import Plan, plan_sweep, preflight, remeasure
     from accelsweep.sweeps.driver.define.sweep import Objective, Sweep, SweepConfig, SweepResult, declare_metrics
     from accelsweep.sweeps.driver.record.history import SweepHistory, find_sweep_run, load_sweep
@@ -77,7 +79,7 @@ if TYPE_CHECKING:  # what editors and type checkers see; at run time each name l
     from accelsweep.sweeps.driver.run.kernel_sweep import build_kernel_sweep
     from accelsweep.sweeps.driver.run.lifecycle import run_sweep
     from accelsweep.trainables.config import DictConfig, TrialConfig
-    from accelsweep.trainables.cost import CostBasis
+    from accelsweep.trainables.cost import CostBasis, resolve_cost_basis
     from accelsweep.trainables.errors import ConfigError, one_of
     from accelsweep.trainables.importing import import_path
     from accelsweep.trainables.metrics import KERNEL_METRICS, TRAINING_METRICS, Metric, MetricSet

@@ -180,7 +180,7 @@ def log_report(tracker, parent_run_id: str, study=None,
                 logged.append(os.path.relpath(path, out_dir))
     except Exception as error:  # noqa: BLE001 - any failure here must not lose the sweep's end
         say(f"warning: the sweep report could not be built ({type(error).__name__}: {one_line(error)}); "
-            f"rebuild it with: python sweeps/driver/reporting/report_command.py {parent_run_id} --tracking-uri ...")
+            f"rebuild it with: accelsweep report {parent_run_id} --tracking-uri ...")
         return []
     say(f"report: {', '.join(logged)} logged on the parent run {parent_run_id}")
     return logged
