@@ -9,19 +9,8 @@ platforms and dtypes it runs, the semantic options it supports, its own tuning k
 implementation that cannot load raises ``KernelUnavailable`` with the reason.
 
 The kernel call is ``impl(*inputs, **options, **tuning)``: the op's options (all of
-them, so an implementation cannot silently ignore one) and its own tuning knobs.
-
-An op need not live here. ``get_op`` (and ``KernelConfig.op``) take three kinds of name:
-
-- a built-in op: a folder of this package (``OPS``: "giou", "nms", ...);
-- an op installed by another distribution, under entry point group ``accelsweep.ops``
-  (``name = "package.module:ATTR"`` in its pyproject's ``[project.entry-points."accelsweep.ops"]``);
-- an import path, ``"package.module:ATTR"``, ATTR an ``OpSpec`` (a script's own op:
-  ``f"{importable_module(__name__)}:SPEC"``).
-
-The name travels in the trial's config, and each Ray worker loads the op from it: the
-module must be importable there too (installed on every node, or, on a local Ray
-instance, beside the script: Ray puts the driver script's folder on its workers' path).
+them, so an implementation cannot silently ignore one) and its own tuning knobs. An op
+need not live here: ``get_op`` also takes an installed op or an import path.
 """
 
 from __future__ import annotations
@@ -36,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
 
 from accelsweep.trainables.errors import ConfigError
+import accelsweep.kernels
 from accelsweep.trainables.importing import importable_module, load_path
 from accelsweep.trainables.platforms import PLATFORM_NAMES
 
@@ -44,8 +34,6 @@ __all__ = ["OPS", "ENTRY_POINT_GROUP", "FRAMEWORKS", "KernelUnavailable", "Kerne
 
 
 def _op_packages() -> tuple[str, ...]:
-    import accelsweep.kernels
-
     return tuple(sorted(module.name for module in pkgutil.iter_modules(accelsweep.kernels.__path__)
                         if module.ispkg))
 
@@ -307,9 +295,19 @@ def _load_spec(path: str, given: str, origin: str = "") -> OpSpec:
 
 
 def get_op(name: str) -> OpSpec:
-    """The op ``name``: a built-in op, an installed one (entry point group
-    ``accelsweep.ops``), or ``"package.module:ATTR"``. Anything else, or a path that does
-    not lead to an OpSpec, is a ConfigError on field ``op``."""
+    """The op ``name`` (as ``KernelConfig.op`` gives it), one of three kinds of name:
+
+    - a built-in op: a folder of this package (``OPS``: "giou", "nms", ...);
+    - an op installed by another distribution, under entry point group ``accelsweep.ops``
+      (``name = "package.module:ATTR"`` in its pyproject's ``[project.entry-points."accelsweep.ops"]``);
+    - an import path, ``"package.module:ATTR"``, ATTR an ``OpSpec`` (a script's own op:
+      ``f"{importable_module(__name__)}:SPEC"``).
+
+    Anything else, or a path that does not lead to an OpSpec, is a ConfigError on field
+    ``op``. The name travels in the trial's config, and each Ray worker loads the op from
+    it: the module must be importable there too (installed on every node, or, on a local
+    Ray instance, beside the script: Ray puts the driver script's folder on its workers'
+    path)."""
     if not isinstance(name, str):
         raise ConfigError("op", _allowed_names(), name)
     if name in OPS:

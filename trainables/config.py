@@ -25,6 +25,8 @@ from accelsweep.trainables.loop.compile_cache import check_setting as check_comp
 from accelsweep.trainables.errors import (ConfigError, non_negative_float, one_of, positive_float, positive_int,
                                           random_seed)
 from accelsweep.trainables.loop.precision import PRECISION_NAMES
+from accelsweep.trainables.platforms import PLATFORMS, get_platform
+from accelsweep.trainables.workloads.base import load_workload
 
 if TYPE_CHECKING:
     from accelsweep.trainables.platforms.base import PlatformKnobs
@@ -90,8 +92,8 @@ class TrialConfig:
     # On a non-finite gradient, save the step's model and optimizer state, batch and RNG
     # state, and end the trial as nan (trainables/loop/nan_replay.py replays the capture).
     nan_capture: bool = False
-    # Where compiled graphs are kept for every later trial and sweep (trainables/
-    # compile_cache.py): an absolute directory (one every node sees, on a cluster), s3://...
+    # Where compiled graphs are kept for every later trial and sweep
+    # (trainables/loop/compile_cache.py): an absolute directory (one every node sees, on a cluster), s3://...
     # on platform neuron, or "off" (the compilers' own defaults). None: $ACCELSWEEP_COMPILE_CACHE,
     # else ~/.cache/accelsweep/compile on each node.
     compile_cache: Optional[str] = None
@@ -101,9 +103,6 @@ class TrialConfig:
     workload_knobs: Optional["WorkloadKnobs"] = None
 
     def __post_init__(self) -> None:
-        from accelsweep.trainables.platforms import get_platform
-        from accelsweep.trainables.workloads.base import load_workload
-
         platform = get_platform(self.platform)
         if self.knobs is None:
             object.__setattr__(self, "knobs", platform.Knobs())
@@ -161,9 +160,6 @@ class TrialConfig:
         """The config of a flat dict: generic fields, the knobs of its platform and of its
         workload side by side. An unknown key, or a knob of another platform, is refused
         by name."""
-        from accelsweep.trainables.platforms import PLATFORMS, get_platform
-        from accelsweep.trainables.workloads.base import load_workload
-
         platform = get_platform(values.get("platform", cls.platform))
         workload = load_workload(values.get("workload", cls.workload))
         generic, own, workload_own = cls.generic_fields(), platform.Knobs.names(), workload.Knobs.names()
@@ -202,8 +198,6 @@ class TrialConfig:
 
 def _check_knob_names(knobs: type, workload: str) -> None:
     """A workload's knob must not take a name the flat dict already uses."""
-    from accelsweep.trainables.platforms import PLATFORMS
-
     taken = set(TrialConfig.generic_fields()) | {"knobs", "workload_knobs"}
     taken |= {name for platform in PLATFORMS.values() for name in platform.Knobs.names()}
     clash = sorted(set(knobs.names()) & taken)

@@ -19,6 +19,8 @@ import time
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
+from accelsweep.trainables import ray_adapter
+from accelsweep.trainables.environment_variables import environment_restored
 from accelsweep.trainables.processes import descendants, process_table
 
 __all__ = ["CONTENDED_CPUS", "HELD_CPUS_VARIABLE", "Contention", "ContentionMeter", "CpuReading", "assigned_cpus",
@@ -176,9 +178,6 @@ class WindowsOfReports:
 def trial_contention(held_cpus: Optional[float] = None) -> Iterator[None]:
     """For the trial this process runs now: what it holds, said to its child processes
     (HELD_CPUS_VARIABLE), and contention added to each of its reports (WindowsOfReports)."""
-    from accelsweep.trainables import ray_adapter
-    from accelsweep.trainables.environment_variables import environment_restored
-
     held = held_cpus if held_cpus is not None else assigned_cpus()
     with environment_restored([HELD_CPUS_VARIABLE]):
         os.environ[HELD_CPUS_VARIABLE] = f"{held:g}"

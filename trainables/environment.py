@@ -7,6 +7,8 @@ import os
 import platform
 import sys
 
+from accelsweep.trainables.platforms.cpu import ONEDNN_ISA_VARIABLES
+
 # Distribution name -> tag name. Neuron packages appear only where installed.
 TRACKED_PACKAGES = {
     "torch": "torch", "torchvision": "torchvision", "timm": "timm", "ray": "ray", "optuna": "optuna",
@@ -33,8 +35,6 @@ def environment_tags() -> dict[str, str]:
     tags["host.python_executable"] = sys.executable
     # oneDNN held below the CPU's own ISA (e.g. AVX2 on an AVX-512 bf16 CPU: bf16 emulated,
     # several times slower): the same CPU measuring other speeds, so part of the hardware.
-    from accelsweep.trainables.platforms.cpu import ONEDNN_ISA_VARIABLES
-
     for name in ONEDNN_ISA_VARIABLES:
         if os.environ.get(name):
             tags[f"host.{name.lower()}"] = os.environ[name]

@@ -21,6 +21,9 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
+from accelsweep.trainables.loop.batches import map_tensors
+from accelsweep.trainables.peaks import cache_file, locked_json_cache
+
 if TYPE_CHECKING:
     from accelsweep.trainables.config import TrialConfig
     from accelsweep.trainables.workloads.base import Workload
@@ -63,8 +66,6 @@ def _sample_batch(workload: "Workload", config: "TrialConfig", items: int):
 
 
 def _on(device: str, value: Any) -> Any:
-    from accelsweep.trainables.loop.batches import map_tensors
-
     return map_tensors(lambda t: t.to("meta") if device == "meta" else t, value)
 
 
@@ -81,8 +82,6 @@ def count_model_flops(workload: "Workload", config: "TrialConfig", cache: Option
     if declared is not None:
         return FlopCount(float(declared), f"declared by the workload ({type(workload).__name__}.flops_per_item)")
     import torch
-
-    from accelsweep.trainables.peaks import locked_json_cache, cache_file
 
     key = _key(config)
     if key in _COUNTED:

@@ -190,9 +190,9 @@ TRAINING_METRICS = MetricSet(
 
 
 def training_metrics(unit: str = "samples") -> MetricSet:
-    """What the training loop reports for a workload counting ``unit`` (trainables/
-    workload.py): TRAINING_METRICS, plus throughput and $ per 1M in that unit when it is
-    not samples (tokens/s leads the progress line of a language model)."""
+    """What the training loop reports for a workload counting ``unit``
+    (trainables/workloads/base.py): TRAINING_METRICS, plus throughput and $ per 1M in that
+    unit when it is not samples (tokens/s leads the progress line of a language model)."""
     if unit == "samples":
         return TRAINING_METRICS
     own = (Metric(f"throughput_{unit}_per_s", f"{unit}/s", "max", label=f"throughput ({unit}/s)", fmt="{:.2f}",

@@ -26,6 +26,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
+from accelsweep.trainables.contention import ContentionMeter
+from accelsweep.trainables.loop.compile_cache import default_root
+from accelsweep.trainables.platforms.cpu import parse_cpuinfo
+
 __all__ = ["DATASHEET", "DatasheetPeak", "Peak", "cpu_theoretical_peak", "datasheet_peak", "measure_cpu_bandwidth",
            "measure_cpu_peak", "peak_for", "precision_dtype"]
 
@@ -168,8 +172,6 @@ def cpu_theoretical_peak(cpuinfo: str, cores: int, dtype: str) -> tuple[float, s
     """Cores x clock x FLOPs per cycle for ``dtype``, in TFLOP/s, and the sum written out.
     A dtype the CPU does not multiply natively (bf16 without AVX512-BF16 or AMX) runs at
     the fp32 rate at best (converted to fp32)."""
-    from accelsweep.trainables.platforms.cpu import parse_cpuinfo
-
     _, flags = parse_cpuinfo(cpuinfo)
     ghz, clock_source = cpu_clock_ghz(cpuinfo)
     per_cycle, isa = next(((n, f) for f, n in FP32_FLOPS_PER_CYCLE if f in flags), (2, "scalar"))
@@ -201,8 +203,6 @@ def measure_cpu_peak(dtype: str, threads: int, size: int = GEMM_SIZE, repeats: i
     ``repeats`` times for ``seconds`` each after a warm-up: the best run's TFLOP/s (the
     attainable peak), every run's, and the conditions."""
     import torch
-
-    from accelsweep.trainables.contention import ContentionMeter
 
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -258,8 +258,6 @@ def measure_cpu_bandwidth(threads: int, nbytes: int = STREAM_BYTES, repeats: int
     alike): the best run of any, in GB/s counted as each kernel counts its bytes."""
     import torch
 
-    from accelsweep.trainables.contention import ContentionMeter
-
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -287,16 +285,12 @@ def measure_cpu_bandwidth(threads: int, nbytes: int = STREAM_BYTES, repeats: int
 
 def cache_file(name: str, environ: Optional[Mapping[str, str]] = None) -> str:
     """A file of this user's accelsweep cache: beside the compile cache's folder."""
-    from accelsweep.trainables.loop.compile_cache import default_root
-
     return os.path.join(os.path.dirname(default_root(environ)), name)
 
 
 def _machine_key(cpuinfo: str, what: str) -> str:
     """This machine (its CPU, cores and ISA), torch's version and what was measured."""
     import torch
-
-    from accelsweep.trainables.platforms.cpu import parse_cpuinfo
 
     model, flags = parse_cpuinfo(cpuinfo)
     identity = json.dumps([host.node(), model, os.cpu_count(), sorted(flags), torch.__version__, what])
@@ -329,8 +323,6 @@ QUIET_PROBE_S = 0.3  # how long the machine is watched before a contended figure
 
 def quiet_now(seconds: float = QUIET_PROBE_S) -> bool:
     """No other process takes this machine's cores over the next ``seconds``."""
-    from accelsweep.trainables.contention import ContentionMeter
-
     meter = ContentionMeter()
     meter.start()
     time.sleep(seconds)

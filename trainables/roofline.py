@@ -20,6 +20,9 @@ import math
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
+from accelsweep.kernels.registry import get_op
+from accelsweep.trainables.peaks import DATASHEET as SHEETS, cpu_bandwidth, cpu_peak, datasheet_peak, peak_for
+
 __all__ = ["DATASHEET", "IN_WORDS", "MEASURED_HERE", "Roofline", "basis_kind", "is_integer_dtype", "kernel_roofline",
            "roofline_phrase"]
 
@@ -129,8 +132,6 @@ def kernel_roofline(config, device_label: str, flops: bool, bytes_moved: bool) -
     threads the kernel runs with, cached per machine; elsewhere they are the datasheet's,
     never called measured. An integer dtype (int8) has no FLOP peak here: its compute roof
     is NaN, and the basis says so."""
-    from accelsweep.kernels.registry import get_op
-
     spec = get_op(config.op)
     if config.platform in spec.impl(config.impl).interpreted_on:
         why = "none: interpreted (not a speed figure)"
@@ -167,8 +168,6 @@ def is_integer_dtype(dtype: str) -> bool:
 
 
 def _compute_peak(config, device_label: str) -> tuple[float, str]:
-    from accelsweep.trainables.peaks import cpu_peak, peak_for
-
     if is_integer_dtype(config.dtype):
         # Its multiplies are integer ops (its tflops is TOP/s), for which nothing here
         # measures or tabulates a peak: a FLOP peak would be the wrong roof.
@@ -189,8 +188,6 @@ def _compute_peak(config, device_label: str) -> tuple[float, str]:
 
 
 def _bandwidth(config, device_label: str) -> tuple[float, str]:
-    from accelsweep.trainables.peaks import DATASHEET as SHEETS, cpu_bandwidth, datasheet_peak
-
     if _on_cpu(config, device_label):
         return cpu_bandwidth(config.torch_threads)
     sheet = datasheet_peak(device_label or config.platform)

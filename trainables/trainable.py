@@ -16,6 +16,7 @@ from typing import Any, Mapping, Optional
 
 from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.cost import CostBasis
+from accelsweep.trainables.loop.train_loop import run_training
 from accelsweep.trainables.metrics import MetricSet, training_metrics
 from accelsweep.trainables.placement import reporting_node, this_node
 from accelsweep.trainables.platforms import get_platform
@@ -27,8 +28,6 @@ __all__ = ["train_trainable", "metrics_of"]
 def train_trainable(searched: Mapping[str, Any], base: Mapping[str, Any],
                     cost: Optional[CostBasis] = None) -> None:
     from ray import tune
-
-    from accelsweep.trainables.loop.train_loop import run_training
 
     config = TrialConfig.from_dict({**base, **searched})
     if config.workers == 1:
@@ -94,8 +93,6 @@ def run_workers(config: TrialConfig, cost: Optional[CostBasis]) -> None:
 
 def _worker_loop(loop_config: Mapping[str, Any]) -> None:
     import ray.train
-
-    from accelsweep.trainables.loop.train_loop import run_training
 
     # Every worker reports each window (Ray Train expects all ranks to); rank 0's
     # result, which already sums all workers, is the one Tune receives.

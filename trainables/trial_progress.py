@@ -25,6 +25,8 @@ import threading
 import time
 from typing import Any, Iterator, Optional
 
+from accelsweep.trainables.ray_adapter import on_this_node
+
 SEND_EVERY_S = 2.0
 # A trial's output kept whole up to this size; past it only its end (the part that says
 # why a trial failed) is kept, after a line saying how much was left out.
@@ -70,8 +72,6 @@ def start_progress(name: str):
     """The driver's side: start the sweep's actor under ``name`` (held for the sweep's
     duration: Ray ends a named actor with its last handle)."""
     import ray
-
-    from accelsweep.trainables.ray_adapter import on_this_node
 
     return ray.remote(num_cpus=0)(TrialProgress).options(name=name, max_concurrency=4, **on_this_node()).remote()
 

@@ -4,8 +4,8 @@ Why: on a shared or virtualised host the machine's own speed drifts, and not eve
 drifts alike (benchmarks/host_drift.py). Trials run one after another each see one moment
 of the host: a gain over a baseline measured a minute apart is the drift's as much as the
 config's. So the confirmation phase keeps every config it compares alive in its own trial
-process and lets them measure one window each in turn, round after round (rotated: A B C, B
-C A, C A B): each round compares the configs within seconds; the rounds span the host's levels.
+process and lets them measure one window each in turn, round after round (rotated: A B C,
+B C A, C A B): each round compares the configs within seconds; the rounds span the host's levels.
 
 The baton is a small named Ray actor (``TurnBaton``, started by the driver). A trial that
 takes turns (``trial_turns``; the training loop reads ``current_turns``) says it is ready
@@ -21,6 +21,8 @@ import json
 import threading
 import time
 from typing import Any, Iterator, Mapping, Optional, Sequence
+
+from accelsweep.trainables.ray_adapter import on_this_node
 
 __all__ = ["TurnBaton", "Turns", "current_turns", "drain_steps", "trial_turns", "turn_key"]
 
@@ -132,8 +134,6 @@ class TurnBaton:
         """The baton as a named Ray actor beside the driver (no CPU: it holds a list). Ray
         ends a named actor with its last handle: the caller keeps this one."""
         import ray
-
-        from accelsweep.trainables.ray_adapter import on_this_node
 
         return ray.remote(num_cpus=0)(cls).options(name=name, **on_this_node()).remote(order, stall_s)
 

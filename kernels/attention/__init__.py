@@ -5,23 +5,9 @@ FlexAttention's soft-cap ``score_mod`` and block masks).
 Options: ``causal``; ``soft_cap`` (> 0: scores -> soft_cap * tanh(score / soft_cap), the
 seed's cap was 30); ``window`` (> 0: each query sees keys fewer than ``window`` positions
 away, a sliding window); ``neighborhood`` (> 0: tokens on a square patch grid see those
-fewer than ``neighborhood`` rows and columns away, the seed's FlexAttention mask_mod). The reference (reference.py) defines them exactly.
-
-FLOPs count the visible (query, key) pairs: 4 * batch * heads * head_dim per pair (two
-matmuls of 2 FLOPs per multiply-add), so an unmasked call is 4 * b * h * s^2 * d and a
-causal one about half of it (exactly s(s+1)/2 pairs, the convention of FlashAttention's
-benchmarks up to the diagonal). Kernels that compute the hidden scores anyway (naive,
-sdpa-math) are credited only with the visible ones. Bytes moved: q, k and v read once and
-the output written once, 4 * b * h * s * d elements (a fused kernel's least; the naive one
-also writes and reads the s x s scores, which the count leaves out, as it is not needed).
-
-Tolerances (max abs error against float64 on the same rounded inputs; outputs are
-weighted means of v, unit normal, so |out| stays below about 4):
-- float32: 1e-4. Measured on this CPU up to 1.2e-6 (seq 3136: 9.5e-7); the margin leaves
-  room for other kernels' summation orders.
-- bfloat16: 2^-5 = 0.031. One bfloat16 rounding of an output near 4 alone is up to
-  2^-7 = 0.0078; scores and softmax weights are rounded too. Measured on this CPU up to
-  0.016 (see the tests).
+fewer than ``neighborhood`` rows and columns away, the seed's FlexAttention mask_mod).
+The reference (reference.py) defines them exactly; the FLOP and byte counts and the
+tolerances are explained beside them in ``SPEC``.
 """
 
 from accelsweep.kernels.attention.reference import attended_pairs, attention, grid_side, make_inputs
@@ -68,9 +54,22 @@ SPEC = OpSpec(
                    "window": lambda name, value: positive_int(name, value, minimum=0),
                    "neighborhood": lambda name, value: positive_int(name, value, minimum=0)},
     check=_square_grid_for_neighborhood,
+    # FLOPs count the visible (query, key) pairs: 4 * batch * heads * head_dim per pair (two
+    # matmuls of 2 FLOPs per multiply-add), so an unmasked call is 4 * b * h * s^2 * d and a
+    # causal one about half of it (exactly s(s+1)/2 pairs, the convention of FlashAttention's
+    # benchmarks up to the diagonal). Kernels that compute the hidden scores anyway (naive,
+    # sdpa-math) are credited only with the visible ones.
     flops=lambda batch, heads, seq, head_dim, causal, soft_cap, window, neighborhood:
         4.0 * batch * heads * head_dim * attended_pairs(seq, causal, window, neighborhood),
+    # q, k and v read once and the output written once, 4 * b * h * s * d elements (a fused
+    # kernel's least; the naive one also writes and reads the s x s scores, which the count
+    # leaves out, as it is not needed).
     bytes_moved=lambda batch, heads, seq, head_dim, itemsize, **options: 4 * batch * heads * seq * head_dim * itemsize,
+    # Max abs error against float64 on the same rounded inputs. Outputs are weighted means of
+    # v, unit normal, so |out| stays below about 4. float32: 1e-4, far above float32's own
+    # rounding, to leave room for other kernels' summation orders. bfloat16: 2^-5; one
+    # bfloat16 rounding of an output near 4 alone is up to 2^-7, and scores and softmax
+    # weights are rounded too.
     tolerance={"float32": 1e-4, "bfloat16": 2.0 ** -5},
     implementations=(
         _torch("naive", "naive", ("cpu", "cuda") + TORCH_XLA_PLATFORMS),

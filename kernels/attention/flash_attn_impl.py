@@ -5,9 +5,9 @@ called directly: it takes the soft-cap and sliding window SDPA lacks.
 (batch, heads, seq, head_dim) inputs has a unit last stride, which is all it needs, so
 no copy is timed. Its window (left, right) keeps keys in [i - left, i + right]; the op's
 ``window`` w keeps |i - j| < w, so left = right = w - 1 (and causal sets right to 0).
-Softcap needs flash-attn >= 2.6. Written from flash_attn/flash_attn_interface.py; never
-run: not installed on the lent H100s (2026-11). The seed's post used the FlashAttention-3 beta (hopper/), a separate
-build and interface that is not registered.
+Softcap needs flash-attn >= 2.6. Written from flash_attn/flash_attn_interface.py and not
+yet run (no GPU it was tested on had flash-attn installed). The seed's post used the
+FlashAttention-3 beta (hopper/), a separate build and interface that is not registered.
 """
 
 from flash_attn import flash_attn_func

@@ -8,14 +8,8 @@ For each query position i and key position j, with d the head dimension:
     score[i, j] = -inf   where key j is hidden from query i    (causal, window)
     out[i] = sum_j softmax_j(score[i, :]) * v[j]
 
-Key j is hidden when ``causal`` and j > i; when ``window`` > 0 and |i - j| >= window
-(a sliding window of ``window`` positions on each side, the query's own included); or
-when ``neighborhood`` > 0 and, with the tokens laid out row by row on a square grid of
-side sqrt(seq) (a ViT's patches), j's row or column is ``neighborhood`` or more away from
-i's (the seed's "5x5 window" mask, whose code keeps |row difference| < 5 and
-|column difference| < 5, is ``neighborhood=5``). Every query sees at
-least itself, so no row is empty. Written on its own, not shared with the
-torch implementations, so a masking bug there cannot hide in the ground truth.
+Which keys are hidden: ``visible``. Written on its own, not shared with the torch
+implementations, so a masking bug there cannot hide in the ground truth.
 """
 
 import numpy as np
@@ -28,7 +22,15 @@ def grid_side(seq: int) -> int:
 
 
 def visible(seq: int, causal: bool = False, window: int = 0, neighborhood: int = 0) -> np.ndarray:
-    """(seq, seq) boolean: which keys (columns) each query (row) may attend to."""
+    """(seq, seq) boolean: which keys (columns) each query (row) may attend to.
+
+    Key j is hidden when ``causal`` and j > i; when ``window`` > 0 and |i - j| >= window
+    (a sliding window of ``window`` positions on each side, the query's own included); or
+    when ``neighborhood`` > 0 and, with the tokens laid out row by row on a square grid of
+    side sqrt(seq) (a ViT's patches), j's row or column is ``neighborhood`` or more away
+    from i's (the seed's "5x5 window" mask, whose code keeps |row difference| < 5 and
+    |column difference| < 5, is ``neighborhood=5``). Every query sees at least itself, so
+    no row is empty."""
     query = np.arange(seq)[:, None]
     key = np.arange(seq)[None, :]
     seen = np.ones((seq, seq), dtype=bool)

@@ -4,20 +4,14 @@ backend forced per implementation, and FlexAttention compiled.
 Each function takes q, k, v as (batch, heads, seq, head_dim) and the op's options
 (causal, soft_cap, window, neighborhood) and returns the same layout. An option a function cannot
 honour raises instead of being dropped: the harness already refuses such configs, this
-guards direct calls. Masks are built once per (seq, causal, window, neighborhood, device) and reused,
-as the seed materialised its mask outside the training step; they come from one
-FlexAttention ``mask_mod`` (``create_mask`` for a dense mask, ``create_block_mask`` for
-flex), so every torch implementation hides the same keys.
+guards direct calls. Every torch implementation's mask comes from one ``mask_mod``.
 
 SDPA backends are forced with ``sdpa_kernel(<one backend>)``: a backend that cannot run
 the inputs raises "No viable backend" (CPU) or "No available kernel" (CUDA) instead of
-quietly running another one.
-
-Verified here (CPU, torch 2.14.1): naive, naive-compile, sdpa-math, sdpa-flash (ATen's
-CPU flash-attention kernel, ``_scaled_dot_product_flash_attention_for_cpu``) and flex
-match the float64 reference in float32 and bfloat16; sdpa-efficient and sdpa-cudnn raise
-on CPU tensors. On an H100 (torch 2.11) every one of them matches the reference in the
-dtypes and options it is registered for (tests/test_cuda_kernels.py, 2026-11-22).
+quietly running another one. On a CPU, sdpa-flash is ATen's CPU flash-attention kernel
+(``_scaled_dot_product_flash_attention_for_cpu``) and sdpa-efficient and sdpa-cudnn raise;
+tests/test_attention_kernels.py (CPU) and tests/test_cuda_kernels.py (GPU) check each
+against the float64 reference.
 """
 
 import functools
@@ -42,7 +36,11 @@ def masked(causal: bool, window: int, neighborhood: int) -> bool:
 
 @functools.lru_cache(maxsize=8)
 def mask_mod(seq: int, causal: bool, window: int, neighborhood: int):
-    """FlexAttention mask_mod: True where query ``q_idx`` may attend to key ``kv_idx``."""
+    """FlexAttention mask_mod: True where query ``q_idx`` may attend to key ``kv_idx``. Every
+    torch implementation's mask comes from it (``create_mask`` for a dense mask,
+    ``create_block_mask`` for flex), so they all hide the same keys. Masks are built once
+    per (seq, causal, window, neighborhood, device) and reused, as the seed materialised
+    its mask outside the training step."""
     side = round(seq ** 0.5)
 
     def causal_mask(batch, head, q_idx, kv_idx):
@@ -115,7 +113,7 @@ sdpa_math = _forced_sdpa(SDPBackend.MATH, "sdpa-math", takes_mask=True)
 # The CUDA flash kernel takes no attn_mask; ATen's CPU flash kernel does, but one
 # implementation should mean the same options on every platform.
 sdpa_flash = _forced_sdpa(SDPBackend.FLASH_ATTENTION, "sdpa-flash", takes_mask=False)
-# Memory-efficient attention takes an arbitrary mask (PyTorch's SDPA documentation; not run here).
+# Memory-efficient attention takes an arbitrary mask (PyTorch's SDPA documentation).
 sdpa_efficient = _forced_sdpa(SDPBackend.EFFICIENT_ATTENTION, "sdpa-efficient", takes_mask=True)
 sdpa_cudnn = _forced_sdpa(SDPBackend.CUDNN_ATTENTION, "sdpa-cudnn", takes_mask=False)
 

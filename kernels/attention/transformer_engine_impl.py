@@ -5,8 +5,8 @@ with flash and unfused attention off, inputs the fused backend cannot take make 
 instead of running another backend.
 
 TE takes (batch, seq, heads, head_dim) with ``qkv_format="bshd"`` (transposed views here)
-and returns (batch, seq, heads * head_dim). Written from TE's dot_product_attention.py;
-never run: not installed on the lent H100s (2026-11)."""
+and returns (batch, seq, heads * head_dim). Written from TE's dot_product_attention.py and
+not yet run (no GPU it was tested on had TE installed)."""
 
 import functools
 import os

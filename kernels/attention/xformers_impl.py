@@ -2,7 +2,7 @@
 memory-efficient backend. xFormers picks its own kernel among those it ships (its
 dispatcher, as in the seed); causal is its ``LowerTriangularMask`` bias. Inputs are
 transposed views to its (batch, seq, heads, head_dim) layout. Written from the xFormers
-API; never run: not installed on the lent H100s (2026-11)."""
+API and not yet run (no GPU it was tested on had xFormers installed)."""
 
 import xformers.ops as xops
 

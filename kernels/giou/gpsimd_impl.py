@@ -1,24 +1,17 @@
-"""GIoU as a Neuron custom C++ operator on the GpSimd engine (seed 004's fastest
-version: 0.061 ms on inf2.xlarge against 0.293 ms for PyTorch and 0.211 ms for NKI).
+"""GIoU as a Neuron custom C++ operator on the GpSimd engine (seed 004's fastest on inf2).
 
 The sources are in kernels/giou/gpsimd/: ``giou.cpp``, the compute function that runs
 on all eight GpSimd cores of a NeuronCore-v2, each staging its share of the box pairs
 through TCM; and ``shape.cpp``, the shape function torch-neuronx calls while tracing,
 which also registers the operator as ``torch.ops.accelsweep.giou``. The first call
-builds ``libaccelsweep_giou.so`` with torch-neuronx's custom-op loader into
-``$ACCELSWEEP_GPSIMD_BUILD_DIR`` (default ``~/.cache/accelsweep/gpsimd``) and loads
-it; later processes load the built library unless a source is newer.
+builds and loads it (``_giou_operator``).
 
 Needs a trn1/inf2 instance with torch-neuronx (the PyTorch 2.9 Neuron DLAMI, see the
 README) and the GpSimd custom-op packages from the Neuron apt/yum repository,
 aws-neuronx-gpsimd-tools and aws-neuronx-gpsimd-customop-lib (in maintenance from
-Neuron 2.33 on). A model can load only one custom-op library.
-
-Status: never built or run. Nothing here can build it: the GpSimd toolchain, its
-headers (``torch/torch.h`` of the GpSimd torch port, ``neuron/neuron-utils.hpp``,
-``torchneuron/register.h``) and torch-neuronx exist only in the Neuron repositories,
-so importing this module fails with ImportError and the registry reports
-KernelUnavailable. The C++ has not been compiled, not even against stub headers.
+Neuron 2.33 on). A model can load only one custom-op library. Not yet built or run: the
+toolchain, its headers and torch-neuronx exist only in the Neuron repositories; elsewhere
+this module's import fails and the registry reports KernelUnavailable.
 """
 
 import functools
@@ -41,6 +34,10 @@ def build_directory() -> Path:
 
 @functools.cache
 def _giou_operator():
+    """The operator: the first call builds ``libaccelsweep_giou.so`` with torch-neuronx's
+    custom-op loader into ``$ACCELSWEEP_GPSIMD_BUILD_DIR`` (default
+    ``~/.cache/accelsweep/gpsimd``) and loads it; later processes load the built library
+    unless a source is newer."""
     build = build_directory()
     build.mkdir(parents=True, exist_ok=True)
     library = build / f"lib{LIBRARY}.so"

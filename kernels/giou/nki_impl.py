@@ -2,23 +2,12 @@
 the standalone ``nki`` package (``import nki``; NKI 0.5, Neuron SDK 2.31, and later)
 rather than the seed's ``neuronxcc.nki``, which is gone.
 
-Layout: GIoU is element-wise over box pairs, so the (batch, boxes) pairs are spread
-over all 128 SBUF partitions (``nl.tile_size.pmax``), each partition taking a
-contiguous run of pairs; the seed put the batch on the partitions, which leaves most of
-them idle for a small batch. One tile holds up to ``PAIRS_PER_PARTITION`` pairs per
-partition as (128, pairs, 4): each coordinate is a stride-4 view of it, so the four
-coordinates cost one DMA per input and the arithmetic runs on the Vector engine. The
-pair count must be a multiple of 128 (checked before any trial: kernels/giou/__init__.py).
-
-Division is a reciprocal and a multiply: ``nl.divide`` is not among the NKI ISA's
-arithmetic operators.
-
-Status: never compiled or run. No NeuronCore here, and the ``nki`` package comes
-only from the Neuron package repository: PyPI's ``nki`` is an empty placeholder whose
-import fails, so importing this module fails with ImportError and the registry
+The pairs are spread over all 128 SBUF partitions (``giou_kernel`` says how). The ``nki``
+package comes only from the Neuron package repository (PyPI's ``nki`` is an empty
+placeholder whose import fails): elsewhere this module's import fails and the registry
 reports KernelUnavailable. tests/test_kernels_gated.py compares ``nki.simulate`` (the
-package's CPU simulator, NeuronCore-v2 target) with the reference wherever ``nki``
-imports; here that test is skipped.
+package's CPU simulator, NeuronCore-v2 target) with the reference wherever ``nki`` imports;
+the kernel has not yet run on a NeuronCore.
 
 On a Neuron DLAMI (torch-neuronx), ``giou_nki`` takes XLA-device tensors: ``nki.jit``
 sees ``torch.Tensor`` arguments and builds a PyTorch custom operator.
@@ -34,7 +23,9 @@ PAIRS_PER_PARTITION = 512
 
 
 def _giou_tile(boxes1, boxes2, out, first, width):
-    """GIoU of pairs [first, first + width) of every partition: (128, width)."""
+    """GIoU of pairs [first, first + width) of every partition: (128, width). Division is a
+    reciprocal and a multiply: ``nl.divide`` is not among the NKI ISA's arithmetic
+    operators."""
     a = nl.load(boxes1[:, first:first + width, :])  # HBM -> SBUF, (128, width, 4)
     b = nl.load(boxes2[:, first:first + width, :])
     x0a, y0a, x1a, y1a = a[:, :, 0], a[:, :, 1], a[:, :, 2], a[:, :, 3]
@@ -58,7 +49,15 @@ def _giou_tile(boxes1, boxes2, out, first, width):
 
 @nki.jit
 def giou_kernel(boxes1, boxes2):
-    """(batch, boxes, 4) float32 x 2 in HBM -> (batch, boxes) GIoU in HBM."""
+    """(batch, boxes, 4) float32 x 2 in HBM -> (batch, boxes) GIoU in HBM.
+
+    GIoU is element-wise over box pairs, so the (batch, boxes) pairs are spread over all
+    128 SBUF partitions (``nl.tile_size.pmax``), each partition taking a contiguous run of
+    pairs; the seed put the batch on the partitions, which leaves most of them idle for a
+    small batch. One tile holds up to ``PAIRS_PER_PARTITION`` pairs per partition as
+    (128, pairs, 4): each coordinate is a stride-4 view of it, so the four coordinates cost
+    one DMA per input and the arithmetic runs on the Vector engine. The pair count must be
+    a multiple of 128 (checked before any trial: kernels/giou/__init__.py)."""
     assert boxes1.shape == boxes2.shape and boxes1.shape[-1] == 4, "two (batch, boxes, 4) tensors of one shape"
     batch, count = boxes1.shape[0], boxes1.shape[1]
     partitions = nl.tile_size.pmax

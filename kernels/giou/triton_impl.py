@@ -4,14 +4,13 @@ whole computation is one read of each input and one write of the output (the eag
 PyTorch version launches a kernel per operation and round-trips every intermediate
 through memory).
 
-Verified here only under Triton's interpreter (``TRITON_INTERPRET=1``, CPU tensors,
-numpy arithmetic), where it matches ``kernels.giou.reference`` within the float32
-tolerance: that checks the kernel's indexing, masking and arithmetic, not its speed.
-On an H100 (torch 2.11, Triton 3.6) it matches the reference through the harness
-(tests/test_cuda_kernels.py; 2026-11-22). The interpreter must be switched on before ``triton.jit``
-decorates the kernel, so it cannot be toggled inside a harness process; the check runs
-in a subprocess (tests/test_kernels_gated.py) and the implementation is registered for
-``cuda`` only.
+On a CPU it is checked against ``kernels.giou.reference`` under Triton's interpreter
+(``TRITON_INTERPRET=1``, CPU tensors, numpy arithmetic): that checks the kernel's
+indexing, masking and arithmetic, not its speed. The interpreter must be switched on
+before ``triton.jit`` decorates the kernel, so it cannot be toggled inside a harness
+process; that check runs in a subprocess (tests/test_kernels_gated.py) and the
+implementation is registered for ``cuda`` only, where tests/test_cuda_kernels.py checks
+it through the harness.
 """
 
 import torch

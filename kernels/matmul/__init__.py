@@ -8,11 +8,10 @@ items are output elements (m * n); flops are 2 * m * k * n (for int8, integer op
 ``tflops`` metric is then TOP/s). Bytes moved: A and B read once in the trial's dtype, C
 written once in its 4-byte accumulator dtype (int32 or float32), whatever the inputs'.
 
-What was verified where: jax-dot, torch-matmul and the Pallas kernel in interpret mode
-against the reference on a CPU (tests/test_matmul_kernels.py). The Pallas kernel has
-never run natively: ``--platform tpu`` trials exist (one TPU chip each; JAX must see the
-TPU or the trial fails), but no TPU was available to us, and its block rules
-(kernels/matmul/checks.py) come from JAX's Pallas TPU docs and source, not from a TPU.
+tests/test_matmul_kernels.py checks jax-dot, torch-matmul and the Pallas kernel (in
+interpret mode) against the reference on a CPU. The Pallas kernel is native on TPU only
+(``--platform tpu``: one chip per trial); its block rules (kernels/matmul/checks.py) come
+from JAX's Pallas TPU docs and source, not from a run on a TPU.
 """
 
 from accelsweep.kernels.matmul.checks import int32_cannot_overflow, pallas_blocks, torch_int_mm_shape

@@ -1,12 +1,8 @@
 """A blocked matmul as a Pallas TPU kernel (seed 003's int8 matmul, after JAX's Pallas
 matmul guide, docs/pallas/tpu/matmul.md).
 
-The grid walks (m / bm, n / bn, k / bk) blocks, the reduction last. The output is in
-the accumulator's dtype (int32 for int8, float32 otherwise), and its block's index does
-not depend on the k step, so it stays in VMEM across the k steps and is itself the
-accumulator: zeroed at the first k step, written back to HBM after the last
-(docs/pallas/tpu/details.rst: "The output reference can be then used as an accumulator
-for partial results"). No scratch buffer is needed, which leaves more VMEM for blocks.
+The grid walks (m / bm, n / bn, k / bk) blocks, the reduction last; the output block
+is itself the accumulator (``_matmul_kernel`` says why).
 
 Native on TPU only. On a GPU, Pallas runs the grid's programs in parallel, so k steps
 accumulating into one output block would race: a GPU version needs the k loop inside
@@ -26,6 +22,12 @@ from accelsweep.kernels.matmul.jax_impl import accumulator_dtype
 
 
 def _matmul_kernel(a_ref, b_ref, out_ref):
+    """The output is in the accumulator's dtype (int32 for int8, float32 otherwise), and its
+    block's index does not depend on the k step, so it stays in VMEM across the k steps and
+    is itself the accumulator: zeroed at the first k step, written back to HBM after the
+    last (docs/pallas/tpu/details.rst: "The output reference can be then used as an
+    accumulator for partial results"). No scratch buffer is needed, which leaves more VMEM
+    for blocks."""
     @pl.when(pl.program_id(2) == 0)
     def _start():
         out_ref[...] = jnp.zeros_like(out_ref)

@@ -1,7 +1,7 @@
 """Non-maximum suppression (seed 003: numpy vs JAX while_loop vs a sequential Pallas
-kernel on TPU), plus torchvision's operator. The Pallas kernel is checked here in
-interpret mode only (exact match with the reference); on an H100 it matches too (Pallas's Triton
-backend); it has never run on a TPU."""
+kernel on TPU), plus torchvision's operator. The Pallas kernel is checked against the
+reference in interpret mode on a CPU and through Pallas's Triton backend on a GPU; it
+has not yet run on a TPU (kernels/nms/pallas_impl.py)."""
 
 from accelsweep.kernels.nms.reference import kept, make_inputs, nms
 from accelsweep.kernels.registry import KernelImpl, OpSpec

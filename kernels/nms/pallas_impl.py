@@ -7,21 +7,12 @@ Pallas has no sort, so the ``argsort`` by score and the scatter of the mask back
 input order run as plain JAX around the ``pallas_call``, in the same ``jit`` (the seed
 worked around the same gap by packing the rank into the score's low bits).
 
-Kept to operations every Pallas backend has: the box coordinates arrive as four
-(1, lanes) rows, and the current box's coordinates and keep flag are read with a
-one-hot reduction over the row instead of a scalar load at a dynamic index (on TPU,
-dynamically indexed scalars belong in SMEM, a memory space GPUs do not have). The lane
-count is padded to a power of two, at least 128 (a full TPU lane row, a legal Triton
-block); padded lanes come after every real box and the loop never visits them, so they
-cannot suppress anything.
-
-Verified here in interpret mode (CPU), where it matches ``kernels.nms.reference``
-exactly, and lowered for TPU with ``jax.export(platforms=["tpu"])``, which shows only
-that every operation has a Pallas-to-Mosaic rule: libtpu's compiler, which enforces
-layouts and memory spaces, has never seen it. On an H100 (jax 0.11.2, Pallas's Triton backend, which JAX now
-deprecates for Mosaic GPU) it matches the reference exactly (tests/test_cuda_kernels.py).
-Never run on a TPU. Interpret mode says nothing about speed (the harness marks
-it ``interpreted``)."""
+The tests check it against ``kernels.nms.reference`` in interpret mode on a CPU
+(tests/test_kernels_gated.py) and on a GPU through Pallas's Triton backend
+(tests/test_cuda_kernels.py). For TPU only the lowering is checked
+(``jax.export(platforms=["tpu"])``: every operation has a Pallas-to-Mosaic rule); libtpu's
+compiler, which enforces layouts and memory spaces, has not run it. Interpret mode says
+nothing about speed (the harness marks it ``interpreted``)."""
 
 import functools
 
@@ -35,10 +26,17 @@ MIN_LANES = 128
 
 
 def _lanes(count: int) -> int:
+    """A power of two, at least 128 (a full TPU lane row, a legal Triton block); padded
+    lanes come after every real box and the loop never visits them, so they cannot
+    suppress anything."""
     return max(MIN_LANES, 1 << (count - 1).bit_length())
 
 
 def _nms_kernel(x0_ref, y0_ref, x1_ref, y1_ref, keep_ref, *, count: int, iou_threshold: float):
+    """Kept to operations every Pallas backend has: the box coordinates arrive as four
+    (1, lanes) rows, and the current box's coordinates and keep flag are read with a
+    one-hot reduction over the row instead of a scalar load at a dynamic index (on TPU,
+    dynamically indexed scalars belong in SMEM, a memory space GPUs do not have)."""
     x0, y0, x1, y1 = x0_ref[...], y0_ref[...], x1_ref[...], y1_ref[...]  # (1, lanes), in score order
     areas = (x1 - x0) * (y1 - y0)
     lane = jax.lax.broadcasted_iota(jnp.int32, x0.shape, 1)

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
+from accelsweep.kernels.registry import KernelUnavailable, get_op
 from accelsweep.trainables.errors import ConfigError, non_negative_float, one_of, positive_int, random_seed
 from accelsweep.trainables.config import DictConfig
 from accelsweep.trainables.trial_progress import phase
@@ -72,8 +73,6 @@ class KernelConfig(DictConfig):
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> "KernelConfig":
-        from accelsweep.kernels.registry import get_op
-
         fields = {f.name for f in dataclasses.fields(cls)} - {"shape", "options", "tuning"}
         spec = get_op(values.get("op", cls.op))
         groups = {"shape": spec.shape, "options": spec.options, "tuning": spec.tuning_knobs()}
@@ -99,8 +98,6 @@ class KernelConfig(DictConfig):
         return {**flat, **self.shape, **self.options, **self.tuning}
 
     def __post_init__(self) -> None:
-        from accelsweep.kernels.registry import get_op
-
         spec = get_op(self.op)
         implementation = spec.impl(self.impl)
         one_of("platform", self.platform, PLATFORM_NAMES)
@@ -170,8 +167,6 @@ class KernelConfig(DictConfig):
 
     def impl_tuning(self) -> dict[str, Any]:
         """The tuning knobs this config's implementation takes."""
-        from accelsweep.kernels.registry import get_op
-
         return {name: self.tuning[name] for name in get_op(self.op).impl(self.impl).tuning}
 
 
@@ -215,8 +210,6 @@ class _Framework:
     ``block_until_ready``; numpy runs on the host."""
 
     def __init__(self, framework: str, platform: Platform, threads: int):
-        from accelsweep.kernels.registry import KernelUnavailable
-
         self.name, self.platform = framework, platform
         self.threads = float("nan")  # numpy's BLAS and JAX choose their own: not set here
         if framework == "torch":
@@ -345,8 +338,6 @@ def run_microbench(config: KernelConfig, report: Optional[Callable[[dict], None]
     machine's own, so a noisy figure says whether the kernel or the machine moved."""
     import numpy as np
 
-    from accelsweep.kernels.registry import get_op
-
     spec = get_op(config.op)
     implementation = spec.impl(config.impl)
     phase(f"loading {config.impl} and its inputs")
@@ -457,8 +448,6 @@ def kernel_metrics(base: KernelConfig) -> MetricSet:
     """What ``run_microbench`` reports for ``base``'s op: KERNEL_METRICS, without the rows
     of figures the op cannot have (NaN): TFLOP/s without a FLOP count, GB/s without bytes
     moved, the roofline fraction without either, or in an integer dtype (no FLOP peak)."""
-    from accelsweep.kernels.registry import get_op
-
     spec = get_op(base.op)
     unknown = {"tflops": not spec.flops, "gbytes_per_s": not spec.bytes_moved,
                "roofline_fraction": not (spec.flops and spec.bytes_moved) or is_integer_dtype(base.dtype)}

@@ -10,6 +10,12 @@ import traceback
 
 from typing import Optional
 
+from accelsweep.trainables.contention import trial_contention
+from accelsweep.trainables.loop.rejection import trial_limits
+from accelsweep.trainables.loop.watchdog import TrialAborted
+from accelsweep.trainables.trial_progress import trial_progress
+from accelsweep.trainables.turns import trial_turns
+
 OOM, NAN, COMPILE, KILLED, CONFIG, ERROR = "oom", "nan", "compile", "killed", "config", "error"
 # Stopped reporting past its deadline (--trial-timeout-s): the driver ended it (sweeps/driver/run/deadline.py).
 TIMEOUT = "timeout"
@@ -99,12 +105,6 @@ def run_isolated(searched, *, trainable, objective_metrics, limits=None, progres
     here for a trainable that does not measure its own.
     """
     from ray import tune
-
-    from accelsweep.trainables.contention import trial_contention
-    from accelsweep.trainables.loop.rejection import trial_limits
-    from accelsweep.trainables.loop.watchdog import TrialAborted
-    from accelsweep.trainables.trial_progress import trial_progress
-    from accelsweep.trainables.turns import trial_turns
 
     try:
         with trial_progress(progress), trial_limits(limits.for_trial() if limits is not None else None), \

@@ -123,17 +123,17 @@ HOST_LOADED = 0.25
 def host_probe_s(seconds: float = 0.02) -> float:
     """Median time of ``fixed_cpu_work`` over a short window. Taken between a benchmark's
     windows, the probes' spread tells a kernel's own noise from the machine's: on a shared
-    VM the host's speed can change by half within a second, and every timing with it."""
+    VM the host's speed can change within a second, and every timing with it."""
     return percentile(time_window(fixed_cpu_work, lambda: None, 5, seconds).step_seconds, 50)
 
 
 def matmul_probe_gflops(dtype: str, seconds: float = 0.02, size: int = 512) -> float:
     """The machine's speed at the math a trial runs: GFLOP/s of a fixed ``size`` square
     matmul in ``dtype`` (a torch dtype name), the median call over ``seconds``, on this
-    process's threads. On the project's shared VM a bf16 config's throughput moves by
-    +-10% over tens of seconds with the host, and a bf16 matmul moves with it where the
-    Python probe (``host_probe_s``) does not (benchmarks/data/host_drift_0457.jsonl): a
-    trial's figure over this probe ranks configs measured minutes apart on one footing."""
+    process's threads. On a shared VM a bf16 config's throughput drifts with the host over
+    tens of seconds, and a bf16 matmul moves with it where the Python probe
+    (``host_probe_s``) does not (benchmarks/host_drift.py): a trial's figure over this
+    probe ranks configs measured minutes apart on one footing."""
     import torch
 
     generator = torch.Generator().manual_seed(0)

@@ -61,7 +61,7 @@ def set_rng_state(state: dict[str, Any], device: torch.device) -> None:
 def gradients_look_finite(gradients: list[torch.Tensor]) -> torch.Tensor:
     """A device-side bool: False when a gradient has a NaN or infinite element. One fused
     norm per tensor list: NaN and inf propagate through the sums of squares on every
-    backend (not through max: XLA's max drops NaN), and it is ~10x cheaper on the CPU
+    backend (not through max: XLA's max drops NaN), and it is far cheaper on the CPU
     than isfinite per tensor. It also says False when finite gradients are so large
     (~1e19) that their squares overflow, so a False is confirmed with
     ``non_finite_gradients`` before anything is captured."""

@@ -18,6 +18,8 @@ import tempfile
 from typing import Any, Optional
 
 from accelsweep.trainables.config import TrialConfig
+from accelsweep.trainables.loop.train_loop import run_training
+from accelsweep.trainables.platforms import get_platform
 
 
 def overhead_config(model: str = "vit-tiny", windows: int = 3, window_min_s: float = 2.0) -> TrialConfig:
@@ -30,9 +32,6 @@ def overhead_config(model: str = "vit-tiny", windows: int = 3, window_min_s: flo
 def measure_overhead(config: TrialConfig, rounds: int, out=sys.stdout) -> dict[str, Any]:
     """Throughput with the capture off and on, the same config, alternating the order
     each round so that drift in the machine's speed falls on both alike."""
-    from accelsweep.trainables.platforms import get_platform
-    from accelsweep.trainables.loop.train_loop import run_training
-
     throughputs: dict[bool, list[float]] = {False: [], True: []}
     threads = get_platform(config.platform).threads(config)  # a CPU measurement
     print(f"NaN capture overhead: {config.workload_knobs.model}, batch {config.batch_size}, {config.precision}, "

@@ -20,6 +20,8 @@ import torch
 from accelsweep.trainables.loop.batches import map_tensors
 from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.loop.nan_capture import CAPTURE_FILE, load_capture, non_finite_gradients, set_rng_state
+from accelsweep.trainables.loop.precision import get_precision
+from accelsweep.trainables.platforms import get_platform
 from accelsweep.trainables.workloads.base import load_workload
 
 SHOWN_PARAMETERS = 10  # parameters listed by the replay; the rest are counted
@@ -28,9 +30,6 @@ SHOWN_PARAMETERS = 10  # parameters listed by the replay; the rest are counted
 def replay(capture: dict[str, Any], device: str = "cpu") -> tuple[float, list[dict[str, Any]]]:
     """Run the captured step's forward and backward again (eager, with the workload's model,
     loss and the loop's autocast for ``device``) and return its loss and non-finite gradients."""
-    from accelsweep.trainables.platforms import get_platform
-    from accelsweep.trainables.loop.precision import get_precision
-
     config = TrialConfig.from_dict(capture["config"])
     workload = load_workload(config.workload)
     target = torch.device(device)

@@ -16,6 +16,7 @@ import json
 import sys
 
 from accelsweep.trainables.config import TrialConfig
+from accelsweep.trainables.loop.train_loop import NonFiniteLoss, run_training
 
 
 def extraction_config(config: TrialConfig) -> TrialConfig:
@@ -28,8 +29,6 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", required=True, help="the trial's TrialConfig as JSON")
     args = parser.parse_args(argv)
-    from accelsweep.trainables.loop.train_loop import NonFiniteLoss, run_training
-
     config = extraction_config(TrialConfig.from_dict(json.loads(args.config)))
     try:
         run_training(config)

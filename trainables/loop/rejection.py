@@ -24,8 +24,10 @@ from typing import Any, Callable, Iterator, Mapping, Optional
 
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.contention import ContentionMeter
+from accelsweep.trainables.cost import usd_per_1m_samples
 from accelsweep.trainables.loop.measure import host_probe_s
 from accelsweep.trainables.loop.watchdog import TrialAborted, Watchdog
+from accelsweep.trainables.ray_adapter import on_this_node
 
 # The driver's side (SweepBoard, BoardLimits, trial_limits) is not a user's: not listed.
 __all__ = ["CompileTimeout", "REJECT_RATIO", "SlowTrial", "StepGuard", "TrialLimits", "current_limits"]
@@ -146,8 +148,6 @@ class SweepBoard:
         a named actor with its last handle: the caller keeps this one for the sweep."""
         import ray
 
-        from accelsweep.trainables.ray_adapter import on_this_node
-
         return ray.remote(num_cpus=0)(cls).options(name=name, get_if_exists=True, **on_this_node()).remote(mode)
 
 
@@ -218,7 +218,7 @@ class StepGuard:
 
     def _unless_loaded(self, limits: Optional[TrialLimits]) -> Optional[TrialLimits]:
         """No rejection on a loaded host: the best so far was measured on a quiet one, and a
-        good config measured now would project slow (this VM once ran a config 24x slower
+        good config measured now would project slow (on a shared host, many times slower
         under load). Told by the machine's speed probe against the sweep's typical one."""
         if limits is None or not limits.rejects or not limits.typical_probe_s > 0:
             return limits
@@ -241,8 +241,6 @@ class StepGuard:
 
     def project(self, step_s: float) -> dict[str, float]:
         """The loop's figures for a trial whose every step took ``step_s``."""
-        from accelsweep.trainables.cost import usd_per_1m_samples
-
         samples = self.samples_per_step / step_s
         figures = {"throughput_samples_per_s": samples, "step_time_p50_s": step_s, "step_time_p90_s": step_s,
                    "usd_per_1m_samples": usd_per_1m_samples(self.usd_per_hour, samples)}

@@ -26,6 +26,7 @@ from accelsweep.trainables.loop.compile_cache import DYNAMO_CACHE_COUNTERS, dyna
 from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.contention import ContentionMeter
 from accelsweep.trainables.cost import usd_per_1m_samples
+from accelsweep.trainables.loop.distributed import World
 from accelsweep.trainables.utilisation import TrialUtilisation
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.loop.failures import NonFiniteGradient, NonFiniteLoss
@@ -68,8 +69,6 @@ def run_training(config: TrialConfig, report: Optional[Callable[[dict], None]] =
 
 def _run_training(config: TrialConfig, report: Optional[Callable[[dict], None]],
                   usd_per_hour: float, capture_dir: Optional[str], limits: Optional[TrialLimits]) -> dict:
-    from accelsweep.trainables.loop.distributed import World
-
     started = time.perf_counter()
     phase("building the model and data")
     platform = get_platform(config.platform)
@@ -351,6 +350,7 @@ class _Trial:
         self.segment = contextlib.nullcontext
 
     def capture_nans(self, report: Callable[[dict], None], capture_dir: Optional[str]) -> None:
+        # nan_capture imports torch: the driver, which imports this module (through trainable.py), never needs it
         from accelsweep.trainables.loop.nan_capture import NanCapture
 
         self.nan_capture = NanCapture(self.model, self.optimizer, self.device, self.platform, self.config,
