@@ -40,6 +40,7 @@ from typing import Callable, Optional
 
 from accelsweep.sweeps.driver.ops import cluster_hosts
 from accelsweep.sweeps.driver.ops.cluster_hosts import HostsCluster, hosts_cluster
+from accelsweep.sweeps.driver.record.tracking import mlflow_client
 from accelsweep.trainables.processes import command_line
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -181,10 +182,9 @@ def check_store(checks: Checks, tracking_uri: str, experiment: str, samples: int
     """One FINISHED parent; ``samples`` trial runs, none RUNNING, each ended, no config twice,
     on worker hosts only; the Optuna study one COMPLETE trial per run. The trial runs."""
     import optuna
-    from mlflow.tracking import MlflowClient
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    client = MlflowClient(tracking_uri)
+    client = mlflow_client(tracking_uri)
     found = client.get_experiment_by_name(experiment)
     if not checks.check(f"{experiment}: experiment in the store", found is not None):
         return []

@@ -32,9 +32,11 @@ from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
+from accelsweep.sweeps.driver.run.searchers import MAX_REPEATED_PROPOSALS, MAX_RUNNING_REPEATS
 from accelsweep.trainables.errors import ConfigError
-from benchmarks.search_efficiency import (METRIC, TOLERANCE, Policy, Row, Searcher, ShuffledGrid, Table,
-                                          make_asha, make_searcher, rejection)
+from accelsweep.trainables.loop.rejection import REJECT_RATIO
+from benchmarks.recorded_grid import (METRIC, TOLERANCE, Policy, Row, Searcher, ShuffledGrid, Table, make_asha,
+                                      make_searcher, rejection)
 
 __all__ = ["BEFORE_POLICY", "CONCURRENCIES", "CONCURRENT_POLICIES", "ConcurrentReplay", "SlotTrial", "grid_wall_s",
            "replay_at", "summarize_at", "compare_at"]
@@ -132,13 +134,9 @@ def replay_at(table: Table, policy: Policy, seed: int, concurrency: int, reject_
     or a grid's worth of trials has run, or the searcher is searched out."""
     from ray.tune.schedulers import TrialScheduler
 
-    from accelsweep.sweeps.driver.run.searchers import MAX_REPEATED_PROPOSALS, MAX_RUNNING_REPEATS
-
     if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
         raise ConfigError("concurrency", "an integer >= 1 (trials running at once)", concurrency)
     if policy.reject and reject_ratio is None:
-        from accelsweep.trainables.loop.rejection import REJECT_RATIO
-
         reject_ratio = REJECT_RATIO
     searcher = searcher or make_searcher(policy.sampler, table, seed, num_samples)
     running_repeats_allowed = policy.running_repeats or MAX_RUNNING_REPEATS

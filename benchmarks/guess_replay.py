@@ -17,7 +17,7 @@ from typing import Any, Mapping, Optional
 from accelsweep.sweeps.driver.define.first_guess import guess_from_rules
 from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.platforms.cpu import CpuPlatform, cpu_capabilities
-from benchmarks.search_efficiency import Policy, Searcher, Table, make_searcher
+from benchmarks.recorded_grid import Policy, Searcher, Table, make_searcher
 from benchmarks.warm_replay import compare_starts, starts_table
 
 __all__ = ["TableGuess", "table_guess", "compare_guess", "format_guess_report"]

@@ -65,6 +65,24 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Optional, Sequence
 
+if __name__ == "__main__":  # run as a script: benchmarks.* is imported from the repository root
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from accelsweep import Objective, Sweep  # noqa: E402
+from accelsweep.sweeps.driver.define.cli import main_guard  # noqa: E402
+from accelsweep.sweeps.driver.ops import team_store  # noqa: E402
+from accelsweep.sweeps.driver.ops.team_store import _answers, _stop_group  # noqa: E402
+from accelsweep.sweeps.driver.record.optuna_study import SweepStudy, default_study_storage, shared_storage  # noqa: E402
+from accelsweep.sweeps.driver.record.tracking import SweepTracker, mlflow_client, open_tracker  # noqa: E402
+from accelsweep.sweeps.driver.record.tracking_buffer import TrackingBuffer  # noqa: E402
+from accelsweep.sweeps.driver.run.callbacks import SweepCallback  # noqa: E402
+from accelsweep.sweeps.driver.run.lifecycle import sweep_settings  # noqa: E402
+from accelsweep.trainables.errors import ConfigError  # noqa: E402
+from accelsweep.trainables.processes import descendants, process_table  # noqa: E402
+from benchmarks.search_efficiency import _write_json, describe_machine  # noqa: E402
+from benchmarks.tool_cost import (TrivialConfig, _small_metrics, default_out as tool_cost_out, json_safe,  # noqa: E402
+                                  others_cpu_ticks, peak_overlap, run_timed, trial_end, trivial_trainable)
+
 FORMAT = 1
 STORES = ("sqlite", "server-sqlite", "team-store")
 MODES = ("writes", "sweep")
@@ -96,10 +114,6 @@ class WriteMeter:
 
     @contextlib.contextmanager
     def installed(self) -> Iterator["WriteMeter"]:
-        from accelsweep.sweeps.driver.record.tracking import SweepTracker
-        from accelsweep.sweeps.driver.record.tracking_buffer import TrackingBuffer
-        from accelsweep.sweeps.driver.record.optuna_study import SweepStudy
-
         patched = [(SweepTracker, name, "mlflow_s") for name in
                    ("start_trial", "log_metrics", "finish", "reopen", "log_artifact")]
         patched += [(SweepStudy, "record", "optuna_s"), (TrackingBuffer, "_apply", None)]
@@ -177,9 +191,6 @@ class OthersWatch:
         self.load_before = self.load_after = math.nan
 
     def _watch(self) -> None:
-        from accelsweep.trainables.processes import descendants, process_table
-        from benchmarks.tool_cost import others_cpu_ticks
-
         before, then = process_table(), time.monotonic()
         while not self._stop.wait(1.0):
             after, now = process_table(), time.monotonic()
@@ -245,8 +256,6 @@ def open_store(kind: str, folder: str, say: Callable[[str], None]) -> Store:
     os.makedirs(folder, exist_ok=True)
     if kind == "sqlite":
         uri = f"sqlite:///{folder}/mlflow.db"
-        from accelsweep.sweeps.driver.record.optuna_study import default_study_storage
-
         study = default_study_storage(uri, folder)  # mlflow.optuna.db beside it
         return Store(kind, uri, lambda name: study, note="mlflow.db and mlflow.optuna.db")
     if kind == "server-sqlite":
@@ -259,8 +268,6 @@ def open_store(kind: str, folder: str, say: Callable[[str], None]) -> Store:
             cwd=folder, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
             env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
         uri = f"http://127.0.0.1:{port}"
-        from accelsweep.sweeps.driver.ops.team_store import _answers, _stop_group
-
         while not _answers(uri):
             if process.poll() is not None or time.monotonic() - started > 180:
                 _stop_group(process.pid)
@@ -276,8 +283,6 @@ def open_store(kind: str, folder: str, say: Callable[[str], None]) -> Store:
         return Store(kind, uri, lambda name: study, pids=lambda: [process.pid], stop=stop,
                      note=f"mlflow server --workers {SERVER_WORKERS} on sqlite; study in a sqlite file")
     if kind == "team-store":
-        from accelsweep.sweeps.driver.ops import team_store
-
         started = time.monotonic()
         store = team_store.up(folder, pg_port=free_port(), mlflow_port=free_port(), say=lambda line: say("  " + line))
         os.environ["PGPASSFILE"] = store.credentials  # as a user exports it: libpq reads the password there
@@ -299,11 +304,8 @@ def unrecorded(tracking_uri: str, experiment: str, parent_run_id: str, study_url
     trial whose run was never created): runs not FINISHED under the parent (or without
     wall_s), and trials without their study trial."""
     import optuna
-    from mlflow.tracking import MlflowClient
 
-    from accelsweep.sweeps.driver.record.optuna_study import shared_storage
-
-    client = MlflowClient(tracking_uri)
+    client = mlflow_client(tracking_uri)
     experiment_id = client.get_experiment_by_name(experiment).experiment_id
     runs = client.search_runs([experiment_id], filter_string=f"tags.mlflow.parentRunId = '{parent_run_id}'",
                               max_results=10000)
@@ -331,12 +333,6 @@ def measure_writes(store: Store, concurrency: int, trials: int, windows: int, sc
     """Trials handed to the real SweepCallback as Tune's loop hands them, in waves of
     ``concurrency``; no Ray. All the time taken is the driver's recording."""
     from optuna.distributions import FloatDistribution
-
-    from accelsweep.sweeps.driver.run.callbacks import SweepCallback
-    from accelsweep.sweeps.driver.run.lifecycle import sweep_settings
-    from accelsweep.sweeps.driver.record.tracking import open_tracker
-    from accelsweep.sweeps.driver.record.optuna_study import SweepStudy
-    from benchmarks.tool_cost import _small_metrics
 
     name = f"recording-writes-{store.name}-c{concurrency}-{time.strftime('%H%M%S')}"
     lines: list[str] = []
@@ -391,10 +387,6 @@ def measure_sweep(store: Store, concurrency: int, trials: int, scratch: str) -> 
     the Ray instance this process started (LOGICAL_CPUS logical CPUs)."""
     from ray import tune
 
-    from accelsweep import Objective, Sweep
-    from benchmarks.tool_cost import (TrivialConfig, _small_metrics, peak_overlap, run_timed, trial_end,
-                                      trivial_trainable)
-
     name = f"recording-sweep-{store.name}-c{concurrency}"
     meter = WriteMeter()
     sweep = Sweep(name=name, trainable=trivial_trainable, base=TrivialConfig(), metrics=_small_metrics("score", ""),
@@ -411,9 +403,7 @@ def measure_sweep(store: Store, concurrency: int, trials: int, scratch: str) -> 
     last_end = max(trial_end(r) for r in records)
     parent = result.parent_run_id
     study_lines = [line for _, line in clock.lines if "could not be written" in line]
-    from mlflow.tracking import MlflowClient
-
-    parent_run = MlflowClient(store.tracking_uri).get_run(parent)
+    parent_run = mlflow_client(store.tracking_uri).get_run(parent)
     study_name = parent_run.data.tags.get("optuna_study", "")
     missing = unrecorded(store.tracking_uri, name, parent, store.study_url(name), study_name,
                          [r.run_id for r in records])
@@ -535,8 +525,6 @@ def format_table(report: dict) -> str:
 
 
 def describe() -> dict:
-    from benchmarks.search_efficiency import describe_machine
-
     machine = describe_machine()
     for package in ("psycopg", "sqlalchemy", "optuna", "mlflow", "ray"):
         try:
@@ -606,9 +594,6 @@ def run_benchmark(stores: Sequence[str], modes: Sequence[str], counts: Counts, s
 
 
 def main(argv: Optional[Sequence[str]] = None) -> dict:
-    from benchmarks.search_efficiency import _write_json
-    from benchmarks.tool_cost import json_safe
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--stores", default=",".join(STORES), help=f"of {', '.join(STORES)} (default all)")
@@ -626,8 +611,6 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
     args = parser.parse_args(argv)
     stores = [s.strip() for s in args.stores.split(",") if s.strip()]
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    from accelsweep.trainables.errors import ConfigError
-
     for value, allowed, flag in ((stores, STORES, "--stores"), (modes, MODES, "--modes")):
         if not value or any(v not in allowed for v in value):
             raise ConfigError(flag, f"a comma-separated list of {', '.join(allowed)}", ",".join(value))
@@ -668,13 +651,8 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
 
 
 def default_out(quick: bool) -> str:
-    from benchmarks.tool_cost import default_out as tool_cost_out
-
     return tool_cost_out(quick).replace("tool_cost_", "recording_cost_")
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from accelsweep.sweeps.driver.define.cli import main_guard
-
     main_guard(lambda: main(sys.argv[1:]))

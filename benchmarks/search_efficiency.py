@@ -26,7 +26,6 @@ import dataclasses
 import datetime
 import itertools
 import json
-import math
 import os
 import platform as host
 import random
@@ -34,14 +33,30 @@ import sys
 import time
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Any, Callable, Iterable, Mapping, Optional, Protocol, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
-import numpy as np
+if __name__ == "__main__":  # run as a script: benchmarks.* is imported from the repository root
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from accelsweep.trainables.errors import ConfigError, positive_float, positive_int
+import numpy as np  # noqa: E402
 
-METRIC = "throughput_samples_per_s"  # the main job's objective (sweeps/neuron_vit.py), maximised
-TOLERANCE = 0.05  # "reached": the named best is within 5% of the grid's best
+from accelsweep.sweeps.driver.define.cli import main_guard  # noqa: E402
+from accelsweep.sweeps.driver.define.plan import startup_trials  # noqa: E402
+from accelsweep.sweeps.driver.run.searchers import MAX_REPEATED_PROPOSALS  # noqa: E402
+from accelsweep.sweeps.neuron_vit import DEFAULT_SAMPLES, base_config, batch_sizes  # noqa: E402
+from accelsweep.trainables.environment import package_versions  # noqa: E402
+from accelsweep.trainables.errors import ConfigError, positive_float, positive_int  # noqa: E402
+from accelsweep.trainables.loop.rejection import FIRST_STEP_ALLOWANCE, REJECT_RATIO  # noqa: E402
+from accelsweep.trainables.loop.train_loop import run_training  # noqa: E402
+from accelsweep.trainables.platforms.cpu import cpu_model_name  # noqa: E402
+from accelsweep.trainables.workloads.base import load_workload  # noqa: E402
+from benchmarks.concurrent_replay import (CONCURRENT_POLICIES, TOOL_POLICY, compare_at,  # noqa: E402
+                                          concurrency_json, format_concurrency_report)
+from benchmarks.guess_replay import compare_guess, format_guess_report, table_guess  # noqa: E402
+from benchmarks.recorded_grid import (METRIC, TOLERANCE, Policy, Row, Searcher, Table, make_asha,  # noqa: E402
+                                      make_searcher, rejection)
+from benchmarks.warm_replay import compare_warm, format_warm_report, plan_warm, warm_json  # noqa: E402
+
 TARGET_FRACTION = 0.30  # issue 14: TPE + early stopping reaches it in <= 30% of the grid's device-seconds
 # Each trial holds this many CPUs (threads 1 or 2 within them): the main job's CPU trial
 # owns the 2-core node it runs on (sweeps/neuron_vit.py: cpus_per_worker = cpus).
@@ -89,8 +104,6 @@ def main_job_grid(tiny: bool = False, name: str = "main") -> Grid:
     process at its start). ``tiny``: the smoke settings (vit-micro, short windows) and four
     configs, for tests and a quick try."""
     tiny = tiny or name == "tiny"
-    from accelsweep.sweeps.neuron_vit import base_config, batch_sizes
-
     if (os.cpu_count() or 1) < CPUS:
         raise ConfigError("CPUs of this machine", f">= {CPUS} (each trial holds {CPUS})", os.cpu_count())
     base = base_config("cpu", smoke=tiny, cpus=CPUS, instance_type=None, seed=0)
@@ -109,9 +122,6 @@ def main_job_grid(tiny: bool = False, name: str = "main") -> Grid:
 def describe_machine() -> dict:
     """What the figures were measured on, without the host's name."""
     import torch
-
-    from accelsweep.trainables.environment import package_versions
-    from accelsweep.trainables.platforms.cpu import cpu_model_name
 
     flags: set[str] = set()
     try:
@@ -142,8 +152,6 @@ def describe_machine() -> dict:
 def measure_config(config) -> dict:
     """Train one config with the library's loop; its row of the table. A failure is a
     row with its error (and what it measured before it)."""
-    from accelsweep.trainables.loop.train_loop import run_training
-
     windows: list[dict] = []
     last: dict = {}
     start = time.perf_counter()
@@ -206,8 +214,6 @@ def record(grid: Grid, out: str, order_seed: int = 0, progress: Callable[[str], 
     it measured) and return it."""
     import importlib
 
-    from accelsweep.trainables.workloads.base import load_workload
-
     # The modules every trial needs are loaded once, before the first trial, so their
     # import is not charged to whichever config happens to come first.
     started = time.perf_counter()
@@ -248,201 +254,7 @@ def _describe_point(point: Mapping[str, Any]) -> str:
     return " ".join(f"{name}={value}" for name, value in point.items())
 
 
-# --------------------------------------------------------------------------- the table
-
-@dataclass(frozen=True)
-class Window:
-    index: int
-    throughput: float  # cumulative over the windows so far: what the trial reports
-    since_start_s: float  # the trial's device-seconds when it reports this window
-    measured_s: float  # the timed seconds of the windows so far
-
-
-@dataclass(frozen=True)
-class Row:
-    point: Mapping[str, Any]
-    batch_size: int
-    throughput: Optional[float]  # the full run's; None: the config failed
-    windows: tuple[Window, ...]
-    setup_s: Optional[float]
-    first_step_s: Optional[float]
-    warmup_step_s: Optional[float]
-    wall_s: float
-    error: Optional[str] = None
-
-    @property
-    def projection(self) -> Optional[float]:
-        """The throughput projected from the warm-up's steps after the first."""
-        return self.batch_size / self.warmup_step_s if self.warmup_step_s else None
-
-
-@dataclass(frozen=True)
-class Table:
-    space: Mapping[str, tuple]
-    baseline: Mapping[str, Any]
-    windows: int  # each trial's planned windows (ASHA's max_t)
-    warmup_steps: int
-    rows: Mapping[tuple, Row]  # key(point) -> row
-    machine: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    base: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # the recording's base config (unsearched)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "Table":
-        space = {name: tuple(choices) for name, choices in data["space"].items()}
-        rows = {}
-        for raw in data["rows"]:
-            row = Row(point=raw["point"], batch_size=raw["batch_size"], throughput=raw[METRIC],
-                      windows=tuple(Window(w["window"], w[METRIC], w["since_start_s"], w["measured_s"])
-                                    for w in raw["windows"]),
-                      setup_s=raw["setup_s"], first_step_s=raw["first_step_s"], warmup_step_s=raw["warmup_step_s"],
-                      wall_s=raw["wall_s"], error=raw.get("error"))
-            rows[tuple(row.point[name] for name in space)] = row
-        missing = [point for point in itertools.product(*space.values()) if point not in rows]
-        if missing:
-            raise ConfigError("rows", "one per config of the space (the table is a full grid)",
-                              f"{len(missing)} missing, e.g. {dict(zip(space, missing[0]))}")
-        if not any(row.throughput is not None for row in rows.values()):
-            raise ConfigError("rows", "at least one config that trained", "every one failed")
-        base = data["base_config"]
-        return cls(space, data["baseline"], base["windows"], base["warmup_steps"], rows, data.get("machine", {}), base)
-
-    @classmethod
-    def load(cls, path: str) -> "Table":
-        with open(path) as table:
-            return cls.from_dict(json.load(table))
-
-    def key(self, point: Mapping[str, Any]) -> tuple:
-        return tuple(point[name] for name in self.space)
-
-    @property
-    def size(self) -> int:
-        return len(self.rows)
-
-    @property
-    def total_s(self) -> float:
-        """The full grid's device-seconds: every config once, to its end."""
-        return sum(row.wall_s for row in self.rows.values())
-
-    @property
-    def best(self) -> float:
-        return max(row.throughput for row in self.rows.values() if row.throughput is not None)
-
-    def within_tolerance(self, key: tuple, tolerance: float = TOLERANCE) -> bool:
-        truth = self.rows[key].throughput
-        return truth is not None and truth >= (1 - tolerance) * self.best
-
-
-# --------------------------------------------------------------------------- searchers
-
-class Searcher(Protocol):
-    def ask(self) -> tuple[Any, dict]:
-        """A handle for ``tell`` and the proposed point."""
-
-    def tell(self, handle: Any, value: Optional[float]) -> None:
-        """The value seen for the proposal (None: the trial failed)."""
-
-
-class OptunaSearcher:
-    """An Optuna sampler asked and told one trial at a time, as Ray's OptunaSearch drives
-    it in the tool: points to evaluate are enqueued first; a failure is a FAIL trial
-    (FailureAwareOptunaSearch), any value a COMPLETE one."""
-
-    def __init__(self, sampler, space: Mapping[str, tuple], first: Iterable[Mapping[str, Any]] = ()):
-        import optuna
-
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
-        self.study = optuna.create_study(direction="maximize", sampler=sampler)
-        self.distributions = {name: optuna.distributions.CategoricalDistribution(choices)
-                              for name, choices in space.items()}
-        for point in first:
-            self.study.enqueue_trial(dict(point))
-
-    def ask(self) -> tuple[Any, dict]:
-        trial = self.study.ask(self.distributions)
-        return trial, dict(trial.params)
-
-    def tell(self, handle: Any, value: Optional[float]) -> None:
-        import optuna
-
-        if value is None:
-            self.study.tell(handle, state=optuna.trial.TrialState.FAIL)
-        else:
-            self.study.tell(handle, value)
-
-
-class ShuffledGrid:
-    """Every point of the space once, in a seeded random order (the tool's grid sampler
-    also visits its points in a seeded random order)."""
-
-    def __init__(self, space: Mapping[str, tuple], seed: int):
-        self.points = [dict(zip(space, values)) for values in itertools.product(*space.values())]
-        random.Random(seed).shuffle(self.points)
-
-    def ask(self) -> tuple[Any, dict]:
-        return None, self.points.pop(0)
-
-    def tell(self, handle: Any, value: Optional[float]) -> None:
-        pass
-
-
-def make_searcher(sampler: str, table: Table, seed: int, num_samples: int, warm_points: Sequence[Mapping] = (),
-                  told: Sequence[tuple[Mapping, float]] = (), guess: Optional[Mapping] = None) -> Searcher:
-    """``tpe`` as the tool builds it (sweeps/driver/run/lifecycle.py: _searcher: the constant
-    liar), with the baseline first; ``tpe-plain``, the same without the liar; ``grid``,
-    every config in a seeded random order; ``random`` (Optuna's RandomSampler), a
-    reference the tool does not offer. A warm start (TPE only, as in the tool):
-    ``warm_points`` proposed before the baseline, ``told`` (point, value) known to TPE as
-    completed trials before its first proposal (warm_replay.py). ``guess``: the platform's
-    first guess, proposed right after the baseline (guess_replay.py; TPE only, as in the tool)."""
-    import optuna
-
-    from accelsweep.sweeps.driver.define.plan import startup_trials
-    from accelsweep.sweeps.driver.run.searchers import concurrency_aware_tpe
-    from accelsweep.sweeps.driver.define.warm_start import unique_points, warm_trials
-
-    startup = startup_trials(SimpleNamespace(num_samples=num_samples))
-    if sampler not in ("tpe", "tpe-plain") and (warm_points or told or guess):
-        raise ConfigError("warm start" if warm_points or told else "first guess", "a TPE searcher (tpe, tpe-plain)",
-                          sampler)
-    if sampler in ("tpe", "tpe-plain"):
-        tpe = (concurrency_aware_tpe(seed, startup) if sampler == "tpe"  # plain: what the liar is measured against
-               else optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup, constant_liar=False))
-        first = unique_points([*warm_points, table.baseline, *([guess] if guess else [])])
-        searcher = OptunaSearcher(tpe, table.space, first=first)
-        searcher.study.add_trials(warm_trials(told, searcher.distributions, objectives=1))
-        return searcher
-    if sampler == "grid":
-        return ShuffledGrid(table.space, seed)
-    if sampler == "random":
-        return OptunaSearcher(optuna.samplers.RandomSampler(seed=seed), table.space)
-    raise ConfigError("sampler", "one of tpe, tpe-plain, grid, random", sampler)
-
-
-def make_asha(windows: int):
-    """Ray Tune's ASHA as the tool configures it (sweeps/driver/run/lifecycle.py: _scheduler): the
-    scheduler itself, so its cutoff rule is Ray's and not a copy (at a rung, a trial
-    below the median of the values recorded there stops)."""
-    from ray.tune.schedulers import ASHAScheduler
-
-    return ASHAScheduler(time_attr="training_iteration", metric=METRIC, mode="max", max_t=windows,
-                         grace_period=1, reduction_factor=2)
-
-
 # --------------------------------------------------------------------------- replay
-
-@dataclass(frozen=True)
-class Policy:
-    """A searcher and the early stopping it runs with."""
-
-    name: str
-    sampler: str  # tpe, grid, random
-    asha: bool = False
-    reject: bool = False
-    # At concurrency (concurrent_replay.py): proposals of a running config withdrawn before
-    # the slot waits; None: the tool's (searchers.py MAX_RUNNING_REPEATS); 1: the tool
-    # before issue 31, whose slot waited at the first.
-    running_repeats: Optional[int] = None
-
 
 TARGET_POLICY = "tpe+es"
 POLICIES = (
@@ -489,49 +301,6 @@ class Replay:
         return sum(trial.outcome != "dedup" for trial in self.trials)
 
 
-def rejection(row: Row, best_so_far: Optional[float], ratio: float,
-              warmup_steps: int) -> Optional[tuple[str, float, float]]:
-    """Where the training loop's rejection rule (trainables/loop/rejection.py: StepGuard) stops
-    ``row``, if it does: (stage, device-seconds spent, throughput reported).
-
-    The rule: a step time ``deadline`` = batch * ratio / best projects exactly best / ratio.
-    The first step is abandoned once it runs FIRST_STEP_ALLOWANCE deadlines; each later
-    warm-up step once it runs one deadline; and after each timed step (warm-up and the
-    first window) the trial stops when the mean of its steps since the first is past the
-    deadline. An abandoned step reports what it projects at best (its time so far). The
-    table has the warm-up's mean step, not each step's: every warm-up step after the
-    first is taken to run at that mean, and each first-window step at the window's mean.
-    The grid compiles nothing (a compiling config's first step is the compile limit's)."""
-    from accelsweep.trainables.loop.rejection import FIRST_STEP_ALLOWANCE
-
-    if best_so_far is None or row.first_step_s is None or row.setup_s is None:
-        return None
-    deadline = row.batch_size * ratio / best_so_far
-    if row.first_step_s > FIRST_STEP_ALLOWANCE * deadline:
-        waited = FIRST_STEP_ALLOWANCE * deadline
-        return "first step", row.setup_s + waited, row.batch_size / waited
-    if row.warmup_step_s is None:
-        return None
-    if warmup_steps > 1 and row.warmup_step_s > deadline:
-        return "warm-up", row.setup_s + row.first_step_s + deadline, row.batch_size / deadline
-    if not row.windows:
-        return None
-    # The first window: its steps enter the running mean one by one; the trial stops at
-    # the first step that takes the mean past the deadline.
-    first = row.windows[0]
-    warm = warmup_steps - 1  # the steps timed before the window (the first step is not)
-    window_steps = round(first.throughput * first.measured_s / row.batch_size)
-    window_step_s = first.measured_s / window_steps if window_steps else float("inf")
-    if window_step_s <= deadline:
-        return None
-    steps = math.floor(warm * (deadline - row.warmup_step_s) / (window_step_s - deadline)) + 1
-    if steps > window_steps:
-        return None
-    mean_s = (warm * row.warmup_step_s + steps * window_step_s) / (warm + steps)
-    spent = row.setup_s + row.first_step_s + warm * row.warmup_step_s + steps * window_step_s
-    return "first window", spent, row.batch_size / mean_s
-
-
 def run_trial(row: Row, trial_id: str, asha, best_so_far: Optional[float], reject_ratio: Optional[float],
               windows: int, warmup_steps: int) -> tuple[str, float, Optional[float], bool]:
     """One trial of ``row`` (planned ``windows``) under the early stopping in force:
@@ -574,11 +343,7 @@ def replay(table: Table, policy: Policy, seed: int, reject_ratio: Optional[float
     config it would name best (the best value it measured) is truly within ``tolerance``
     of the grid's best (``until_reached``), or the grid's worth of trials is run.
     ``reject_ratio``: the rejection rule's, when ``policy.reject`` (default REJECT_RATIO)."""
-    from accelsweep.sweeps.driver.run.searchers import MAX_REPEATED_PROPOSALS
-
     if policy.reject and reject_ratio is None:
-        from accelsweep.trainables.loop.rejection import REJECT_RATIO
-
         reject_ratio = REJECT_RATIO
     searcher = searcher or make_searcher(policy.sampler, table, seed, num_samples)
     asha = make_asha(table.windows) if policy.asha and table.windows >= 2 else None
@@ -692,10 +457,6 @@ def rejected_once_best_known(table: Table, ratio: float) -> int:
 
 def format_report(table: Table, summaries: Mapping[str, Summary], reject_ratio: float, seeds: int,
                   num_samples: int) -> str:
-    from accelsweep.sweeps.driver.define.plan import startup_trials
-    from accelsweep.sweeps.driver.run.searchers import MAX_REPEATED_PROPOSALS
-    from accelsweep.trainables.loop.rejection import FIRST_STEP_ALLOWANCE
-
     machine = table.machine
     lines = [f"Table: {table.size} configs, {sum(r.throughput is None for r in table.rows.values())} failed; "
              f"grid total {table.total_s:.1f} device-s; best {table.best:.1f} samples/s.",
@@ -769,9 +530,6 @@ def summary_json(table: Table, summaries: Mapping[str, Summary], reject_ratio: f
 # --------------------------------------------------------------------------- command line
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
-    from accelsweep.sweeps.neuron_vit import DEFAULT_SAMPLES
-    from accelsweep.trainables.loop.rejection import REJECT_RATIO
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -842,9 +600,6 @@ def concurrencies(text: str) -> list[int]:
 
 
 def _replay_warm(table: Table, args) -> None:
-    from benchmarks.concurrent_replay import CONCURRENT_POLICIES, TOOL_POLICY
-    from benchmarks.warm_replay import compare_warm, format_warm_report, plan_warm, warm_json
-
     if not os.path.isfile(args.warm_start):
         raise ConfigError("--warm-start", "a JSON file written by `search_efficiency.py record`", args.warm_start)
     plan = plan_warm(Table.load(args.warm_start), table)
@@ -861,9 +616,6 @@ def _replay_warm(table: Table, args) -> None:
 
 
 def _replay_guess(table: Table, args) -> None:
-    from benchmarks.concurrent_replay import CONCURRENT_POLICIES, TOOL_POLICY
-    from benchmarks.guess_replay import compare_guess, format_guess_report, table_guess
-
     guess = table_guess(table)
     if guess is None:
         raise ConfigError("--first-guess", "a recording whose space the CPU rules move from the baseline",
@@ -882,8 +634,6 @@ def _replay_guess(table: Table, args) -> None:
 
 
 def _replay_at_concurrency(table: Table, args) -> None:
-    from benchmarks.concurrent_replay import compare_at, concurrency_json, format_concurrency_report
-
     levels = concurrencies(args.concurrency)
     results = compare_at(table, args.seeds, levels, args.reject_ratio, args.num_samples,
                          progress=lambda line: print(line, file=sys.stderr, flush=True))
@@ -896,9 +646,4 @@ def _replay_at_concurrency(table: Table, args) -> None:
 
 
 if __name__ == "__main__":
-    # Run as a script, the repository root is not on the path: --concurrency imports
-    # benchmarks.concurrent_replay from it.
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from accelsweep.sweeps.driver.define.cli import main_guard
-
     main_guard(lambda: main(sys.argv[1:]))

@@ -62,7 +62,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from accelsweep import SweepConfig
+from accelsweep import Objective, Sweep, SweepConfig, remeasure
+from accelsweep.sweeps.driver.define.cli import main_guard
+from accelsweep.sweeps.driver.record.tracking import mlflow_client
+from accelsweep.sweeps.driver.record.trial_record import FINISHED, REUSED, STOPPED_EARLY
+from accelsweep.trainables.config import TrialConfig
+from accelsweep.trainables.errors import ConfigError
+from accelsweep.trainables.loop.measure import coefficient_of_variation as cv
+from accelsweep.trainables.metrics import Metric, MetricSet
+from accelsweep.trainables.platforms.cpu import cpu_model_name
 from accelsweep.trainables.processes import ProcessStat, descendants, process_table, stat_of
 
 FORMAT = 1
@@ -138,8 +146,6 @@ def json_safe(value: Any) -> Any:
 def judge(measured: float, op: str, target: float) -> Optional[bool]:
     """Whether ``measured`` meets ``op target``; None when it was not measured (NaN)."""
     if op not in ("<=", ">="):
-        from accelsweep.trainables.errors import ConfigError
-
         raise ConfigError("op", "'<=' or '>='", op)
     if measured is None or not math.isfinite(measured):
         return None
@@ -165,8 +171,6 @@ def _finite_or_none(value: Optional[float]) -> Optional[float]:
 def coefficient_of_variation(values: Sequence[float]) -> float:
     """The training loop's own definition (population stdev / mean), so that the
     trial-to-trial figure reads like the windows' ``throughput_cv`` beside it."""
-    from accelsweep.trainables.loop.measure import coefficient_of_variation as cv
-
     return cv(list(values))
 
 
@@ -289,13 +293,14 @@ def stopwatch_trainable(searched, base, cost=None, marks_dir: str = "") -> None:
 
     from ray import tune
 
+    # Imported here, in the trial's process, where the marks time them: the trial's own imports
     from accelsweep.trainables.workloads.base import load_workload
 
     for module in ("torch", *load_workload(base.get("workload", "image-classification")).imports,
                    "accelsweep.trainables.loop.train_loop"):
         importlib.import_module(module)
     imported = time.monotonic()
-    from accelsweep.trainables.trainable import train_trainable
+    from accelsweep.trainables.trainable import train_trainable  # the real trainable, after the marks' imports
 
     try:
         train_trainable(searched, base=base, cost=cost)
@@ -351,8 +356,6 @@ class SleepConfig(SweepConfig):
 
 
 def _small_metrics(name: str, unit: str):
-    from accelsweep.trainables.metrics import Metric, MetricSet
-
     return MetricSet(metrics=(Metric(name, unit, "max", label=name, progress=f"{name} {{:.3g}}"),),
                      headline=(name,))
 
@@ -394,8 +397,6 @@ class SweepClock:
 
     @property
     def trials(self) -> list:
-        from accelsweep.sweeps.driver.run.callbacks import REUSED
-
         return sorted((r for r in self.result.records if r.status != REUSED), key=lambda r: r.created_at) \
             if self.result else []
 
@@ -409,7 +410,7 @@ def run_timed(sweep, marks_dir: Optional[str] = None) -> SweepClock:
     Tune's fit, returned; and the stopwatch marks its trials left in ``marks_dir``."""
     from ray import tune
 
-    from accelsweep import run_sweep
+    from accelsweep import run_sweep  # Ray Tune and MLflow: not in the trials, which import this module
 
     clock = SweepClock()
     sweep = dataclasses.replace(sweep, print_line=lambda line: clock.lines.append((time.monotonic(), line)))
@@ -453,8 +454,6 @@ def later_trial_parts(clock: SweepClock) -> list[dict]:
 
 
 def failed_trials(clock: SweepClock) -> list[str]:
-    from accelsweep.sweeps.driver.run.callbacks import FINISHED, STOPPED_EARLY
-
     return [f"trial {r.number}: {r.status} {r.error_class} {r.error}".strip() for r in clock.trials
             if r.status not in (FINISHED, STOPPED_EARLY)]
 
@@ -487,6 +486,7 @@ QUICK = Counts(pairs=2, overhead_window_factor=1.0, repeats=2, longer_window_fac
 def main_job_config(counts: Counts):
     """The main job's CPU baseline (sweeps/neuron_vit.py base_config): vit-tiny, batch 16,
     both CPUs in one trial, 3 warm-up steps, 3 windows of >= 5 steps and >= 2 s."""
+    # The study script runs a sweep (Ray Tune, MLflow): not loaded in the trials, which import this module
     from accelsweep.sweeps.neuron_vit import base_config
 
     return base_config("cpu", smoke=counts.smoke_model, cpus=SLOTS, instance_type=None, seed=0)
@@ -497,7 +497,7 @@ def measuring_sweep(name: str, base, scratch: str, marks_dir: str, num_samples: 
     report; the stopwatch around the real trainable."""
     from ray import tune
 
-    from accelsweep import Sweep
+    # The training loop's import is a timed part of a trial (stopwatch_trainable): not loaded with this module
     from accelsweep.trainables.trainable import metrics_of
 
     return Sweep(name=name, trainable=functools.partial(stopwatch_trainable, marks_dir=marks_dir),
@@ -514,6 +514,7 @@ def measure_overhead_pairs(counts: Counts, scratch: str, say: Callable[[str], No
     which goes first. Needs no Ray initialised in this process."""
     import ray
 
+    # The training loop's import is a timed part of a trial (stopwatch_trainable): not loaded with this module
     from accelsweep.trainables.fresh_process import run_in_fresh_process
 
     if ray.is_initialized():
@@ -620,8 +621,6 @@ def _beside_words(beside: Mapping[str, list]) -> str:
 def measure_repeats(counts: Counts, scratch: str, say: Callable[[str], None], window_factor: float = 1.0) -> dict:
     """The config as ``counts.repeats`` trials of one sweep (``remeasure``), on the Ray
     instance this process holds; ``window_factor`` scales its window length."""
-    from accelsweep import remeasure
-
     config = main_job_config(counts)
     if window_factor != 1.0:
         config = config.replace(window_min_s=config.window_min_s * window_factor)
@@ -751,8 +750,6 @@ def measure_driver(counts: Counts, scratch: str, say: Callable[[str], None]) -> 
     knob (every proposal new), ASHA over 2 windows, MLflow into sqlite, the report."""
     from ray import tune
 
-    from accelsweep import Objective, Sweep
-
     uri = f"sqlite:///{scratch}/mlflow.db"
     sweep = Sweep(name="tool-cost-driver", trainable=trivial_trainable, base=TrivialConfig(),
                   metrics=_small_metrics("score", ""), space={"x": tune.uniform(0.0, 1.0)},
@@ -761,9 +758,7 @@ def measure_driver(counts: Counts, scratch: str, say: Callable[[str], None]) -> 
     with counted_errors(("mlflow", "sqlalchemy", "alembic", "accelsweep")) as logged:
         clock = run_timed(sweep)
     trials = clock.trials
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(uri)
+    client = mlflow_client(uri)
     experiment = client.get_experiment_by_name(sweep.name)
     runs = client.search_runs([experiment.experiment_id], max_results=10 * counts.driver_trials + 10)
     children = {r.info.run_id: r for r in runs if "mlflow.parentRunId" in r.data.tags}
@@ -808,8 +803,6 @@ def figures_driver(measured: dict) -> list[Figure]:
 def measure_concurrency(counts: Counts, scratch: str, say: Callable[[str], None]) -> dict:
     from ray import tune
 
-    from accelsweep import Objective, Sweep, remeasure
-
     sweep = Sweep(name="tool-cost-sleep", trainable=sleeping_trainable, base=SleepConfig(seconds=counts.sleep_s),
                   metrics=_small_metrics("slept_s", "s"), space={"seconds": tune.choice([counts.sleep_s])},
                   objectives=[Objective("slept_s", "max")], report=False,
@@ -848,8 +841,6 @@ def compile_cache_use(cache_dir: str) -> tuple[dict, Optional[str], str]:
     inductor's own directory variable (torch/_inductor/runtime/cache_dir_utils.py:
     cache_dir() reads TORCHINDUCTOR_CACHE_DIR), which Ray's trial processes inherit when
     it is set before ray.init."""
-    from accelsweep.trainables.config import TrialConfig
-
     if "compile_cache" in TrialConfig.generic_fields():
         return {"compile_cache": cache_dir}, None, "the sweep's (TrialConfig.compile_cache), empty before sweep 1"
     return {}, "TORCHINDUCTOR_CACHE_DIR", "inductor's (TORCHINDUCTOR_CACHE_DIR), empty before sweep 1"
@@ -860,8 +851,6 @@ def measure_compile(counts: Counts, scratch: str, say: Callable[[str], None], ca
     new processes each time (Tune ends a sweep's trial processes with it); the cache was
     empty before the first."""
     from ray import tune
-
-    from accelsweep import remeasure
 
     config = main_job_config(QUICK).replace(torch_compile="inductor", batch_size=counts.compile_batches[0],
                                             **cache_changes)
@@ -1057,8 +1046,6 @@ def run_benchmark(counts: Counts, groups: Sequence[str], scratch: str, say: Call
 def default_out(quick: bool) -> str:
     """benchmarks/data/tool_cost_<cpu model>_<cpus>cpu.json; a --quick run's goes to the
     temporary directory (it is not a figure to quote)."""
-    from accelsweep.trainables.platforms.cpu import cpu_model_name
-
     words = re.sub(r"\((r|tm)\)|processor|cpu|\d+-core|@.*", "", cpu_model_name().lower())
     name = "_".join(re.findall(r"[a-z0-9]+", words)[:3]) or "machine"
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
@@ -1069,9 +1056,8 @@ def default_out(quick: bool) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> dict:
+    # search_efficiency loads Ray Tune and Optuna: not in the trials, which import this module
     from benchmarks.search_efficiency import _write_json, describe_machine
-
-    from accelsweep.trainables.errors import ConfigError
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -1116,6 +1102,5 @@ if __name__ == "__main__":
     # Run as a script, the repository root is not on the path: benchmarks.search_efficiency
     # (describe_machine, _write_json) is imported from it.
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from accelsweep.sweeps.driver.define.cli import main_guard
 
     main_guard(lambda: main(sys.argv[1:]))

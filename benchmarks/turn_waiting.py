@@ -29,6 +29,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import plain_vit  # noqa: E402
 
+from accelsweep.trainables.turns import TurnBaton  # noqa: E402
+
 MODES = ("none", "poll", "block")
 POLL_S = 0.2  # the interval waiting trials asked at before
 
@@ -69,8 +71,6 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     import ray
-
-    from accelsweep.trainables.turns import TurnBaton
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     keys = [f"waiter-{i}" for i in range(args.waiters)]

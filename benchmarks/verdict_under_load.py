@@ -27,6 +27,8 @@ import tempfile
 import threading
 import time
 
+from accelsweep.sweeps.driver.record.tracking import mlflow_client
+
 BUSY = "while True: pass"
 
 
@@ -70,9 +72,7 @@ def run_main_job(folder: str, smoke: bool, busy_at: object, busy_s: float) -> di
 
 
 def read_verdict(folder: str) -> dict:
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(f"sqlite:///{folder}/mlflow.db")
+    client = mlflow_client(f"sqlite:///{folder}/mlflow.db")
     experiment = client.get_experiment_by_name("neuron_vit")
     parent = client.search_runs([experiment.experiment_id], filter_string="tags.kind = 'sweep'")[0]
     trials = client.search_runs([experiment.experiment_id],

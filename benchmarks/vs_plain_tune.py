@@ -38,6 +38,8 @@ REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 from plain_vit import BASELINE  # noqa: E402
 
+from accelsweep.sweeps.driver.record.tracking import mlflow_client  # noqa: E402
+
 KNOBS = tuple(BASELINE)
 WITHIN_BEST = 0.97  # accelsweep's winner at least this fraction of the best judged config
 WALL_SHARE = 0.75  # in at most this share of the plain script's wall time
@@ -59,9 +61,7 @@ def config_key(config: dict) -> str:
 
 
 def _trial_runs(tracking_uri: str, experiment: str):
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri)
+    client = mlflow_client(tracking_uri)
     found = client.get_experiment_by_name(experiment)
     runs = client.search_runs([found.experiment_id], max_results=5000) if found else []
     return client, runs

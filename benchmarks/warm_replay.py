@@ -23,7 +23,8 @@ import numpy as np
 
 from accelsweep.sweeps.driver.define.warm_start import NOT_WORKLOAD_FIELDS, WARM_START_CONFIGS
 from accelsweep.trainables.errors import ConfigError
-from benchmarks.search_efficiency import Policy, Searcher, Table, make_searcher
+from benchmarks.concurrent_replay import replay_at
+from benchmarks.recorded_grid import Policy, Searcher, Table, make_searcher
 
 __all__ = ["WarmPlan", "plan_warm", "measurement_differences", "compare_starts", "compare_warm", "starts_table", "format_warm_report", "warm_json"]
 
@@ -105,8 +106,6 @@ def compare_starts(target: Table, policy: Policy, seeds: int, concurrencies: Seq
                    num_samples: int = 24, progress=lambda line: None) -> dict[int, dict[str, Any]]:
     """Per concurrency, the same searches (policy, seeds) begun each way of ``starts``
     (name -> the searcher for a seed; None: the policy's own)."""
-    from benchmarks.concurrent_replay import replay_at
-
     out: dict[int, dict[str, Any]] = {}
     for concurrency in concurrencies:
         out[concurrency] = {

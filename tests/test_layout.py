@@ -11,12 +11,15 @@ import ast
 import os
 import re
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
 from tests.conftest import REPO
 
 ROOTS = ("sweeps", "trainables", "kernels")  # installed as accelsweep.<root>
+# Named as they are: the front door (accelsweep/), and the benchmarks run from the checkout.
+PLAIN_ROOTS = ("accelsweep", "benchmarks")
 SKIPPED_DIRS = {".git", "__pycache__", "build", "dist"}
 BARE_IMPORT = re.compile(r"^\s*(?:from|import)\s+(sweeps|trainables|kernels)\b", re.M)
 BARE_MODULE_STRING = re.compile(r"""["'](sweeps|trainables|kernels)\.[A-Za-z_]""")
@@ -39,11 +42,18 @@ def _module_name(path: Path) -> str:
     parts = list(path.relative_to(REPO).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
-    return ".".join(["accelsweep", *parts])
+    return ".".join(parts if parts[0] in PLAIN_ROOTS else ["accelsweep", *parts])
 
 
 def _source_modules() -> dict[str, Path]:
-    return {_module_name(p): p for p in _files((".py",)) if p.relative_to(REPO).parts[0] in ROOTS}
+    return {_module_name(p): p for p in _files((".py",)) if p.relative_to(REPO).parts[0] in ROOTS + PLAIN_ROOTS}
+
+
+def test_module_names_follow_the_install():
+    assert _module_name(Path(REPO, "accelsweep", "__init__.py")) == "accelsweep"
+    assert _module_name(Path(REPO, "accelsweep", "_moved.py")) == "accelsweep._moved"
+    assert _module_name(Path(REPO, "trainables", "loop", "__init__.py")) == "accelsweep.trainables.loop"
+    assert _module_name(Path(REPO, "benchmarks", "search_efficiency.py")) == "benchmarks.search_efficiency"
 
 
 def test_no_bare_imports_anywhere_in_the_tree():
@@ -79,12 +89,27 @@ def _in_type_checking_block(node: ast.AST, parents: dict) -> bool:
     return False
 
 
-def import_graph() -> dict[str, set[str]]:
-    """Module -> the accelsweep modules it imports, at module level or inside functions
-    (a lazy import still closes a circle; it only hides it until run time). Imports
-    under ``if TYPE_CHECKING:`` never run and are left out."""
+class Import(NamedTuple):
+    module: str  # the module the import statement is in
+    target: str  # the module it imports
+    path: Path
+    line: int
+    in_function: bool
+
+
+def _in_function(node: ast.AST, parents: dict) -> bool:
+    while node in parents:
+        node = parents[node]
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            return True
+    return False
+
+
+def imports() -> list[Import]:
+    """Every import of one of the tree's modules by another, at module level or inside a
+    function. Imports under ``if TYPE_CHECKING:`` never run and are left out."""
     modules = _source_modules()
-    graph: dict[str, set[str]] = {name: set() for name in modules}
+    found = []
     for name, path in modules.items():
         tree = ast.parse(path.read_text(), filename=str(path))
         parents = {child: parent for parent in ast.walk(tree) for child in ast.iter_child_nodes(parent)}
@@ -97,7 +122,17 @@ def import_graph() -> dict[str, set[str]]:
                 assert node.level == 0, f"{path}: relative import; use the accelsweep.* name"
                 base = node.module or ""
                 targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
-            graph[name] |= {t for t in targets if t in modules and t != name}
+            found += [Import(name, target, path, node.lineno, _in_function(node, parents))
+                      for target in dict.fromkeys(targets) if target in modules and target != name]
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the modules of the tree it imports, at module level or inside functions
+    (a lazy import still closes a circle; it only hides it until run time)."""
+    graph: dict[str, set[str]] = {name: set() for name in _source_modules()}
+    for found in imports():
+        graph[found.module].add(found.target)
     return graph
 
 
@@ -142,9 +177,11 @@ def test_circle_finder_finds_a_circle():
 
 
 def test_import_graph_sees_lazy_imports():
-    graph = import_graph()
-    # trainables/trainable.py imports the training loop inside its functions only.
-    assert "accelsweep.trainables.loop.train_loop" in graph["accelsweep.trainables.trainable"]
+    # loop/train_loop.py imports nan_capture (torch) inside a function only.
+    loop, capture = "accelsweep.trainables.loop.train_loop", "accelsweep.trainables.loop.nan_capture"
+    found = [i for i in imports() if (i.module, i.target) == (loop, capture)]
+    assert found and all(i.in_function for i in found)
+    assert capture in import_graph()[loop]
 
 
 def test_no_import_circles():
@@ -153,7 +190,132 @@ def test_no_import_circles():
         " <-> ".join(c) for c in found)
 
 
-@pytest.mark.parametrize("root", ROOTS)
+# Split into one node per subpackage plus one for their own top-level modules; every other
+# root is one node (accelsweep, accelsweep.kernels, accelsweep.sweeps, benchmarks).
+SPLIT_PACKAGES = ("accelsweep.sweeps.driver", "accelsweep.trainables")
+# The trial's side, lowest first: trainables/'s own vocabulary (errors, metrics, processes,
+# ...), loop/'s building blocks, platforms/, kernels/, workloads/, harness/. Modules whose
+# imports run against those layers: module -> (the packages it imports against them, why).
+# The package graph leaves these edges out; every other import runs one way. An entry that
+# no longer occurs fails test_package_layers_run_one_way: take it off the list.
+_T = "accelsweep.trainables"
+_ENTRY = ("a trial's entry (Tune's trainable, the plain process, the loop and its tools): the top of the trial's "
+          "layers, kept in the folders that name it")
+_BUILDING_BLOCKS = ("loop/'s building blocks (precision, compile_cache, batches, measure, distributed) serve the "
+                    "platforms too: they belong in a folder below platforms/, not beside the loop")
+AGAINST_THE_LAYERS: dict[str, tuple[tuple[str, ...], str]] = {
+    f"{_T}.trainable": ((f"{_T}.loop", f"{_T}.platforms", f"{_T}.workloads"), _ENTRY),
+    f"{_T}.fresh_process": ((f"{_T}.loop", f"{_T}.platforms"), _ENTRY),
+    f"{_T}.loop.train_loop": ((f"{_T}.platforms", f"{_T}.workloads"), f"{_ENTRY}; {_BUILDING_BLOCKS}"),
+    f"{_T}.loop.nan_replay": ((f"{_T}.platforms", f"{_T}.workloads"), f"{_ENTRY}; {_BUILDING_BLOCKS}"),
+    f"{_T}.loop.nan_overhead": ((f"{_T}.platforms",), f"{_ENTRY}; {_BUILDING_BLOCKS}"),
+    f"{_T}.config": ((f"{_T}.loop", f"{_T}.platforms", f"{_T}.workloads"),
+                     "TrialConfig checks a config against the loop's precisions and compile-cache settings and the "
+                     "platform and workload registries: it belongs above them, below loop/train_loop.py"),
+    f"{_T}.flop_count": ((f"{_T}.loop",), _BUILDING_BLOCKS),
+    f"{_T}.peaks": ((f"{_T}.loop", f"{_T}.platforms"),
+                    "reads the CPU with platforms/cpu.py's cpuinfo parser, which belongs below platforms/; "
+                    f"{_BUILDING_BLOCKS}"),
+    f"{_T}.environment": ((f"{_T}.platforms",),
+                          "tags the oneDNN variables platforms/cpu.py names: the names belong below platforms/"),
+    f"{_T}.roofline": (("accelsweep.kernels",),
+                       "kernel_roofline reads an op's spec: it belongs with the kernel harness (harness/microbench.py "
+                       "calls it), above kernels/"),
+    f"{_T}.platforms.cuda": ((f"{_T}.harness",),
+                             "harness/device_timing.py is the platforms' device timing (CUDA events, JAX traces): it "
+                             "belongs below platforms/, beside loop/measure.py"),
+    f"{_T}.platforms.jax_trace": ((f"{_T}.harness",),
+                                  "harness/device_timing.py is the platforms' device timing: it belongs below "
+                                  "platforms/"),
+}
+
+
+def package_of(module: str, modules: dict[str, Path]) -> str:
+    """The node a module belongs to in the package graph (SPLIT_PACKAGES)."""
+    for split in SPLIT_PACKAGES:
+        if module == split or module.startswith(split + "."):
+            sub = ".".join(module.split(".")[:len(split.split(".")) + 1])
+            return sub if sub in modules and modules[sub].name == "__init__.py" else split
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "accelsweep" and len(parts) > 1 and parts[1] in ROOTS else parts[0]
+
+
+def package_graph(graph: dict[str, set[str]], modules: dict[str, Path], left_out=()) -> dict[str, dict[str, set]]:
+    """Package -> the packages it imports -> the (module, module) imports behind each edge."""
+    packages: dict[str, dict[str, set]] = {}
+    for module, targets in graph.items():
+        source = package_of(module, modules)
+        packages.setdefault(source, {})
+        for target in targets:
+            into = package_of(target, modules)
+            if into != source and (module, into) not in left_out:
+                packages[source].setdefault(into, set()).add((module, target))
+    return packages
+
+
+def test_package_of():
+    modules = _source_modules()
+    assert package_of("accelsweep.trainables.loop.train_loop", modules) == "accelsweep.trainables.loop"
+    assert package_of("accelsweep.trainables.loop", modules) == "accelsweep.trainables.loop"
+    assert package_of("accelsweep.trainables.config", modules) == "accelsweep.trainables"
+    assert package_of("accelsweep.sweeps.driver.run.lifecycle", modules) == "accelsweep.sweeps.driver.run"
+    assert package_of("accelsweep.sweeps.driver.console", modules) == "accelsweep.sweeps.driver"
+    assert package_of("accelsweep.sweeps.neuron_vit", modules) == "accelsweep.sweeps"
+    assert package_of("accelsweep.kernels.giou.torch_impl", modules) == "accelsweep.kernels"
+    assert package_of("accelsweep._moved", modules) == "accelsweep"
+    assert package_of("benchmarks.search_efficiency", modules) == "benchmarks"
+
+
+def test_package_layers_run_one_way():
+    """The graph collapsed to packages (SPLIT_PACKAGES) has no circles: a package that
+    imports another is never imported by it, not even through a third, and what two
+    packages share lives in the lower one."""
+    modules = _source_modules()
+    graph = import_graph()
+    listed = {(module, package) for module, (packages, _) in AGAINST_THE_LAYERS.items() for package in packages}
+    packages = package_graph(graph, modules, left_out=listed)
+    found = circles({source: set(targets) for source, targets in packages.items()})
+    detail = []
+    for circle in found:
+        for source in circle:
+            for target in circle:
+                for module, imported in sorted(packages[source].get(target, ())):
+                    detail.append(f"  {source} -> {target}: {module} imports {imported}")
+    assert not found, "package circles:\n" + "\n".join(" <-> ".join(c) for c in found) + "\n" + "\n".join(detail)
+    everything = package_graph(graph, modules)
+    stale = [edge for edge in sorted(listed)
+             if not any(module == edge[0] for module, _ in everything[package_of(edge[0], modules)].get(edge[1], ()))]
+    assert not stale, f"listed in AGAINST_THE_LAYERS but no longer imported (take them off): {stale}"
+
+
+# Modules imported inside functions without a comment: each brings a heavy stack at import,
+# which its importer must not load before it needs it (module -> what it brings).
+LAZY_BY_NATURE: dict[str, str] = {
+    "accelsweep.trainables.loop.nan_capture": "torch",
+    "accelsweep.trainables.workloads.random_images": "torch",
+    "accelsweep.trainables.platforms.neuron_backend": "Ray Train's torch-xla backend",
+}
+
+
+def test_every_import_inside_a_function_says_why():
+    """An import of the tree's own module inside a function is there for a reason the
+    reader can see: an optional stack (JAX, torch-xla, Neuron, Triton), or a start-up cost
+    (a trial's process, or a script that a trial imports, loads no Ray Tune, MLflow,
+    Optuna or torch before it needs them). The reason is a comment on its line or the line
+    above, or the module is in LAZY_BY_NATURE. Hiding an import circle is no reason: move
+    what both sides share down instead."""
+    unexplained = []
+    for found in imports():
+        if not found.in_function or found.target in LAZY_BY_NATURE:
+            continue
+        lines = found.path.read_text().splitlines()
+        here, above = lines[found.line - 1], lines[found.line - 2].strip()
+        if "#" not in here and not above.startswith("#"):
+            unexplained.append(f"{found.path.relative_to(REPO)}:{found.line}: {found.target}")
+    assert not unexplained, "imports inside functions without a reason:\n" + "\n".join(unexplained)
+
+
+@pytest.mark.parametrize("root", ROOTS + PLAIN_ROOTS)
 def test_every_package_folder_is_a_package(root):
     # setup.py installs the packages it finds: a folder of modules without __init__.py
     # would be left out of a wheel while working from the repository.
@@ -169,7 +331,8 @@ def test_the_rooms_say_who_uses_them():
     imports MLflow, so a trial never writes to the store."""
     graph = import_graph()
     upward = {module: sorted(t for t in targets if t.startswith("accelsweep.sweeps"))
-              for module, targets in graph.items() if module.startswith(("accelsweep.trainables", "accelsweep.kernels"))}
+              for module, targets in graph.items()
+              if module.startswith(("accelsweep.trainables", "accelsweep.kernels"))}
     assert not {m: t for m, t in upward.items() if t}, "trial-side modules importing the driver"
     mlflow_users = []
     for path in _files((".py",)):

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Mapping, Optional
 
 from accelsweep.kernels.registry import get_op
-from accelsweep.trainables.peaks import DATASHEET as SHEETS, cpu_bandwidth, cpu_peak, datasheet_peak, peak_for
+from accelsweep.trainables import peaks
 
 __all__ = ["DATASHEET", "IN_WORDS", "MEASURED_HERE", "Roofline", "basis_kind", "is_integer_dtype", "kernel_roofline",
            "roofline_phrase"]
@@ -173,26 +173,26 @@ def _compute_peak(config, device_label: str) -> tuple[float, str]:
         # measures or tabulates a peak: a FLOP peak would be the wrong roof.
         return math.nan, f"none: {config.dtype} runs integer ops, and no integer peak is measured or tabulated here"
     if _on_cpu(config, device_label):
-        peak = cpu_peak(config.dtype, config.torch_threads)
+        peak = peaks.cpu_peak(config.dtype, config.torch_threads)
         if config.dtype in HALF_DTYPES:
             # A 16-bit kernel may convert to float32 and compute there. Where torch's 16-bit
             # GEMM is the slower (no native bfloat16, e.g. AVX2 without AVX512_BF16: emulated),
             # the float32 rate is the roof; the 16-bit GEMM's would be one a kernel passes.
-            single = cpu_peak("float32", config.torch_threads)
+            single = peaks.cpu_peak("float32", config.torch_threads)
             if single.tflops > peak.tflops:
                 return single.tflops, (f"{single.basis}; the float32 rate, above this CPU's {config.dtype} GEMM "
                                        f"({peak.tflops:.3g} TFLOP/s): a {config.dtype} kernel may compute in float32")
     else:
-        peak = peak_for(config.platform, config.dtype, devices=1, device_name=device_label)
+        peak = peaks.peak_for(config.platform, config.dtype, devices=1, device_name=device_label)
     return peak.tflops, peak.basis
 
 
 def _bandwidth(config, device_label: str) -> tuple[float, str]:
     if _on_cpu(config, device_label):
-        return cpu_bandwidth(config.torch_threads)
-    sheet = datasheet_peak(device_label or config.platform)
+        return peaks.cpu_bandwidth(config.torch_threads)
+    sheet = peaks.datasheet_peak(device_label or config.platform)
     if sheet is None:
-        known = ", ".join(d.device for d in SHEETS.values())
+        known = ", ".join(d.device for d in peaks.DATASHEET.values())
         return math.nan, f"none: no datasheet bandwidth for {device_label or config.platform!r} (known: {known})"
     return sheet.bandwidth_gb_s, (f"datasheet (not measured here): {sheet.bandwidth_gb_s:g} GB/s per "
                                   f"{sheet.device}, from the {sheet.source}")

@@ -25,6 +25,7 @@ from accelsweep.trainables.errors import ConfigError, SweepStopped
 from accelsweep.trainables.cost import CostBasis, resolve_cost_basis
 from accelsweep.trainables.platforms import PLATFORM_NAMES, get_platform, resolve_platform
 from accelsweep.trainables.loop.rejection import REJECT_RATIO
+from accelsweep.sweeps.driver.record.tracking import add_tracking_uri_flag
 from accelsweep.sweeps.driver.record.tracking_buffer import DEFAULT_WAIT_S
 
 if TYPE_CHECKING:
@@ -67,8 +68,7 @@ def common_parser(description: str, default_samples: int, default_confirm_rounds
                         help=f"trials to run, baseline included (default: {default_samples}; --smoke: 4)")
     parser.add_argument("--time-budget-s", type=positive_seconds, default=None,
                         help="stop starting trials after this many seconds; running ones are cut")
-    parser.add_argument("--tracking-uri", default=os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db",
-                        help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
+    add_tracking_uri_flag(parser)
     parser.add_argument("--experiment", default=None, help="MLflow experiment (default: the sweep's name)")
     parser.add_argument("--tracking-wait-s", type=positive_seconds, default=DEFAULT_WAIT_S,
                         help="when the MLflow tracking store stops answering, trials go on and their MLflow writes "

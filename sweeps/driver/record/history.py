@@ -17,7 +17,7 @@ from typing import Any, Optional
 from accelsweep.sweeps.driver.record.trial_record import TrialRecord
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.metrics import TRAINING_METRICS, Metric, MetricSet
-from accelsweep.sweeps.driver.record.tracking import ui_command, validate_tracking_uri
+from accelsweep.sweeps.driver.record.tracking import mlflow_client, ui_command
 
 __all__ = ["SweepHistory", "find_sweep_run", "load_sweep", "metrics_tag"]
 
@@ -108,22 +108,14 @@ class SweepHistory:
 
     def curve(self, record: TrialRecord, metric: str) -> list[tuple[int, float]]:
         """A trial's per-window values of ``metric``: (window, value), by window."""
-        from mlflow.tracking import MlflowClient
-
-        history = MlflowClient(tracking_uri=self.tracking_uri).get_metric_history(record.run_id, metric)
+        history = mlflow_client(self.tracking_uri).get_metric_history(record.run_id, metric)
         return sorted((point.step, point.value) for point in history)
-
-
-def _client(tracking_uri: str):
-    from mlflow.tracking import MlflowClient
-
-    return MlflowClient(tracking_uri=validate_tracking_uri(tracking_uri))
 
 
 def find_sweep_run(tracking_uri: str, ref: str):
     """The parent run of the sweep ``ref`` names (a run id, or a run name), in any
     experiment of the store. ConfigError when none or several match."""
-    client = _client(tracking_uri)
+    client = mlflow_client(tracking_uri)
     if not isinstance(ref, str) or not ref:
         raise ConfigError("sweep", "a sweep's parent run id or run name", ref)
     found = client.search_runs([e.experiment_id for e in client.search_experiments()],
@@ -165,7 +157,7 @@ def _record(run, measured_by: str) -> TrialRecord:
 def load_sweep(tracking_uri: str, ref: str) -> SweepHistory:
     """The sweep ``ref`` names (its parent run id or run name), read from the store."""
     parent = find_sweep_run(tracking_uri, ref)
-    client = _client(tracking_uri)
+    client = mlflow_client(tracking_uri)
     params, tags = dict(parent.data.params), dict(parent.data.tags)
     objectives = []
     for part in (params.get("objectives") or "max throughput_samples_per_s").split(","):

@@ -10,6 +10,7 @@ answer.
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
 import re
@@ -62,6 +63,23 @@ def validate_tracking_uri(uri: str) -> str:
     elif scheme in ("http", "https") and not parsed.netloc:
         raise ConfigError("tracking_uri", "http(s)://host:port", shown)
     return uri
+
+
+DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"  # where $MLFLOW_TRACKING_URI names no store
+
+
+def add_tracking_uri_flag(parser: argparse.ArgumentParser) -> None:
+    """``--tracking-uri``, the same in every command that reads or writes the record."""
+    parser.add_argument("--tracking-uri", default=os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI,
+                        help=f"MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else {DEFAULT_TRACKING_URI})")
+
+
+def mlflow_client(tracking_uri: str):
+    """An MlflowClient on ``tracking_uri`` (checked first): how what reads the record (its
+    history, reports, comparisons, benchmarks) reaches the store."""
+    from mlflow.tracking import MlflowClient  # MLflow loads when the record is read, not with this module
+
+    return MlflowClient(tracking_uri=validate_tracking_uri(tracking_uri))
 
 
 def param_value(value: Any) -> str:

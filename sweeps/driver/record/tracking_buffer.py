@@ -25,9 +25,9 @@ import uuid
 from typing import Any, Callable, Iterator, Optional
 
 from accelsweep.trainables import ray_adapter
-from accelsweep.trainables.errors import ConfigError, SweepStopped
+from accelsweep.trainables.errors import SweepStopped
 from accelsweep.trainables.loop.failures import one_line
-from accelsweep.sweeps.driver.record.secrets import redact_text, redact_uri, scrub, secret_values
+from accelsweep.sweeps.driver.record.secrets import redact_text, scrub, secret_values
 
 __all__ = ["BUFFER_DIR", "DEFAULT_WAIT_S", "MLFLOW_REQUEST_SETTINGS", "PLACEHOLDER_PREFIX", "TrackingBuffer",
            "WRITES_FILE", "unanswered"]

@@ -19,6 +19,7 @@ import shutil
 import tempfile
 
 from accelsweep.sweeps.driver.define.cli import main_guard
+from accelsweep.sweeps.driver.record.tracking import add_tracking_uri_flag
 from accelsweep.sweeps.driver.reporting.comparison import compare_sweeps, log_comparison, write_comparison
 from accelsweep.sweeps.driver.reporting.summary import plain
 
@@ -27,8 +28,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("sweeps", nargs="+", metavar="SWEEP",
                         help="two or more sweeps: their MLflow parent run ids or run names")
-    parser.add_argument("--tracking-uri", default=os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db",
-                        help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
+    add_tracking_uri_flag(parser)
     parser.add_argument("--out", default=None, help="also write comparison.md, .html and .png into this folder")
     parser.add_argument("--no-log", action="store_true", help="do not log the comparison as an MLflow run")
     args = parser.parse_args()

@@ -33,6 +33,7 @@ from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.cost import price_advice
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.sweeps.driver.record.secrets import redact_uri
+from accelsweep.sweeps.driver.record.tracking import mlflow_client
 
 __all__ = ["COMPARISON_FILES", "Comparison", "Entry", "cheaper_sentence", "compare_histories", "compare_sweeps",
            "comparison_plot", "differences", "log_comparison", "write_comparison"]
@@ -398,10 +399,8 @@ def log_comparison(comparison: Comparison) -> str:
     """A new MLflow run in the first sweep's experiment, named "compare <names>", tagged
     kind=comparison with the parent runs compared, the files of ``write_comparison`` its
     artifacts and the sentence its description; returns its run id."""
-    from mlflow.tracking import MlflowClient
-
     first = comparison.entries[0].history
-    client = MlflowClient(tracking_uri=first.tracking_uri)
+    client = mlflow_client(first.tracking_uri)
     cheapest = comparison.cheapest
     tags = {"kind": "comparison", "compared_runs": ",".join(comparison.parent_run_ids),
             "compared_names": ",".join(comparison.names),

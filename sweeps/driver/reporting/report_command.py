@@ -17,14 +17,14 @@ import tempfile
 
 from accelsweep.sweeps.driver.define.cli import main_guard
 from accelsweep.sweeps.driver.record.history import load_sweep
+from accelsweep.sweeps.driver.record.tracking import add_tracking_uri_flag, mlflow_client
 from accelsweep.sweeps.driver.reporting.report_artifacts import build_report
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("sweep", help="the sweep's MLflow parent run id or run name")
-    parser.add_argument("--tracking-uri", default=os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db",
-                        help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
+    add_tracking_uri_flag(parser)
     parser.add_argument("--study-storage", default=None,
                         help="the database of the sweep's Optuna study, when the parent run's record of it has "
                              "a password redacted (default: as recorded)")
@@ -35,9 +35,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="accelsweep-report-") as out_dir:
         paths = build_report(history, out_dir, study_url=args.study_storage)
         if not args.no_log:
-            from mlflow.tracking import MlflowClient
-
-            client = MlflowClient(tracking_uri=args.tracking_uri)
+            client = mlflow_client(args.tracking_uri)
             for path in paths:
                 folder = os.path.relpath(os.path.dirname(path), out_dir)
                 client.log_artifact(history.parent_run_id, path, None if folder == "." else folder)

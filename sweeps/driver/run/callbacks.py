@@ -21,8 +21,8 @@ from accelsweep.sweeps.driver.record.database_errors import database_unanswered
 from accelsweep.sweeps.driver.run.deadline import TrialDeadline
 from accelsweep.sweeps.driver.define.first_guess import LABEL as GUESS_LABEL
 from accelsweep.sweeps.driver.record.trial_record import (CUT_BY_BUDGET, FAILED, FINISHED, INTERRUPTED, NOISE_METRICS,
-                                                          NOT_RANKED, REJECTED, REUSED, STOPPED_EARLY, TrialRecord,
-                                                          config_key, host_slowdown)
+                                                          REJECTED, REUSED, STOPPED_EARLY, TrialRecord, config_key,
+                                                          host_slowdown)
 from accelsweep.sweeps.driver.run.searchers import local_proposals, take_reuses
 from accelsweep.trainables.cost import CostBasis, trial_cost_usd
 from accelsweep.trainables.loop.failures import ERROR, failure_cause, one_line
