@@ -22,6 +22,6 @@ def subpackages(root: str) -> list[str]:
 
 setup(
     package_dir={"accelsweep": "accelsweep", **{f"accelsweep.{root}": root for root in ROOTS}},
-    packages=["accelsweep",
-              *(f"accelsweep.{root}" + (f".{sub}" if sub else "") for root in ROOTS for sub in ("", *subpackages(root)))],
+    packages=["accelsweep", *(f"accelsweep.{root}" + (f".{sub}" if sub else "")
+                              for root in ROOTS for sub in ("", *subpackages(root)))],
 )

@@ -26,7 +26,8 @@ from accelsweep.trainables.errors import ConfigError
 
 # name -> (what it does, the module it runs); run is handled apart (it takes a study)
 TOOLS = {
-    "report": ("rebuild a sweep's report (tables, plots) from its MLflow record", "accelsweep.sweeps.driver.reporting.report_command"),
+    "report": ("rebuild a sweep's report (tables, plots) from its MLflow record",
+               "accelsweep.sweeps.driver.reporting.report_command"),
     "compare": ("two or more sweeps' best configs side by side, the cheaper per sample named",
                 "accelsweep.sweeps.driver.reporting.compare_command"),
     "cluster": ("up|down|status: a local cluster of cluster.yaml's node types, launched on demand by Ray's "

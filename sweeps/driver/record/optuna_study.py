@@ -25,7 +25,8 @@ from typing import Any, Iterator, Mapping, Optional, Sequence
 import optuna
 
 from accelsweep.sweeps.driver.record.database_errors import DRIVER_TIMEOUT_ARGS
-from accelsweep.sweeps.driver.record.trial_record import CUT_BY_BUDGET, FAILED, FINISHED, REJECTED, STOPPED_EARLY, TrialRecord
+from accelsweep.sweeps.driver.record.trial_record import (CUT_BY_BUDGET, FAILED, FINISHED, REJECTED, STOPPED_EARLY,
+                                                          TrialRecord)
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.sweeps.driver.record.secrets import redact_uri
 from accelsweep.sweeps.driver.record.sqlite_store import create_optuna_storage

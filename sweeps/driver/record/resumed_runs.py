@@ -25,8 +25,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Optional
 
-from accelsweep.sweeps.driver.record.trial_record import (CUT_BY_BUDGET, FAILED, FINISHED, INTERRUPTED, REJECTED, REUSED,
-                                                          STOPPED_EARLY, TrialRecord, config_key)
+from accelsweep.sweeps.driver.record.trial_record import (CUT_BY_BUDGET, FAILED, FINISHED, INTERRUPTED, REJECTED,
+                                                          REUSED, STOPPED_EARLY, TrialRecord, config_key)
 from accelsweep.trainables import ray_adapter
 
 __all__ = ["LOST", "MeasuredRun", "ResumeNews", "StoppedRun", "StoppedSweep", "keep_tuner_file", "read_stopped_sweep",

@@ -22,8 +22,8 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from accelsweep.sweeps.driver.record.trial_record import (CUT_BY_BUDGET, FAILED, FINISHED, INTERRUPTED, REJECTED, REUSED,
-                                                    STOPPED_EARLY, TrialRecord)
+from accelsweep.sweeps.driver.record.trial_record import (CUT_BY_BUDGET, FAILED, FINISHED, INTERRUPTED, REJECTED,
+                                                          REUSED, STOPPED_EARLY, TrialRecord)
 from accelsweep.sweeps.driver.reporting.summary import best_record, op_keys, pareto_set, ranked
 from accelsweep.trainables.cost import price_advice
 from accelsweep.trainables.errors import one_of, positive_int

@@ -20,8 +20,8 @@ import textwrap
 from typing import Sequence
 
 from accelsweep.sweeps.driver.record.trial_record import FAILED, TrialRecord
-from accelsweep.sweeps.driver.reporting.plots import (NOT_A_SPEED_FIGURE, PlotFile, PlotStamp, _figure, _finite, _kernel_points,
-                                            _nothing, _save)
+from accelsweep.sweeps.driver.reporting.plots import (NOT_A_SPEED_FIGURE, PlotFile, PlotStamp, _figure, _finite,
+                                                      _kernel_points, _nothing, _save)
 from accelsweep.trainables.roofline import IN_WORDS, Roofline, basis_kind
 
 __all__ = ["roofline_plot"]

@@ -24,7 +24,8 @@ from accelsweep.kernels.registry import KernelUnavailable, get_op
 from accelsweep.sweeps.driver.define.plan import plan_sweep
 from accelsweep.sweeps.driver.define.sweep import Objective, Sweep
 from accelsweep.sweeps.driver.run.lifecycle import run_sweep
-from accelsweep.sweeps.driver.define.cli import at_least_one, common_parser, main_guard, platform_from_args, sweep_options
+from accelsweep.sweeps.driver.define.cli import (at_least_one, common_parser, main_guard, platform_from_args,
+                                                 sweep_options)
 from accelsweep.trainables.errors import ConfigError, one_of
 from accelsweep.trainables.platforms import PLATFORM_NAMES
 from accelsweep.trainables.harness.microbench import KernelConfig, kernel_metrics, kernel_trainable
