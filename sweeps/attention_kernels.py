@@ -3,25 +3,15 @@ for one computation at a time (--variant), each checked against the float64 refe
 
     python sweeps/attention_kernels.py                      # plain attention, seq 196 and 3136
     python sweeps/attention_kernels.py --variant soft-cap   # the seed's tanh soft-cap at 30
-    python sweeps/attention_kernels.py --variant neighborhood --dtype bfloat16
     python sweeps/attention_kernels.py --smoke              # 2 x 4 x 64 x 32, seconds
-    python sweeps/attention_kernels.py --dry-run
 
-The seed (an H100, a ViT's attention inside full training steps, so its figures are step
-times, not kernel times) found SDPA's backends apart in eager mode and close once
-compiled; at 3136 tokens flash-attn-3 ~5x the hand-written function; FlexAttention ~3.5x
-the hand-written soft-cap in eager mode. Shapes here are the seed's second ViT (batch 8,
-12 heads of 64; 196 and 3136 tokens).
-
-On a CPU this sweep runs the hand-written attention (eager and compiled), SDPA with its
-math or ATen's CPU flash backend forced (never the dispatcher's choice), and compiled
-FlexAttention. With --platform cuda it adds SDPA's memory-efficient and cuDNN backends
-and, where installed, flash-attn, xFormers and Transformer Engine, registered and
-checked for options before any trial. On a lent H100 (2026-11-26, docs/gpu.md) every
-SDPA backend, naive and flex ran through the harness within 0.2% window-to-window CV at
-the default shape, and this sweep ran a trial through Ray; flash-attn, xFormers and
-Transformer Engine were not installed there. Implementations that
-lack the variant's options or the dtype are listed as skipped, with the reason.
+The seed (an H100, its figures step times of a ViT's training, not kernel times) found
+SDPA's backends apart eager and close compiled; flash-attn-3 ~5x the hand-written function
+at 3136 tokens; FlexAttention ~3.5x the hand-written soft-cap eager. Shapes here are its
+second ViT's (batch 8, 12 heads of 64). On a CPU: the hand-written attention (eager and
+compiled), SDPA with its math or CPU flash backend forced, compiled FlexAttention; with
+--platform cuda also SDPA's other backends and, where installed, flash-attn, xFormers and
+Transformer Engine. Implementations that lack the variant or the dtype are skipped, with why.
 """
 
 from accelsweep.sweeps.driver.run.kernel_sweep import run

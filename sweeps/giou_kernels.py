@@ -5,15 +5,12 @@
     python sweeps/giou_kernels.py --dry-run
 
 Seed 004 (inf2.xlarge, 1024 x 256 boxes): PyTorch 0.293 ms, NKI 0.211 ms, C++ GpSimd
-0.061 ms. This sweep runs what is registered in kernels/giou for the platform: on a
-CPU, PyTorch eager and compiled, JAX jit, and Pallas in interpret mode (checked, never
-ranked); with --platform cuda also the fused Triton kernel (on a lent H100, 2026-11-26:
-2.4 us a call at the default 1 x 256 boxes against naive PyTorch's 58.2 us; docs/gpu.md);
-with --platform neuron (on a trn1/inf2 node, one NeuronCore per trial) the seed's three:
-PyTorch through torch-xla, NKI and the GpSimd C++ operator. The Neuron kernels were never
-compiled or run by us (no Neuron SDK or hardware): their figures above are the seed's, not
-ours. --platform xla runs the PyTorch baseline on torch-xla's CPU client (a test of that
-path, not a speed figure).
+0.061 ms. This sweep runs what kernels/giou registers for the platform: on a CPU, PyTorch
+eager and compiled, JAX jit, and Pallas in interpret mode (checked, never ranked); with
+--platform cuda also the fused Triton kernel; with --platform neuron (one NeuronCore per
+trial) the seed's three: PyTorch through torch-xla, NKI and the GpSimd C++ operator, never
+compiled or run here. --platform xla runs the PyTorch baseline on torch-xla's CPU client (a
+test of that path, not a speed figure).
 """
 
 from accelsweep.sweeps.driver.run.kernel_sweep import run

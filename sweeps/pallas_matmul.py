@@ -4,22 +4,13 @@ Pallas matmul, searched by Optuna TPE, with the library matmul (jnp.dot) as the 
     python sweeps/pallas_matmul.py                      # int8, 1024^3, 16 trials
     python sweeps/pallas_matmul.py --dtype bfloat16
     python sweeps/pallas_matmul.py --smoke              # 128 x 256 x 256, 4 trials
-    python sweeps/pallas_matmul.py --dry-run
 
-The seed (TPU v5e, 8192^3, blocks bm=512, bk=1024, bn=1024): the int8 Pallas kernel ran
-71% faster than the bfloat16 one, and slower than XLA's int8 matmul: matching it, the
-seed says, needs "additional tuning". Its table is an image: no figures are quoted here.
-
-Trial 1 is the library matmul; TPE then searches (bm, bk, bn) for the Pallas kernel.
-Only block shapes that tile the problem, obey TPU tiling and fit the TPU's VMEM budget
-are proposed: every combination is checked before the first trial, and the sweep is
-refused if any fails (kernels/matmul/checks.py has the rules).
-
-On a CPU, Pallas runs in interpret mode: each block shape is checked against the
-reference, but its time is the interpreter's, NOT a speed figure. Those trials are
-not ranked, and TPE steering by them says nothing about a TPU: a CPU run rehearses the
-study. With --platform tpu each trial holds one TPU chip, Pallas runs natively and the
-shape is the seed's 8192^3 (never run by us: no TPU was available).
+The seed (TPU v5e, 8192^3, blocks 512, 1024, 1024): the int8 kernel ran 71% faster than the
+bfloat16 one, and slower than XLA's int8 matmul. Trial 1 is the library matmul; TPE then
+searches the blocks, among those that tile the problem, obey TPU tiling and fit VMEM (all
+checked before the first trial: kernels/matmul/checks.py). Where Pallas only runs
+interpreted (a CPU), each block shape is checked against the reference but its time is the
+interpreter's, never ranked; where it runs natively (a TPU) the shape is the seed's.
 """
 
 from __future__ import annotations
@@ -29,6 +20,7 @@ import os
 from typing import Any, Mapping, Optional, Sequence
 
 from accelsweep import Objective, Sweep, plan_sweep, run_sweep
+from accelsweep.kernels.registry import get_op
 from accelsweep.sweeps.driver.define.cli import common_parser, main_guard, platform_from_args, sweep_options
 from accelsweep.sweeps.driver.run.kernel_sweep import SMOKE_MEASUREMENT
 from accelsweep.trainables.errors import ConfigError
@@ -43,7 +35,7 @@ DEFAULT_SAMPLES, SMOKE_SAMPLES = 16, 4
 # kernel's default blocks (128), and the baseline has to be a point of the space.
 SHAPE = {"m": 1024, "k": 1024, "n": 1024}
 BLOCKS = {"bm": (32, 64, 128, 256, 512), "bk": (128, 256, 512, 1024), "bn": (128, 256, 512, 1024)}
-TPU_SHAPE = {"m": 8192, "k": 8192, "n": 8192}  # the seed's (TPU v5e)
+SEED_SHAPE = {"m": 8192, "k": 8192, "n": 8192}  # the seed's (TPU v5e)
 SMOKE_SHAPE = {"m": 128, "k": 256, "n": 256}
 SMOKE_BLOCKS = {"bm": (32, 64, 128), "bk": (128, 256), "bn": (128, 256)}
 
@@ -80,24 +72,23 @@ def refuse_invalid_blocks(base: KernelConfig, blocks: Mapping[str, Sequence[int]
 
 
 def build_sweep(args, shape: Optional[Mapping[str, int]], blocks: Mapping[str, Sequence[int]]) -> Sweep:
-    """``shape``: None for the platform's (the seed's on a TPU)."""
-    from accelsweep.kernels.registry import get_op
-
+    """``shape``: None for the platform's (the seed's where Pallas runs natively)."""
     kernel = get_op("matmul").impl(KERNEL)
-    if args.platform != "auto" and args.platform not in kernel.platforms:
+    if args.platform not in ("auto", *kernel.platforms):
         raise ConfigError("--platform", f"one the {KERNEL} kernel runs on ({', '.join(kernel.platforms)})",
                           args.platform)
     platform, why = platform_from_args(args, kernel.platforms, f"implementations of {KERNEL} matmul")
-    shape = shape or (TPU_SHAPE if platform == "tpu" else SHAPE)
+    # Where the kernel's declaration has it compiled, not interpreted (a TPU), the shape is the seed's.
+    native = platform not in kernel.interpreted_on
+    shape = shape or (SEED_SHAPE if native else SHAPE)
     base = KernelConfig.make(op="matmul", impl=LIBRARY, platform=platform, dtype=args.dtype, seed=args.seed,
                              cpus_per_worker=os.cpu_count() or 1, **shape,
                              **(SMOKE_MEASUREMENT if args.smoke else {}))
     refuse_invalid_blocks(base, blocks)
-    interpreted = platform in kernel.interpreted_on
     note = (f"{platform}, {args.dtype}, m x k x n = {shape['m']} x {shape['k']} x {shape['n']}: trial 1 is {LIBRARY}, "
             f"the rest {KERNEL} with TPE-searched blocks"
             + ("; Pallas runs in interpret mode here: each block shape is checked against the reference, and its "
-               "time is the interpreter's, not a speed figure (not ranked)" if interpreted else "") + f"; {why}")
+               "time is the interpreter's, not a speed figure (not ranked)" if not native else "") + f"; {why}")
     return Sweep(
         name="pallas_matmul", trainable=kernel_trainable, base=base,
         space=library_then_blocks(blocks, {name: base.tuning[name] for name in blocks}),

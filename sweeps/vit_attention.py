@@ -2,54 +2,16 @@
 
     python sweeps/vit_attention.py                        # CPU: 4 implementations x eager/inductor, under 10 min
     python sweeps/vit_attention.py --smoke                # tiny ViT, eager only, about a minute
-    python sweeps/vit_attention.py --platform cuda --dry-run
     python sweeps/vit_attention.py --platform cuda --model vit-attn-3136   # the seed's long-sequence table
 
-The seed's figures (its own, hand-run: one H100, CUDA 12.4, PyTorch 2.5.1; timm's ViT
-with 196 tokens, 24 blocks of 16 heads of 64, batch 128, bf16 autocast; average step
-time in ms, lower is better), as knobs here:
+The seed's table (one H100, timm's ViT of 196 tokens, batch 128, bf16 autocast; ms a step). What a
+platform cannot train, or has not installed, is removed from the space before any trial, with why.
 
     seed's attention            knobs here                               eager  compiled
     hand-written (baseline)     attention=naive                            370       242
-    SDPA, each backend forced   attention=sdpa-flash, sdpa-efficient,     (the seed's image table only:
-                                sdpa-math, sdpa-cudnn                      apart eager, close compiled)
-    FlashAttention-3 beta       attention=flash-attn (FlashAttention-2)    240         -  (FA3 did not compile)
+    FlashAttention-3 beta       attention=flash-attn (FlashAttention-2)    240         -
     Transformer Engine, fused   attention=transformer-engine               243       204
     xFormers 0.0.28             attention=xformers                         246       203
-
-Not rows of that table: attention=sdpa (timm's own module: SDPA, the dispatcher's choice)
-and attention=flex (plain FlexAttention; the seed ran it on its variants, below).
-
-The seed's text adds: flash-attn-3 eager 240 ms was 5% faster than SDPA's flash backend
-and 54% faster than the baseline; xFormers eager 10.5% faster than SDPA's memory-efficient
-backend; compiled, the best reached 202 ms (20% below the compiled baseline). At 3136
-tokens (--model vit-attn-3136: batch 8, 6 blocks of 12 heads of 64) flash-attn-3 was
-~5x the hand-written attention eager, and Transformer Engine compiled the best at 53 ms.
-Its FlexAttention soft-cap (~3.5x eager, ~1.5x compiled) and neighbourhood-mask (2.19x
-eager, 2.59x compiled) tables are the kernel study's variants (sweeps/attention_kernels.py
---variant soft-cap / neighborhood); here every implementation computes plain attention.
-
-What each knob is here: ``attention`` swaps the computation inside timm's Attention
-module (same projections and weights) for the implementation of that name in
-kernels/attention; an SDPA backend is forced with ``sdpa_kernel`` and raises rather than
-fall back. ``torch_compile`` none / inductor is the seed's eager / compiled. The grid
-runs every pair once; the baseline is the seed's (naive, eager). The seed's ViT has no
-class token and average-pools (presets vit-attn-196, vit-attn-3136); it trained with
-SGD, this loop with AdamW (the same for every row). An implementation the platform lacks
-is removed from the space before any trial, with the reason: on a CPU SDPA's
-memory-efficient and cuDNN backends, flash-attn, xFormers and Transformer Engine are
-CUDA-only, and FlexAttention has no backward pass (torch 2.14.1); on xla, neuron and
-tpu only naive and sdpa lower (eager: their step is one XLA graph already, and inductor
-is not theirs). Those not installed are removed too (not checked by --dry-run, nor with
---address, where the workers' installation is what counts).
-
-Verified where: on this CPU (torch 2.14.1), naive, sdpa, sdpa-math and sdpa-flash (ATen's
-CPU flash kernel) train eager and compiled, agree with each other, and the forced backend
-is the one the profiler sees (tests/test_vit_attention.py). On a lent H100 (torch 2.11,
-2026-11-26; docs/gpu.md), eager, batch 128, bf16 autocast, short windows: naive 251.7 ms a
-step, sdpa 185.4, sdpa-flash 189.9, sdpa-efficient 201.1, sdpa-cudnn 184.6, sdpa-math
-298.8 (each forced backend's kernel seen in a profile of neuron_vit's ViT-B/16); the
-compiled rows, flex, flash-attn, xFormers and Transformer Engine did not run there.
 """
 
 from __future__ import annotations
@@ -62,6 +24,7 @@ from accelsweep.sweeps.driver.define.cli import common_parser, cost_basis, main_
 from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.metrics import TRAINING_METRICS
+from accelsweep.trainables.platforms import get_platform
 from accelsweep.trainables.trainable import train_trainable
 
 # The seed's rows in its order; "sdpa" is timm's own module (the dispatcher's choice).
@@ -70,35 +33,40 @@ ATTENTIONS = ["naive", "sdpa", "sdpa-flash", "sdpa-efficient", "sdpa-math", "sdp
 COMPILE = ["none", "inductor"]  # the seed's eager and compiled
 # Batch per model: the seed's for its two ViTs (on its GPU); a CPU's for the small ones.
 BATCH_SIZES = {"vit-attn-196": 128, "vit-attn-3136": 8, "vit-attn-cpu": 16, "vit-micro": 8}
-XLA_BATCH_SIZE = 16  # seed 000's batch per NeuronCore
+LOADER_CPUS = 8  # at most, where loader processes feed the device: the training process and 7 loaders
 MEASUREMENT = {
     "smoke": dict(warmup_steps=2, window_min_steps=3, window_min_s=0.25, windows=2),
     "cpu": dict(warmup_steps=3, window_min_steps=5, window_min_s=2.0, windows=3),
     # The seed skipped 20 steps and averaged about 80.
     "accelerator": dict(warmup_steps=20, window_min_steps=20, window_min_s=5.0, windows=3),
 }
-CPU_TIME_BUDGET_S = 480  # a net under the local default run (4.5 min on the 2-core AMD EPYC VM, shared, 2026-11-23)
+CPU_TIME_BUDGET_S = 480  # a net under the local default run on 2 cores, which takes about half of it
 
 
 def default_model(platform: str, smoke: bool) -> str:
     if smoke:
         return "vit-micro"
-    return "vit-attn-cpu" if platform == "cpu" else "vit-attn-196"
+    return "vit-attn-cpu" if get_platform(platform).sized_for_cpu else "vit-attn-196"
+
+
+def default_batch_size(platform: str, model: str, smoke: bool) -> int:
+    """The seed's for its ViTs (a CPU's for the small ones), at most the platform's cap."""
+    cap = get_platform(platform).max_study_batch
+    return BATCH_SIZES[model] if smoke or cap is None else min(cap, BATCH_SIZES[model])
 
 
 def base_config(platform: str, model: str, batch_size: int, smoke: bool, cpus: int, seed: int) -> TrialConfig:
-    """The seed's baseline: its hand-written attention, eager; bf16 autocast on a GPU (as
-    the seed), fp32 elsewhere (a CPU without bf16 units; XLA compilers cast themselves)."""
-    measurement = MEASUREMENT["smoke" if smoke else "cpu" if platform == "cpu" else "accelerator"]
-    extra = {"threads": cpus} if platform == "cpu" else {}
-    # A GPU trial feeds it with loader processes (the seed used 12); a CPU's cores train.
-    num_workers = max(0, cpus - 1) if platform == "cuda" else 0
-    # CPU and the XLA CPU client use every core they are given: one trial owns the node.
-    cpus_per_worker = cpus if platform in ("cpu", "xla", "cuda") else 1
+    """The seed's baseline: its hand-written attention, eager, at the precision the platform
+    trains at (``Platform.training_precision``: the seed's bf16 autocast on a GPU)."""
+    trains_here = get_platform(platform)
+    measurement = MEASUREMENT["smoke" if smoke else "cpu" if trains_here.sized_for_cpu else "accelerator"]
+    if trains_here.loader_processes:  # its CPUs feed it with loader processes (the seed used 12)
+        held = dict(cpus_per_worker=cpus, num_workers=max(0, cpus - 1))
+    else:
+        held = dict(trains_here.trial_cpus(cpus), num_workers=0)
     return TrialConfig.make(platform=platform, model=model, attention="naive", torch_compile="none",
-                            batch_size=batch_size, num_workers=num_workers,
-                            precision="bf16-autocast" if platform == "cuda" else "fp32",
-                            cpus_per_worker=cpus_per_worker, seed=seed, **measurement, **extra)
+                            batch_size=batch_size, precision=trains_here.training_precision, seed=seed,
+                            **held, **measurement)
 
 
 def space_axes(base: TrialConfig, smoke: bool, check_installed: bool) -> tuple[list[str], list[str], dict[str, str]]:
@@ -126,7 +94,7 @@ def space_axes(base: TrialConfig, smoke: bool, check_installed: bool) -> tuple[l
                 removed[f"attention={name}"] = str(missing)
     if smoke:
         compiles = ["none"]
-        removed["torch_compile=inductor"] = "--smoke (an inductor compile takes 40 s or more on 2 cores)"
+        removed["torch_compile=inductor"] = "--smoke (an inductor compile takes tens of seconds on 2 cores)"
     else:
         compiles = accepted("torch_compile", COMPILE)
     return attentions, compiles, removed
@@ -146,11 +114,10 @@ def main():
 
     platform, platform_note = platform_from_args(args)
     model = args.model or default_model(platform, args.smoke)
-    default_cpus = min(8, os.cpu_count() or 1) if platform == "cuda" else os.cpu_count() or 1
-    batch_size = args.batch_size or (BATCH_SIZES[model] if platform in ("cpu", "cuda") or args.smoke
-                                     else min(XLA_BATCH_SIZE, BATCH_SIZES[model]))
-    base = base_config(platform, model, batch_size, args.smoke,
-                       args.cpus_per_worker or default_cpus, args.seed)
+    loaders = get_platform(platform).loader_processes
+    default_cpus = min(LOADER_CPUS, os.cpu_count() or 1) if loaders else os.cpu_count() or 1
+    base = base_config(platform, model, args.batch_size or default_batch_size(platform, model, args.smoke),
+                       args.smoke, args.cpus_per_worker or default_cpus, args.seed)
     attentions, compiles, removed = space_axes(base, args.smoke,
                                                check_installed=not (args.dry_run or args.address))
     for value, why in removed.items():
@@ -180,7 +147,8 @@ def main():
                       f"removed from the space: {', '.join(removed) or 'nothing'}",
         # A grid runs every pair once, all of its windows: no early stopping between rows.
         **sweep_options(args, default_samples=len(attentions) * len(compiles), scheduler="none",
-                        default_time_budget_s=None if platform != "cpu" or args.smoke else CPU_TIME_BUDGET_S),
+                        default_time_budget_s=CPU_TIME_BUDGET_S
+                        if get_platform(platform).sized_for_cpu and not args.smoke else None),
     )
     if args.dry_run:
         print(plan_sweep(sweep).describe())

@@ -13,7 +13,7 @@ import optuna
 import pytest
 
 from accelsweep.sweeps import cpu_resnet
-from accelsweep.sweeps.cpu_resnet import CpuResNet, make_space, native_bf16, spot_basis
+from accelsweep.sweeps.cpu_resnet import make_space, spot_basis
 from accelsweep.trainables.fresh_process import run_in_fresh_process
 from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.cost import PRICE_TABLE
@@ -22,7 +22,9 @@ from accelsweep.trainables.platforms import cpu as cpu_platform
 from accelsweep.trainables.platforms import get_platform
 from accelsweep.trainables.platforms.base import PlatformUnavailable
 from accelsweep.trainables.workloads.base import import_path
-from tests.test_examples import _public_section, accelsweep_imports, assert_public_imports, run_smoke
+from accelsweep.trainables.workloads.cpu_resnet import CpuResNet
+from tests.test_examples import _public_section, accelsweep_imports, run_smoke
+from tests.test_platform_knowledge import assert_study_imports
 
 SCRIPT = Path(cpu_resnet.__file__)
 TINY = dict(workload=import_path(CpuResNet), model="resnet18", image_size=32, batch_size=4, warmup_steps=1,
@@ -31,17 +33,16 @@ JEMALLOC = cpu_platform.find_allocator("jemalloc")
 needs_jemalloc = pytest.mark.skipif(JEMALLOC is None, reason="no jemalloc library here (Ray's wheel has one)")
 
 
-def test_the_study_uses_the_public_api_only():
+def test_the_study_composes_the_public_api_its_platform_and_its_workload():
     section = _public_section()
-    assert_public_imports(SCRIPT)
+    assert_study_imports(SCRIPT, CpuResNet.__module__)
     for module, name in accelsweep_imports(SCRIPT):
-        assert f"`{module}`" in section
+        assert module != "accelsweep" or f"`{name}`" in section  # the front door's names, documented
 
 
 def test_the_docstring_opens_with_the_seeds_table():
-    head = cpu_resnet.__doc__[:cpu_resnet.__doc__.index("Each knob here")]
     for figure in ("9.12", "24.34", "37.93", "39.05", "40.73", "$0.357/h", "$0.1291/h", "c7i.2xlarge"):
-        assert figure in head
+        assert figure in cpu_resnet.__doc__
     assert PRICE_TABLE["c7i.2xlarge"].usd_per_hour == 0.357 and PRICE_TABLE["c7i.2xlarge"].vcpus == 8
 
 
@@ -119,23 +120,20 @@ def test_max_autotune_passes_its_mode_to_torch_compile(monkeypatch, value, expec
     assert calls == [expected]
 
 
-def test_bf16_is_refused_where_the_cpu_lacks_it(monkeypatch, tmp_path):
-    x86 = tmp_path / "cpuinfo"
-    x86.write_text("model name\t: Intel Xeon Platinum 8275CL\nflags\t\t: fpu avx2 avx512f avx512bw\n")
-    native, reason = native_bf16(str(x86))
-    assert not native and "Intel Xeon Platinum 8275CL has none of avx512_bf16, amx_bf16, bf16" in reason
-    x86.write_text("model name\t: Intel Xeon Platinum 8488C\nflags\t\t: avx512f amx_bf16 amx_tile\n")
-    assert native_bf16(str(x86)) == (True, "Intel Xeon Platinum 8488C has amx_bf16")
-    x86.write_text("Features\t: fp asimd sve bf16 i8mm\n")  # Arm (Graviton3)
-    assert native_bf16(str(x86))[0]
-
-    monkeypatch.setattr(cpu_resnet, "native_bf16", lambda: (False, "Old CPU has none of avx512_bf16"))
+def test_bf16_is_refused_where_the_cpu_lacks_it(monkeypatch):
+    old = cpu_platform.cpu_capabilities("model name\t: Intel Xeon Platinum 8275CL\nflags\t\t: fpu avx2 avx512f\n",
+                                        cores=2, numa_node_count=1)
+    monkeypatch.setattr(cpu_platform.CpuPlatform, "capabilities", lambda self, config: old)
     for precision in ("bf16-autocast", "bf16"):
-        with pytest.raises(ConfigError, match=r"precision must be fp32 on this CPU.*Old CPU has none.*emulate"):
+        with pytest.raises(ConfigError, match=r"precision must be fp32 on this hardware.*Platinum 8275CL.*emulate"):
             TrialConfig.make(**TINY, precision=precision)
     TrialConfig.make(**TINY, precision="fp32")
     assert space_choices(make_space(False, False, 2, False, ["glibc"], 1))["precision"] == ("fp32",)
     assert space_choices(make_space(False, False, 2, True, ["glibc"], 1))["precision"] == ("fp32", "bf16-autocast")
+    amx = cpu_platform.cpu_capabilities("model name\t: Intel Xeon Platinum 8488C\nflags\t\t: avx512f amx_bf16\n",
+                                        cores=2, numa_node_count=1)
+    monkeypatch.setattr(cpu_platform.CpuPlatform, "capabilities", lambda self, config: amx)
+    TrialConfig.make(**TINY, precision="bf16")
 
 
 # ---- NUMA ----------------------------------------------------------------------------------------------
@@ -144,10 +142,9 @@ def test_numa_nodes_and_workers_across_them(tmp_path):
         (tmp_path / node).mkdir()
         (tmp_path / node / "cpulist").write_text(cpus + "\n")
     assert cpu_platform.numa_nodes(str(tmp_path)) == {0: [0, 1, 2, 3, 8, 9, 10, 11], 1: [4, 5, 6, 7, 12, 13, 14, 15]}
-    assert cpu_resnet.numa_node_count(str(tmp_path)) == 2
     (tmp_path / "node2").mkdir()  # memory only (CXL): no CPUs, no worker
     (tmp_path / "node2" / "cpulist").write_text("\n")
-    assert cpu_resnet.numa_node_count(str(tmp_path)) == 2
+    assert len(cpu_platform.numa_nodes(str(tmp_path))) == 2
     assert "workers" not in space_choices(make_space(False, False, 16, True, ["glibc"], 1))
     study = optuna.create_study()
     study.enqueue_trial({"workers": 2})

@@ -1,4 +1,4 @@
-"""sweeps/varlen_gpt.py (seed 003, variable-length sequences): what its knobs really change.
+"""sweeps/varlen_gpt.py and its workload (seed 003, variable-length sequences): what its knobs change.
 Packed batches carry no pads and the same real tokens as padded ones; the document mask
 keeps documents apart (a packed document's output is that document's run alone); the
 loop batches with the workload's collate and counts real tokens; layouts a platform
@@ -15,39 +15,40 @@ import pytest
 import torch
 
 from accelsweep.sweeps import varlen_gpt as study
+from accelsweep.trainables.workloads import varlen_gpt as gpt
 from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.loop.train_loop import run_training
 from accelsweep.trainables.workloads.base import Workload, import_path
-from tests.test_examples import assert_public_imports, run_smoke
+from tests.test_examples import run_smoke
+from tests.test_platform_knowledge import assert_study_imports
 
 SCRIPT = Path(study.__file__)
-WORKLOAD = import_path(study.VarlenGPT)
+WORKLOAD = import_path(gpt.VarlenGPT)
 LAYOUTS = ("pad-max", "pad-longest", "packed-dense", "packed-loop")
 
 
 def batch_of(documents: int = 6, max_len: int = 32, lengths: str = "uniform", seed: int = 1) -> list:
-    dataset = study.Documents(64, max_len, lengths, seed)
+    dataset = gpt.Documents(64, max_len, lengths, seed)
     return [dataset[i] for i in range(documents)]
 
 
-def test_the_script_imports_only_the_public_api():
-    assert_public_imports(SCRIPT)
+def test_the_script_composes_the_public_api_its_platform_and_its_workload():
+    assert_study_imports(SCRIPT, gpt.__name__)
 
 
 def test_the_docstring_opens_with_the_seeds_table():
-    opening = study.__doc__.split("Here the loop trains")[0]
-    assert "The seed's table" in opening and "H100" in opening
+    assert "The seed's table" in study.__doc__ and "H100" in study.__doc__
     for row, figures in {"pad-max": "132    130      342    299", "pad-longest": "129    116      337    294",
                          "packed-flash-attn": "51     -        160    -"}.items():
-        assert f"batching={row}" in opening and figures in opening
+        assert f"batching={row}" in study.__doc__ and figures in study.__doc__
 
 
-@pytest.mark.parametrize("lengths", study.LENGTHS)
+@pytest.mark.parametrize("lengths", gpt.LENGTHS)
 def test_documents_are_seeded_and_within_max_len(lengths):
-    first, again = study.Documents(200, 64, lengths, seed=3), study.Documents(200, 64, lengths, seed=3)
+    first, again = gpt.Documents(200, 64, lengths, seed=3), gpt.Documents(200, 64, lengths, seed=3)
     assert torch.equal(first.lengths, again.lengths) and torch.equal(first.tokens, again.tokens)
-    assert not torch.equal(first.lengths, study.Documents(200, 64, lengths, seed=4).lengths)
+    assert not torch.equal(first.lengths, gpt.Documents(200, 64, lengths, seed=4).lengths)
     assert int(first.lengths.min()) >= 1 and int(first.lengths.max()) <= 64
     tokens, targets = first[5]
     assert len(tokens) == len(targets) == int(first.lengths[5]) and torch.equal(tokens[1:], targets[:-1])
@@ -59,15 +60,15 @@ def test_packed_batches_carry_no_pads_and_the_same_real_tokens_as_padded_ones():
     lengths = [len(x) for x, _ in items]
     real = {}
     for layout in LAYOUTS:
-        inputs, targets = study.collate(items, layout, max_len=32)
+        inputs, targets = gpt.collate(items, layout, max_len=32)
         tokens = inputs["tokens"]
-        real_slots = targets != study.IGNORE
+        real_slots = targets != gpt.IGNORE
         # The real tokens, document by document, in order: the same in every layout.
         real[layout] = (tokens[real_slots], targets[real_slots])
         assert int(real_slots.sum()) == sum(lengths)
         if layout.startswith("packed"):
             assert tokens.shape == targets.shape == (1, sum(lengths))
-            assert bool(real_slots.all()) and bool((tokens != study.PAD_TOKEN).all())  # no pads at all
+            assert bool(real_slots.all()) and bool((tokens != gpt.PAD_TOKEN).all())  # no pads at all
             assert inputs["cu_seqlens"].tolist() == [0, *torch.tensor(lengths).cumsum(0).tolist()]
             assert inputs["cu_seqlens"].dtype == torch.int32
             assert inputs["documents"][0].tolist() == [d for d, n in enumerate(lengths) for _ in range(n)]
@@ -75,13 +76,13 @@ def test_packed_batches_carry_no_pads_and_the_same_real_tokens_as_padded_ones():
         else:
             width = 32 if layout == "pad-max" else max(lengths)
             assert tokens.shape == targets.shape == (len(items), width)
-            assert bool((tokens[~real_slots] == study.PAD_TOKEN).all())
+            assert bool((tokens[~real_slots] == gpt.PAD_TOKEN).all())
             assert not bool(real_slots.all())  # these lengths leave pads in both padded layouts
     for layout in LAYOUTS[1:]:
         assert all(torch.equal(a, b) for a, b in zip(real[layout], real["pad-max"])), layout
     # The workload's counts: real tokens the same, token slots (hence padding) not.
-    workload = study.VarlenGPT()
-    counts = {layout: workload.count(*study.collate(items, layout, max_len=32)) for layout in LAYOUTS}
+    workload = gpt.VarlenGPT()
+    counts = {layout: workload.count(*gpt.collate(items, layout, max_len=32)) for layout in LAYOUTS}
     assert {c["real_tokens"] for c in counts.values()} == {sum(lengths)}
     padding = {layout: workload.figures(c)["padding_fraction"] for layout, c in counts.items()}
     assert padding["packed-dense"] == padding["packed-loop"] == 0
@@ -89,9 +90,9 @@ def test_packed_batches_carry_no_pads_and_the_same_real_tokens_as_padded_ones():
     assert padding["pad-max"] == pytest.approx(1 - sum(lengths) / (32 * len(items)))
 
 
-def model_with(attention: study.Attention, max_len: int = 32) -> study.Decoder:
+def model_with(attention: gpt.Attention, max_len: int = 32) -> gpt.Decoder:
     torch.manual_seed(0)
-    return study.Decoder("gpt-micro", max_len, attention).eval()
+    return gpt.Decoder("gpt-micro", max_len, attention).eval()
 
 
 @pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
@@ -101,13 +102,13 @@ def test_a_documents_output_is_that_document_run_alone(layout):
     token from attending outside its document. FlexAttention's forward runs on a CPU
     (its backward does not), eager: its mask, not its kernel, is what is checked."""
     items = batch_of()
-    attention = study.FlexDocumentMask(compiled=False) if layout == "packed-flex" else \
-        study.BATCHINGS[layout].attention()
-    model, alone = model_with(attention), model_with(study.CausalSDPA())
-    inputs, targets = study.collate(items, layout, max_len=32)
+    attention = gpt.FlexDocumentMask(compiled=False) if layout == "packed-flex" else \
+        gpt.BATCHINGS[layout].attention()
+    model, alone = model_with(attention), model_with(gpt.CausalSDPA())
+    inputs, targets = gpt.collate(items, layout, max_len=32)
     with torch.no_grad():
         outputs = model(inputs)
-        real = outputs[targets != study.IGNORE]  # (real tokens, vocab), documents in order
+        real = outputs[targets != gpt.IGNORE]  # (real tokens, vocab), documents in order
         expected = torch.cat([alone({"tokens": tokens[None]})[0] for tokens, _ in items])
     torch.testing.assert_close(real, expected, atol=1e-5, rtol=1e-4)
 
@@ -116,8 +117,8 @@ def test_without_the_document_mask_the_check_fails():
     """The test above can fail: causal attention over the packed row, no document mask,
     lets later documents attend to earlier ones."""
     items = batch_of()
-    model, alone = model_with(study.CausalSDPA()), model_with(study.CausalSDPA())
-    inputs, _ = study.collate(items, "packed-dense", max_len=32)
+    model, alone = model_with(gpt.CausalSDPA()), model_with(gpt.CausalSDPA())
+    inputs, _ = gpt.collate(items, "packed-dense", max_len=32)
     with torch.no_grad():
         leaky = model(inputs)[0]
         expected = torch.cat([alone({"tokens": tokens[None]})[0] for tokens, _ in items])
@@ -132,9 +133,9 @@ def test_the_packed_layouts_train_to_the_same_gradients():
     items = batch_of()
     grads = {}
     for layout in LAYOUTS:
-        model = model_with(study.BATCHINGS[layout].attention()).train()
-        inputs, targets = study.collate(items, layout, max_len=32)
-        loss = study.VarlenGPT().loss(model(inputs), targets)
+        model = model_with(gpt.BATCHINGS[layout].attention()).train()
+        inputs, targets = gpt.collate(items, layout, max_len=32)
+        loss = gpt.VarlenGPT().loss(model(inputs), targets)
         loss.backward()
         grads[layout] = (loss.detach(), [p.grad for p in model.parameters()])
     for layout in LAYOUTS[1:]:
@@ -179,12 +180,12 @@ def test_layouts_a_platform_cannot_train_are_refused_with_the_reason():
 
 
 def test_each_platforms_space_says_what_it_leaves_out(monkeypatch):
-    rows, left_out = study.space_for("cpu")
+    rows, left_out = gpt.space_for("cpu")
     assert rows == list(LAYOUTS)
     assert len(left_out) == 4 and all(": " in line for line in left_out)
-    monkeypatch.setattr(study, "_has_module", lambda name: name != "flash_attn")
-    rows, left_out = study.space_for("cuda")
-    assert rows == [r for r in study.BATCHINGS if r != "packed-flash-attn"]
+    monkeypatch.setattr(gpt, "_has_module", lambda name: name != "flash_attn")
+    rows, left_out = gpt.space_for("cuda")
+    assert rows == [r for r in gpt.BATCHINGS if r != "packed-flash-attn"]
     assert left_out == ["packed-flash-attn: flash_attn is not installed here (pip install flash-attn)"]
 
 

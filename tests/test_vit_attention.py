@@ -21,7 +21,8 @@ from accelsweep.sweeps import vit_attention as study
 from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.workloads.vision_models import ATTENTIONS, build_model
-from tests.test_examples import assert_public_imports, run_smoke
+from tests.test_examples import run_smoke
+from tests.test_platform_knowledge import assert_study_imports
 
 SCRIPT = Path(study.__file__)
 CPU_TRAINS = ("naive", "sdpa", "sdpa-math", "sdpa-flash")
@@ -48,8 +49,8 @@ def ops_of_a_training_step(model: torch.nn.Module) -> set[str]:
     return {event.name for event in profile.events()}
 
 
-def test_the_script_imports_only_the_public_api():
-    assert_public_imports(SCRIPT)
+def test_the_script_composes_the_public_api_and_its_platform():
+    assert_study_imports(SCRIPT)
 
 
 def test_the_study_has_a_row_for_every_attention_the_workload_has():

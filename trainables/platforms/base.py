@@ -3,12 +3,12 @@
 A platform answers two kinds of question. In the driver, with no accelerator needed:
 is it here (``detect``), which knobs of its own it has (``Knobs``, a frozen dataclass
 that checks its values), is a config valid on it (``validate``), which Ray resources a
-trial asks for (``resources``) and which environment a trial gets (``trial_env``). In
-the trial, on the hardware: which device to use (refused with ``PlatformUnavailable``
-when the process got other hardware), how to move batches there, how to step the
-optimizer, how to sync, how to time a kernel call, what the compiler did, and how much
-memory the trial peaked at. The kernel harness (trainables/harness/microbench.py) asks these
-too, so neither path tests platform names.
+trial asks for (``resources``), which environment a trial gets (``trial_env``), and what
+a study starts from and searches here (``study_*``, ``sized_for_cpu``, ...). In the
+trial, on the hardware: which device to use (refused with ``PlatformUnavailable`` when
+the process got other hardware), how to move batches there, how to step the optimizer,
+how to sync, how to time a kernel call, what the compiler did, and how much memory the
+trial peaked at. Studies, the loop and the kernel harness ask these: none tests names.
 
 Platform modules import torch and accelerator stacks only inside methods that run in a
 trial, so the driver can validate and dry-run any platform on any machine.
@@ -47,6 +47,12 @@ class PlatformUnavailable(RuntimeError):
     names the platform, what was found and how to fix it."""
 
 
+def platform_knob(default: Any, *, searched: Sequence[Any]) -> Any:
+    """A platform knob field with the values a study searches for it by default
+    (``Platform.study_space``); ``searched=()`` keeps it out of the search."""
+    return dataclasses.field(default=default, metadata={"searched": tuple(searched)})
+
+
 @dataclass(frozen=True)
 class PlatformKnobs:
     """The knobs a platform owns, beside the generic ones of ``TrialConfig``. Each
@@ -59,6 +65,19 @@ class PlatformKnobs:
     @classmethod
     def names(cls) -> tuple[str, ...]:
         return tuple(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
+    def searched(cls) -> dict[str, tuple[Any, ...]]:
+        """Knob -> the values a study searches, in field order: those a ``platform_knob``
+        declares, and both values of a bool; a knob with neither is not searched."""
+        values = {}
+        for field in dataclasses.fields(cls):
+            declared = field.metadata.get("searched")
+            if declared is None and isinstance(field.default, bool):
+                declared = (False, True)
+            if declared:
+                values[field.name] = declared
+        return values
 
 
 def channels_last_format(channels_last: bool) -> "torch.memory_format":
@@ -74,6 +93,24 @@ INSTANCE_RESOURCE_SLIVER = 0.0001  # Ray's resource precision: up to 10,000 work
 def instance_resource(instance_type: str) -> str:
     """The Ray resource that marks a node of this EC2 type (declared in cluster.yaml)."""
     return f"instance_type:{instance_type}"
+
+
+@dataclass(frozen=True)
+class TrainingStudy:
+    """What the training study (sweeps/neuron_vit.py) tells a platform about its run."""
+
+    smoke: bool = False  # a tiny model, seconds a trial
+    cpus: int = 1  # the CPUs of the node a trial runs on
+    instance_type: Optional[str] = None  # the node type trials run on (it prices the sweep)
+    instance_types: tuple[str, ...] = ()  # CPU node types searched too: a trial owns the one it draws
+    nan_capture: bool = False  # each trial saves its first non-finite step: one worker, whose step it can replay
+
+
+# The training study's models and measurement windows (warm-up steps, then windows of at least so
+# many steps and seconds), as config fields: a smoke run's micro ViT, milliseconds a step anywhere,
+# and the seed's ViT-B/16, whose windows must hold many fast steps after the compiles of the first.
+SMOKE_STUDY_MODEL = dict(model="vit-micro", warmup_steps=2, window_min_steps=3, window_min_s=0.25, windows=2)
+SEED_STUDY_MODEL = dict(model="vit-b16", warmup_steps=10, window_min_steps=20, window_min_s=10.0, windows=3)
 
 
 class Platform(abc.ABC):
@@ -114,6 +151,26 @@ class Platform(abc.ABC):
     compile_cache_unset: ClassVar[str] = "inductor's default (/tmp/torchinductor_<user>)"
     remote_compile_cache: ClassVar[bool] = False
 
+    # What studies (sweeps/) size a trial by, so that none of them tests platform names.
+    # Whether studies size their trials for a CPU here: smaller models, batches and windows, and a
+    # time budget (the seeds' models take seconds a step on a CPU). The xla platform trains on a CPU
+    # too, but as the accelerators' code path under test: it gets their sizes.
+    sized_for_cpu: ClassVar[bool] = False
+    # Whether a trial computes on every CPU it holds, so that a study gives one trial all of its
+    # node's (``trial_cpus``); elsewhere a worker holds one CPU beside its device.
+    trial_owns_cpus: ClassVar[bool] = False
+    # The precision studies train at where they neither search it nor start from the seed's fp32.
+    training_precision: ClassVar[str] = "fp32"
+    # Whether studies feed the device from DataLoader processes on CPUs of their own (a GPU steps
+    # faster than the training process alone makes batches).
+    loader_processes: ClassVar[bool] = False
+    # The largest batch per device a study starts from here; None: the study's own.
+    max_study_batch: ClassVar[Optional[int]] = None
+    # What a host read of a device value (a would-be sync) costs here.
+    host_read_cost: ClassVar[str] = "not known for this platform"
+    # The training study's batch sizes (per worker) around the seed's 16 per NeuronCore.
+    study_batch_sizes: ClassVar[tuple[int, ...]] = (4, 8, 16, 32)
+
     # ---- driver side -------------------------------------------------------------
     @abc.abstractmethod
     def detect(self) -> Detection:
@@ -143,6 +200,34 @@ class Platform(abc.ABC):
         baseline (sweeps/driver/define/first_guess.py); they are a proposal to measure, never a
         figure. Here: no rules, no guess."""
         return {}
+
+    def trial_cpus(self, cpus: int) -> dict[str, Any]:
+        """The config values that give a trial on a node of ``cpus`` CPUs its share of them:
+        all (``trial_owns_cpus``), else one per worker."""
+        return {"cpus_per_worker": cpus if self.trial_owns_cpus else 1}
+
+    # ---- the training study (sweeps/neuron_vit.py): what it starts from and searches here
+    def study_model(self, study: TrainingStudy) -> dict[str, Any]:
+        """The model the training study trains here and its measurement windows, as config
+        fields: the seed's ViT-B/16; a smoke run's micro ViT."""
+        return dict(SMOKE_STUDY_MODEL if study.smoke else SEED_STUDY_MODEL)
+
+    def study_baseline(self, study: TrainingStudy) -> dict[str, Any]:
+        """The baseline's values of this platform's choosing, beside the seed's batch 16, fp32
+        and no loader workers: here, a trial's CPUs."""
+        return self.trial_cpus(study.cpus)
+
+    def study_space(self, trial: Any, precision: str, study: TrainingStudy) -> Optional[dict[str, Any]]:
+        """Suggest this platform's knobs on ``trial`` (an Optuna trial that has drawn the
+        generic knobs, ``precision`` among them) and return the values that draw fixes, or
+        None. Here: every knob the platform declares a search for (``PlatformKnobs.searched``)."""
+        for name, values in self.Knobs.searched().items():
+            trial.suggest_categorical(name, list(values))
+        return None
+
+    def check_cluster_node_type(self, instance_type: Optional[str]) -> None:
+        """On a cluster, refuse a sweep that does not name the node type its trials need
+        (``instance_type``: what --instance-type gave). Here any node will do."""
 
     def worker_resources(self, config: "TrialConfig") -> dict[str, float]:
         """What one worker process of a trial asks Ray for: its devices, and a sliver of

@@ -1,8 +1,7 @@
 """What the hardware under a platform does natively, and which knob values it only emulates.
 
 A value the hardware only emulates costs a sweep its budget for nothing: on a CPU with
-no bf16 instructions (an AVX2 AMD EPYC), bf16 trials stepped in 3.3-7.4 s against fp32's
-0.29 s. Each platform's ``capabilities(config)`` reads the hardware (or, where there is
+no bf16 instructions, bf16 steps take many times fp32's. Each platform's ``capabilities(config)`` reads the hardware (or, where there is
 none to read, the vendor's table for the target the config names), and the sweep driver
 removes the ``emulated`` values from the search space before any trial, saying why.
 

@@ -22,9 +22,10 @@ import sysconfig
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
+from accelsweep.trainables.cost import PRICE_TABLE
 from accelsweep.trainables.errors import ConfigError, boolean, one_of, positive_int
 from accelsweep.trainables.platforms.base import (Detection, Platform, PlatformKnobs, PlatformUnavailable,
-                                                  channels_last_format)
+                                                  TrainingStudy, channels_last_format)
 from accelsweep.trainables.platforms.capabilities import Capabilities, emulated_bf16, not_known
 
 if TYPE_CHECKING:
@@ -45,8 +46,8 @@ def cpu_model_name() -> str:
 
 
 # A CPU with one of these multiplies bf16 in hardware: x86's AVX512-BF16 and AMX-BF16,
-# Arm's BF16 extension. Without one, bf16 math is emulated through fp32 conversions (on a
-# 2-core AVX2 AMD EPYC, bf16 steps took 3.3-7.4 s against fp32's 0.29 s).
+# Arm's BF16 extension. Without one, bf16 math is emulated through fp32 conversions, many
+# times slower than fp32.
 BF16_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")
 # The ISA flags a capability report lists (besides every amx_* present), by their names
 # in /proc/cpuinfo: x86 "flags", Arm "Features".
@@ -55,8 +56,7 @@ CPUINFO = "/proc/cpuinfo"
 # oneDNN (PyTorch's CPU library for matmuls and convolutions) uses no instruction set above
 # ONEDNN_MAX_CPU_ISA (oneDNN's dev guide, "CPU Dispatcher Control"; DNNL_ was its old
 # prefix). These caps are below its first bf16 set (AVX2_VNNI_2 / AVX512_CORE_BF16): under
-# them bf16 runs through fp32 conversions whatever /proc/cpuinfo says (on this repo's
-# avx512_bf16 EPYC, capped at AVX2: vit-tiny bf16 6.1 samples/s against fp32's 45).
+# them bf16 runs through fp32 conversions whatever /proc/cpuinfo says.
 ONEDNN_CAPS_WITHOUT_BF16 = ("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX512_CORE", "AVX512_CORE_VNNI")
 ONEDNN_ISA_VARIABLES = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")
 
@@ -262,6 +262,10 @@ class CpuPlatform(Platform):
     cost_unit = "CPU"
     host_clock_times_steps = True  # CPU kernels run synchronously on the calling thread
     jax_backend = "cpu"
+    sized_for_cpu = True
+    trial_owns_cpus = True  # intra-op threads on every core it holds
+    host_read_cost = "nothing: CPU ops have finished when they return, so nothing waits for a device"
+    study_batch_sizes = (8, 16, 32, 64)
 
     def detect(self) -> Detection:
         return Detection(True, f"{os.cpu_count()} logical CPUs ({cpu_model_name()})")
@@ -318,6 +322,31 @@ class CpuPlatform(Platform):
         if True in choices.get("channels_last", ()):
             guess["channels_last"] = (True, "oneDNN runs convolutions in NHWC without converting the layout")
         return guess
+
+    def trial_cpus(self, cpus: int) -> dict[str, Any]:
+        owned = super().trial_cpus(cpus)
+        if self.trial_owns_cpus:  # a compute thread on each
+            owned["threads"] = cpus
+        return owned
+
+    def study_model(self, study: TrainingStudy) -> dict[str, Any]:
+        """A ViT a CPU steps in a fraction of a second, over windows of seconds."""
+        if study.smoke:
+            return super().study_model(study)
+        return dict(model="vit-tiny", warmup_steps=3, window_min_steps=5, window_min_s=2.0, windows=3)
+
+    def study_space(self, trial: Any, precision: str, study: TrainingStudy) -> Optional[dict[str, Any]]:
+        """The CPU post's knobs: intra-op threads, channels_last and, but in a smoke run (an
+        inductor compile takes tens of seconds on 2 cores), torch.compile. Where node types are
+        searched, a trial owns the node it draws: its CPUs, as threads."""
+        if study.instance_types:
+            node = PRICE_TABLE[trial.suggest_categorical("instance_type", list(study.instance_types))]
+            return self.trial_cpus(node.vcpus)
+        trial.suggest_categorical("threads", sorted({1, max(1, study.cpus // 2), study.cpus}))
+        trial.suggest_categorical("channels_last", [False, True])
+        if not study.smoke:
+            trial.suggest_categorical("torch_compile", ["none", "inductor"])
+        return None
 
     def threads(self, config: "TrialConfig") -> int:
         """The intra-op threads a trial runs with: the knob, else every CPU it holds."""

@@ -17,8 +17,9 @@ from accelsweep.trainables.harness.device_timing import (AsyncBatchWindow, CallW
 from accelsweep.trainables.loop.measure import Window, time_window
 from accelsweep.trainables.errors import boolean, optional_str
 from accelsweep.trainables.platforms.base import (Detection, Platform, PlatformKnobs, PlatformUnavailable,
-                                                  channels_last_format)
+                                                  TrainingStudy, channels_last_format)
 from accelsweep.trainables.platforms.capabilities import Capabilities, emulated_bf16, not_known
+from accelsweep.trainables.platforms.jax_trace import JaxDeviceTrace
 
 if TYPE_CHECKING:
     import torch
@@ -47,6 +48,9 @@ ATTENTION_MIN_SM: dict[str, tuple[SM, str]] = {
     "sdpa-efficient": ((5, 0), "SDPA's memory-efficient backend"),
     "flash-attn": ((8, 0), "FlashAttention-2"),
 }
+# The attention implementations the training study searches on a GPU: SDPA, the
+# dispatcher's choice, and each of its backends forced (kernels/attention).
+STUDY_ATTENTIONS = ("sdpa", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn", "sdpa-math")
 # Compute capability by Ray accelerator type (CudaKnobs.accelerator_type), from NVIDIA's
 # lists (developer.nvidia.com/cuda-gpus and /cuda-legacy-gpus). AWS's A10G is not on them.
 COMPUTE_CAPABILITY: dict[str, SM] = {
@@ -121,6 +125,11 @@ class CudaPlatform(Platform):
     call_timer = HeldWindow.timer  # "cuda events around a held batch"
     # Inductor's GPU kernels are Triton's: its version names the compile cache's directory too.
     compiler_packages = ("torch", "triton")
+    training_precision = "bf16-autocast"  # the seeds' GPU runs
+    loader_processes = True
+    host_read_cost = ("a cudaStreamSynchronize: the host waits for the GPU's queue to drain "
+                      "(torch.cuda.set_sync_debug_mode('warn') reports each)")
+    study_batch_sizes = (16, 32, 64, 128)  # one GPU, not a NeuronCore: the seed's 16 and up
 
     def detect(self) -> Detection:
         try:
@@ -150,6 +159,18 @@ class CudaPlatform(Platform):
                                                                        f"{capability[0]}.{capability[1]})"),
                                    read_here=True)
 
+    def study_space(self, trial: Any, precision: str, study: TrainingStudy) -> Optional[dict[str, Any]]:
+        """channels_last, every compile mode and, with 16-bit inputs, the attention kernels: a
+        forced SDPA backend needs them for flash and cuDNN, so with fp32 the trial keeps timm's
+        own SDPA. The space is the same on every GPU; a GPU that lacks a value (sm < 80: bf16,
+        flash, cuDNN) has it removed before any trial (``capabilities``)."""
+        trial.suggest_categorical("channels_last", [False, True])
+        trial.suggest_categorical("torch_compile", list(self.compile_modes))
+        if precision == "fp32":
+            return {"attention": "sdpa"}
+        trial.suggest_categorical("attention", list(STUDY_ATTENTIONS))
+        return None
+
     def device_resources(self, config: "TrialConfig") -> dict[str, float]:
         resources = {"CPU": config.cpus_per_worker, "GPU": 1}
         if config.knobs.accelerator_type:
@@ -176,7 +197,7 @@ class CudaPlatform(Platform):
                                       f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}): nothing timed")
         # CUDA starts lazily, at the first allocation; the loop resets and reads the memory
         # statistics before that, and on a fresh process torch 2.11 refuses them ("Invalid
-        # device argument": seen in every trial of the first sweep on a lent H100, 2026-11-26).
+        # device argument").
         torch.cuda.init()
         return torch.device("cuda", 0)
 
@@ -236,8 +257,6 @@ class CudaPlatform(Platform):
         timed by the GPU's own record (CUPTI through jax.profiler, trainables/platforms/jax_trace.py).
         Where that record cannot be taken, the host clock over each batch, and the window's
         timer says so and why (for a launch-bound call that is the host's dispatch)."""
-        from accelsweep.trainables.platforms.jax_trace import JaxDeviceTrace
-
         try:
             return traced_batch_window(call, wait, min_calls, min_seconds, JaxDeviceTrace(), clock=self.host_clock)
         except DeviceTraceUnavailable as unavailable:

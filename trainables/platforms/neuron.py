@@ -10,11 +10,13 @@ from __future__ import annotations
 import glob
 import importlib.util
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
+from accelsweep.trainables.cost import PRICE_TABLE
 from accelsweep.trainables.loop.compile_cache import cache_location
 from accelsweep.trainables.errors import ConfigError, one_of
-from accelsweep.trainables.platforms.base import Detection
+from accelsweep.trainables.platforms import neuron_errors
+from accelsweep.trainables.platforms.base import Detection, TrainingStudy
 from accelsweep.trainables.platforms.capabilities import Capabilities, not_known
 from accelsweep.trainables.platforms.xla import XlaKnobs, XlaPlatform
 from accelsweep.trainables.loop.precision import get_precision
@@ -70,6 +72,29 @@ def neuron_target_for_instance(instance_type: Optional[str]) -> Optional[str]:
     if not instance_type:
         return None
     return _TARGET_BY_FAMILY.get(instance_type.split(".", 1)[0])
+
+
+def neuron_worker_choices(instance_type: Optional[str]) -> list[int]:
+    """Data-parallel workers (one NeuronCore each): powers of two up to the cores of the
+    instance type (2 when it is unknown, the smallest trn1/inf2)."""
+    cores = int(PRICE_TABLE[instance_type].units().get("neuron_cores", 2)) if instance_type in PRICE_TABLE else 2
+    return [n for n in (1, 2, 4, 8, 16, 32) if n <= cores]
+
+
+def suggest_neuron_workers(trial: Any, study: TrainingStudy) -> None:
+    """The training study's workers on a Neuron node, but with NaN capture on: a capture
+    replays one worker's step, so it needs workers=1."""
+    if not study.nan_capture:
+        trial.suggest_categorical("workers", neuron_worker_choices(study.instance_type))
+
+
+def check_neuron_node_type(instance_type: Optional[str]) -> None:
+    """On a cluster the driver's own instance (the head) is not where trials run: the
+    compiler target, the price and the node type the autoscaler starts all come from the
+    node type named."""
+    if not instance_type:
+        raise ConfigError("--instance-type", "the Neuron node type to sweep on the cluster (one of "
+                          + ", ".join(t for t in PRICE_TABLE if neuron_target_for_instance(t)) + ")", None)
 
 
 def neuron_capabilities(target: str, probed_here: bool = False) -> Capabilities:
@@ -150,6 +175,30 @@ class NeuronPlatform(XlaPlatform):
     compile_cache_variable = "NEURON_COMPILE_CACHE_URL"
     compile_cache_unset = "/var/tmp/neuron-compile-cache"
     remote_compile_cache = True
+    trial_owns_cpus = False  # a worker computes on its NeuronCore
+
+    def study_baseline(self, study: TrainingStudy) -> dict[str, Any]:
+        # The compiler's own defaults, spelled out so the baseline is a point of the space.
+        return {**super().study_baseline(study), "neuron_target": neuron_target_for_instance(study.instance_type),
+                "neuron_model_type": "generic", "neuron_optlevel": 2, "neuron_auto_cast": "matmult",
+                "neuron_auto_cast_type": "bf16"}
+
+    def study_space(self, trial: Any, precision: str, study: TrainingStudy) -> Optional[dict[str, Any]]:
+        """The XLA knobs, workers, and seed 000's compiler experiment: model type, optlevel
+        and, with fp32, what the compiler casts down and to which type."""
+        super().study_space(trial, precision, study)
+        suggest_neuron_workers(trial, study)
+        trial.suggest_categorical("neuron_model_type", ["generic", "transformer"])
+        trial.suggest_categorical("neuron_optlevel", [1, 2, 3])
+        if precision != "fp32":  # torch decides the casts; the compiler must not (validate)
+            return {"neuron_auto_cast": None, "neuron_auto_cast_type": None}
+        if trial.suggest_categorical("neuron_auto_cast", ["none", "matmult", "all"]) == "none":
+            return {"neuron_auto_cast_type": None}
+        trial.suggest_categorical("neuron_auto_cast_type", ["bf16", "fp8_e4m3"])
+        return None
+
+    def check_cluster_node_type(self, instance_type: Optional[str]) -> None:
+        check_neuron_node_type(instance_type)
 
     def detect(self) -> Detection:
         if importlib.util.find_spec("torch_neuronx") is None:
@@ -215,7 +264,5 @@ class NeuronPlatform(XlaPlatform):
         return f"neuron: NeuronCore ({device})"
 
     def explain_failure(self, error, config, since):
-        from accelsweep.trainables.platforms import neuron_errors
-
         return neuron_errors.explain(error, neuron_cc_flags(config),
                                      neuron_errors.compile_log_roots(self.compile_cache(config)), since)

@@ -1,4 +1,4 @@
-"""Ray Train's Neuron XLA backend, with the rendezvous Ray forgets (ray#65070).
+"""Ray Train's Neuron XLA backend, with the rendezvous Ray's own leaves out.
 
 The Neuron runtime builds a communicator that spans instances by having every rank
 meet at NEURON_RT_ROOT_COMM_ID (host:port). Ray's ``_TorchAwsNeuronXLABackend`` sets

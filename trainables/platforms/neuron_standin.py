@@ -9,22 +9,22 @@ sets NEURON_RT_VISIBLE_CORES exactly as on a trn1/inf2 node; then it trains on t
 CPU. What it shows is placement: which cores each trial and each worker was given
 (``neuron_cores_held``, ``neuron_cores_by_worker``), disjoint between concurrent trials.
 What it does not show is anything about a NeuronCore's speed: every result says so
-(``standin``), its device is the CPU, its peak the CPU's, and it is never priced.
-
-Ray 2.60 hands out ``neuron_cores`` that a node merely declares (``ray.init(resources=
-{"neuron_cores": 32})``, ``ray start --resources``): no device, neuron-ls or driver is
-needed for the ids and the variable, which is what lets this run anywhere.
+(``standin``), its device is the CPU, its peak the CPU's, and it is never priced. Ray hands
+out ``neuron_cores`` that a node merely declares (``ray start --resources``), so it runs
+anywhere.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Optional
 
-from accelsweep.trainables.platforms.base import Detection
+from accelsweep.trainables.loop.distributed import World
+from accelsweep.trainables.platforms.base import SMOKE_STUDY_MODEL, Detection, TrainingStudy
 from accelsweep.trainables.platforms.cpu import CpuPlatform
-from accelsweep.trainables.platforms.neuron import check_neuron_instance_type, neuron_device_resources
+from accelsweep.trainables.platforms.neuron import (NeuronPlatform, check_neuron_instance_type, check_neuron_node_type,
+                                                    neuron_device_resources, suggest_neuron_workers)
 
 if TYPE_CHECKING:
     import torch
@@ -46,6 +46,22 @@ class NeuronStandinPlatform(CpuPlatform):
     # As platform neuron: a trial's NeuronCores are its process's for the process's life.
     reuses_processes = False
     jax_backend = None  # training trials only: a kernel timed here would be a CPU kernel under a Neuron name
+    # Studies size its trials as Neuron's: one CPU per NeuronCore, the seed's batch per core.
+    sized_for_cpu = False
+    trial_owns_cpus = False
+    max_study_batch = NeuronPlatform.max_study_batch
+    study_batch_sizes = NeuronPlatform.study_batch_sizes
+
+    def study_model(self, study: TrainingStudy) -> dict[str, Any]:
+        return dict(SMOKE_STUDY_MODEL)  # it shows placement: its speed means nothing
+
+    def study_space(self, trial: Any, precision: str, study: TrainingStudy) -> Optional[dict[str, Any]]:
+        """Workers, as on Neuron: where each worker's NeuronCore is placed is what it shows."""
+        suggest_neuron_workers(trial, study)
+        return None
+
+    def check_cluster_node_type(self, instance_type: Optional[str]) -> None:
+        check_neuron_node_type(instance_type)
 
     def detect(self) -> Detection:
         return Detection(True, f"{STANDIN_NOTE}: trains on the host CPU ({super().detect().reason}); the "
@@ -62,8 +78,6 @@ class NeuronStandinPlatform(CpuPlatform):
     def trial_tags(self, device: "torch.device") -> dict[str, str]:
         """Which NeuronCores this trial's workers were given (Ray's accelerator ids, gathered
         from every worker), and what the variable says that the Neuron runtime would read."""
-        from accelsweep.trainables.loop.distributed import World
-
         by_worker = World.current().gather(held_neuron_cores())  # by rank
         held = sorted({core for cores in by_worker for core in cores}, key=int)
         return {"standin": STANDIN_NOTE,

@@ -2,18 +2,17 @@
 platform's code path, on TPU's PJRT client); kernel microbenchmarks run JAX and Pallas
 natively there. Each trial asks Ray for one ``TPU`` (Ray's TPU resource, one chip).
 
-What was verified where: nothing of this runs without a TPU, and no TPU was available
-to us. The driver side (detection, resources, environment, validation) is tested; the
+The driver side (detection, resources, environment, validation) is tested anywhere; the
 trial side is the xla platform's, tested on torch-xla's CPU client."""
 
 from __future__ import annotations
 
 import glob
 import importlib.util
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Optional
 
 from accelsweep.trainables.errors import ConfigError
-from accelsweep.trainables.platforms.base import Detection
+from accelsweep.trainables.platforms.base import Detection, TrainingStudy
 from accelsweep.trainables.platforms.capabilities import Capabilities
 from accelsweep.trainables.platforms.xla import XlaPlatform
 
@@ -29,6 +28,7 @@ class TpuPlatform(XlaPlatform):
     jax_backend = "tpu"
     # XLA's TPU compiler ships in libtpu: its version names the compile cache's directory too.
     compiler_packages = ("torch", "torch-xla", "libtpu")
+    trial_owns_cpus = False  # a trial computes on its chip
 
     def detect(self) -> Detection:
         # TPU VMs expose their chips as /dev/accel* (v4 and later) or /dev/vfio/* (v5e, v6e).
@@ -49,6 +49,10 @@ class TpuPlatform(XlaPlatform):
         # native on every TPU. Nothing else is documented per generation here: nothing removed.
         return Capabilities("Cloud TPU", "the Cloud TPU docs (bf16 is every TPU's matmul type; no TPU generation "
                                          "is read)", {"bf16_native": True})
+
+    def study_space(self, trial: Any, precision: str, study: TrainingStudy) -> Optional[dict[str, Any]]:
+        # The generic knobs only: batches_per_execution stays 1 until the study has run on a TPU.
+        return None
 
     def validate(self, config: "TrialConfig") -> None:
         super().validate(config)

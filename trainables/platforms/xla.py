@@ -2,20 +2,13 @@
 it is tested for real on the CPU with PJRT_DEVICE=CPU.
 
 XLA is lazy: ops record a graph, ``torch_xla.sync()`` cuts it, compiles it (once per
-distinct graph; later cuts of the same graph hit the in-memory cache) and runs it.
-
-``batches_per_execution`` (k) is how many training steps go into one graph: the graph
-is cut before every k-th next batch, so k steps run as one execution (fewer launches,
-a k times bigger graph to compile). torch-xla's own MpDeviceLoader counts this in a
-counter that the loop's syncs do not reset, and its first group is k-1 steps, so after
-each timing sync the groups drift and every new drift is a new graph to compile. Here
-the cut is made by ``_ExecutionGroups`` instead, which restarts counting at every
-``sync``: a group always starts right after a sync. MpDeviceLoader still does the
-background upload. Graphs stay steady only if the loop syncs after a multiple of k
-steps; a shorter tail before a sync is a graph of its own (compiled once per length).
-
-``xm.optimizer_step`` all-reduces the gradients across replicas (a no-op with one
-replica) and then steps the optimizer.
+distinct graph) and runs it. ``batches_per_execution`` (k) traces k training steps into
+one graph (fewer launches, a bigger graph to compile). torch-xla's MpDeviceLoader counts
+its groups from its own start, which the loop's timing syncs do not reset, so its groups
+drift and each new drift is a new graph to compile; here ``_ExecutionGroups`` cuts the
+graph instead, counting from every ``sync``, and MpDeviceLoader only uploads in the
+background. Graphs stay steady when the loop syncs after a multiple of k steps.
+``xm.optimizer_step`` all-reduces the gradients across replicas, then steps.
 """
 
 from __future__ import annotations
@@ -29,7 +22,8 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional
 
 from accelsweep.trainables.loop.compile_cache import cache_location
 from accelsweep.trainables.errors import ConfigError, positive_int
-from accelsweep.trainables.platforms.base import Detection, Platform, PlatformKnobs, PlatformUnavailable
+from accelsweep.trainables.platforms.base import (Detection, Platform, PlatformKnobs, PlatformUnavailable,
+                                                  platform_knob)
 from accelsweep.trainables.platforms.capabilities import Capabilities, not_known
 from accelsweep.trainables.platforms.cpu import CpuPlatform
 
@@ -94,7 +88,8 @@ class XlaKnobs(PlatformKnobs):
     # Training steps traced into one graph and run as one execution (see the module
     # docstring); the loop warms up and times whole groups. (Where compiled graphs are
     # cached is the generic ``compile_cache`` field: trainables/loop/compile_cache.py.)
-    batches_per_execution: int = 1
+    # Searched: the seed's MpDeviceLoader ran 10 steps a graph.
+    batches_per_execution: int = platform_knob(1, searched=(1, 4, 10))
 
     def __post_init__(self) -> None:
         positive_int("batches_per_execution", self.batches_per_execution)
@@ -120,6 +115,10 @@ class XlaPlatform(Platform):
     compiler_packages = ("torch", "torch-xla")
     compile_cache_variable = "XLA_PERSISTENT_CACHE_PATH"
     compile_cache_unset = "none (torch-xla keeps no persistent cache unless told)"
+    trial_owns_cpus = True  # the XLA CPU client computes on every core it is given
+    max_study_batch = 16  # seed 000's batch per NeuronCore, kept on every XLA device
+    host_read_cost = ("a graph cut: the pending lazy graph is compiled (once per distinct graph) and run "
+                      "before the value reaches the host; a host value in a device op is a host-to-device copy")
 
     def __init__(self) -> None:
         # Batch iterators of this process whose group count a sync must restart.

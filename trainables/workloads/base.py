@@ -1,30 +1,17 @@
 """What the training loop trains: a workload (model, data, loss, optimizer, own knobs).
 
 The loop (trainables/loop/train_loop.py) owns everything measured: warm-up, windows, syncs,
-compile time, memory, NaN capture, workers, cost. A workload owns what is trained:
-
-    from dataclasses import dataclass
-    from accelsweep.trainables.workloads.base import Workload, WorkloadKnobs, knob
+compile time, memory, workers, cost. A workload owns what is trained: subclass ``Workload``,
+override ``build_model`` and ``dataset``, and declare its knobs, which sit in the flat
+config beside the generic and platform knobs and are checked before any trial:
 
     class TinyLM(Workload):
-        unit = "tokens"  # throughput is also counted in tokens/s (throughput_tokens_per_s)
+        class Knobs(WorkloadKnobs):  # a frozen dataclass
+            seq_len: int = knob(64, choices=(32, 64, 128))
 
-        @dataclass(frozen=True)
-        class Knobs(WorkloadKnobs):
-            seq_len: int = knob(64, choices=(32, 64, 128))  # searched like any knob
-
-        def build_model(self, config): ...       # an nn.Module for config (on the CPU)
-        def dataset(self, config, rank, world_size): ...  # a torch Dataset of (input, target)
-
-    TrialConfig.make(workload=import_path(TinyLM), seq_len=128, batch_size=8)  # "my_package.lm:TinyLM"
-
-A config names its workload by import path (``package.module:Name``), so that a Ray
-worker on any node can load it; built-in ones have short names (``BUILT_IN_WORKLOADS``).
-The workload's knobs sit in the flat config beside the generic and platform knobs, and
-are checked (``knob(choices=..., check=...)`` and ``validate``) in the driver before any
-trial starts, like every other knob.
-
-Importing this module does not import torch: the driver validates configs without it.
+A config names its workload by import path (``import_path(TinyLM)``, "package.module:Name")
+so a Ray worker on any node can load it; built-in ones have short names too. Importing this
+module does not import torch.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from accelsweep.trainables.errors import ConfigError
+from accelsweep.trainables.workloads import vision_models
 from accelsweep.trainables.workloads.base import Workload, WorkloadKnobs, knob
 from accelsweep.trainables.workloads.vision_models import (ATTENTIONS, DEFAULT_ATTENTION, MODEL_PRESETS,
                                                            attention_refusal, trainable_attentions)
@@ -49,10 +50,8 @@ class ImageClassification(Workload):
                                            f"{config.precision}", knobs.attention, refusal + ".")
 
     def build_model(self, config: "TrialConfig"):
-        from accelsweep.trainables.workloads.vision_models import build_model
-
         knobs = config.workload_knobs
-        return build_model(knobs.model, knobs.patch_embed, knobs.attention)
+        return vision_models.build_model(knobs.model, knobs.patch_embed, knobs.attention)
 
     def dataset(self, config: "TrialConfig", rank: int, world_size: int):
         # Looked up on the module when called: tests swap in slow or poisoned datasets.

@@ -13,6 +13,10 @@ import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
+from accelsweep.kernels.registry import get_op
+from accelsweep.trainables.errors import ConfigError
+from accelsweep.trainables.loop.precision import get_precision
+
 if TYPE_CHECKING:
     import torch.nn as nn
 
@@ -93,8 +97,6 @@ NO_TRAINING = {("flex", "cpu"): "FlexAttention has no backward pass on a CPU (to
 
 def attention_dtype(precision: str) -> str:
     """The dtype q, k and v have under ``precision``: autocast's, else the weights'."""
-    from accelsweep.trainables.loop.precision import get_precision
-
     chosen = get_precision(precision)
     return chosen.autocast or chosen.parameters
 
@@ -103,9 +105,6 @@ def attention_refusal(attention: str, platform: str, precision: str) -> Optional
     """Why ``attention`` cannot train on ``platform`` at ``precision``, or None when it can.
     Read from the kernel registry's declarations (platforms, dtypes, checks) without
     importing any implementation's stack, so the driver can say it before any trial."""
-    from accelsweep.kernels.registry import get_op
-    from accelsweep.trainables.errors import ConfigError
-
     if attention == DEFAULT_ATTENTION:
         return None  # timm's own module runs wherever the model does
     if (attention, platform) in NO_TRAINING:
@@ -199,8 +198,6 @@ def build_model(model: str, patch_embed: str = "conv", attention: str = DEFAULT_
 
     extra = {"embed_layer": _linear_patch_embed_class()} if patch_embed == "linear" else {}
     if attention != DEFAULT_ATTENTION:
-        from accelsweep.kernels.registry import get_op
-
         # KernelUnavailable, with what to install, when its stack is missing here.
         attend = get_op("attention").impl(attention).load()
         extra["attn_layer"] = _swept_attention_class()
