@@ -10,6 +10,7 @@ import sys
 import warnings
 
 _D = "accelsweep.sweeps.driver"
+_T = "accelsweep.trainables"
 # old path -> new path
 MOVED = {
     f"{_D}.api": "accelsweep",
@@ -38,6 +39,10 @@ MOVED = {
         "plots", "roofline_plot", "changes", "verdict", "cluster_watch")},
     **{f"{_D}.{name}": f"{_D}.ops.{name}" for name in (
         "team_store", "cluster_hosts", "local_cluster", "local_node_provider")},
+    # what the platforms and the loop share, below both
+    **{f"{_T}.loop.{name}": f"{_T}.{name}" for name in ("precision", "compile_cache", "batches", "distributed")},
+    f"{_T}.loop.measure": f"{_T}.timing.windows",
+    f"{_T}.harness.device_timing": f"{_T}.timing.device",
 }
 
 

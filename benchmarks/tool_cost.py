@@ -68,7 +68,7 @@ from accelsweep.sweeps.driver.record.tracking import mlflow_client
 from accelsweep.sweeps.driver.record.trial_record import FINISHED, REUSED, STOPPED_EARLY
 from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.errors import ConfigError
-from accelsweep.trainables.loop.measure import coefficient_of_variation as cv
+from accelsweep.trainables.timing.windows import coefficient_of_variation as cv
 from accelsweep.trainables.metrics import Metric, MetricSet
 from accelsweep.trainables.platforms.cpu import cpu_model_name
 from accelsweep.trainables.processes import ProcessStat, descendants, process_table, stat_of
@@ -837,7 +837,7 @@ def figure_concurrency(measured: dict) -> Figure:
 def compile_cache_use(cache_dir: str) -> tuple[dict, Optional[str], str]:
     """How figure 6's sweeps point their compile cache at ``cache_dir``: (config changes,
     a variable to set before Ray starts, the words for it). The sweep's own cache is the
-    config's ``compile_cache`` field (trainables/loop/compile_cache.py); without that field,
+    config's ``compile_cache`` field (trainables/compile_cache.py); without that field,
     inductor's own directory variable (torch/_inductor/runtime/cache_dir_utils.py:
     cache_dir() reads TORCHINDUCTOR_CACHE_DIR), which Ray's trial processes inherit when
     it is set before ray.init."""

@@ -160,7 +160,7 @@ def _check_trial(report: Report, name: str, config) -> None:
     """Build the trial as the loop does (eager), run a few steps, and check the knob."""
     import torch
 
-    from accelsweep.trainables.loop.distributed import World
+    from accelsweep.trainables.distributed import World
     from accelsweep.trainables.loop.train_loop import _Trial
     from accelsweep.trainables.platforms import get_platform
     from accelsweep.trainables.workloads.base import load_workload

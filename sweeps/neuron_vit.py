@@ -99,7 +99,7 @@ def base_config(platform: str, smoke: bool, cpus: int, instance_type, seed: int,
     own = {**here.study_model(study), **here.study_baseline(study)}
     if pin_instance_type:
         own["instance_type"] = pin_instance_type
-    if compile_cache:  # every platform's compiler caches there (trainables/loop/compile_cache.py)
+    if compile_cache:  # every platform's compiler caches there (trainables/compile_cache.py)
         own["compile_cache"] = compile_cache
     return TrialConfig.make(platform=platform, batch_size=16, num_workers=0, precision="fp32", seed=seed,
                             nan_capture=nan_capture, **own)

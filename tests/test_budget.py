@@ -151,7 +151,7 @@ def test_a_hopeless_config_is_rejected_in_its_first_steps_with_its_projection():
 
 
 def test_the_speed_probe_times_a_matmul_in_the_dtype_asked_for(monkeypatch):
-    from accelsweep.trainables.loop import measure
+    from accelsweep.trainables.timing import windows as measure
 
     seen = []
     monkeypatch.setattr(measure, "time_window", lambda step, sync, steps, seconds: seen.append(step()) or

@@ -1,4 +1,4 @@
-"""The compile cache a sweep shares across trials (trainables/loop/compile_cache.py): where it
+"""The compile cache a sweep shares across trials (trainables/compile_cache.py): where it
 is, what names its subdirectory, the environment each platform gives a trial, and, for
 real on the CPU, a second run of the same inductor config loading every graph from it."""
 
@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from accelsweep.trainables.loop import compile_cache
-from accelsweep.trainables.loop.compile_cache import ENV_VAR, cache_key, cache_location, cache_root, default_root
+from accelsweep.trainables import compile_cache
+from accelsweep.trainables.compile_cache import ENV_VAR, cache_key, cache_location, cache_root, default_root
 from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.metrics import TRAINING_METRICS

@@ -11,7 +11,7 @@ to install."""
 import pytest
 
 from accelsweep.kernels.registry import OPS, KernelUnavailable, get_op
-from accelsweep.trainables.harness.device_timing import HeldWindow, TracedWindow
+from accelsweep.trainables.timing.device import HeldWindow, TracedWindow
 from accelsweep.trainables.harness.microbench import KernelConfig, run_microbench
 from accelsweep.trainables.platforms.cuda import CALL_SYNCHRONISES_TIMER
 

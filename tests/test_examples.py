@@ -19,7 +19,7 @@ README = (ROOT / "README.md").read_text()
 PUBLIC_MODULES = (
     "accelsweep", "accelsweep.sweeps.driver.define.cli", "accelsweep.sweeps.driver.run.kernel_sweep",
     "accelsweep.trainables.workloads.base", "accelsweep.trainables.config", "accelsweep.trainables.trainable",
-    "accelsweep.trainables.metrics", "accelsweep.trainables.errors", "accelsweep.trainables.loop.measure",
+    "accelsweep.trainables.metrics", "accelsweep.trainables.errors", "accelsweep.trainables.timing.windows",
     "accelsweep.trainables.loop.train_loop", "accelsweep.trainables.fresh_process",
     "accelsweep.trainables.harness.microbench", "accelsweep.trainables.loop.rejection", "accelsweep.kernels.registry",
     "accelsweep.sweeps.driver.record.history", "accelsweep.sweeps.driver.reporting.report_artifacts", "accelsweep.sweeps.driver.record.optuna_study",

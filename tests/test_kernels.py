@@ -172,7 +172,7 @@ def test_the_harness_asks_the_platform_instead_of_testing_its_name():
 
 
 def test_host_probe_times_a_fixed_loop():
-    from accelsweep.trainables.loop.measure import coefficient_of_variation, host_probe_s
+    from accelsweep.trainables.timing.windows import coefficient_of_variation, host_probe_s
 
     probe = host_probe_s(seconds=0.01)
     assert 1e-5 < probe < 0.1  # a 20k-iteration Python loop: well under a millisecond to a few ms

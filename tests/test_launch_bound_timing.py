@@ -1,4 +1,4 @@
-"""The GPU kernel timer's logic (trainables/harness/device_timing.py), on the CPU, against a fake
+"""The GPU kernel timer's logic (trainables/timing/device.py), on the CPU, against a fake
 GPU with its own clock: launches cost the host X, kernels cost the device Y, and the
 device runs what is queued in order. The held-batch method must report Y per call, not
 X, whatever the host does, flag launch-bound calls (X >= Y), shrink batches that fill the
@@ -12,10 +12,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from accelsweep.trainables.harness.device_timing import (AsyncBatchWindow, BatchPlan, CallWaitsForDevice,
+from accelsweep.trainables.timing.device import (AsyncBatchWindow, BatchPlan, CallWaitsForDevice,
                                                          DeviceTraceUnavailable, HeldWindow, TracedWindow,
                                                          async_batch_window, held_batch_window, traced_batch_window)
-from accelsweep.trainables.loop.measure import percentile
+from accelsweep.trainables.timing.windows import percentile
 
 US = 1e-6
 

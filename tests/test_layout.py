@@ -193,41 +193,13 @@ def test_no_import_circles():
 # Split into one node per subpackage plus one for their own top-level modules; every other
 # root is one node (accelsweep, accelsweep.kernels, accelsweep.sweeps, benchmarks).
 SPLIT_PACKAGES = ("accelsweep.sweeps.driver", "accelsweep.trainables")
-# The trial's side, lowest first: trainables/'s own vocabulary (errors, metrics, processes,
-# ...), loop/'s building blocks, platforms/, kernels/, workloads/, harness/. Modules whose
-# imports run against those layers: module -> (the packages it imports against them, why).
+# trainables/ holds one module per idea at its top: each is a node of its own, so that a
+# leaf (errors, metrics, precision) and an entry (config, trainable) do not merge into one.
+MODULES_AS_NODES = ("accelsweep.trainables",)
+# Imports that run against the layers: module -> (the packages it imports against them, why).
 # The package graph leaves these edges out; every other import runs one way. An entry that
 # no longer occurs fails test_package_layers_run_one_way: take it off the list.
-_T = "accelsweep.trainables"
-_ENTRY = ("a trial's entry (Tune's trainable, the plain process, the loop and its tools): the top of the trial's "
-          "layers, kept in the folders that name it")
-_BUILDING_BLOCKS = ("loop/'s building blocks (precision, compile_cache, batches, measure, distributed) serve the "
-                    "platforms too: they belong in a folder below platforms/, not beside the loop")
-AGAINST_THE_LAYERS: dict[str, tuple[tuple[str, ...], str]] = {
-    f"{_T}.trainable": ((f"{_T}.loop", f"{_T}.platforms", f"{_T}.workloads"), _ENTRY),
-    f"{_T}.fresh_process": ((f"{_T}.loop", f"{_T}.platforms"), _ENTRY),
-    f"{_T}.loop.train_loop": ((f"{_T}.platforms", f"{_T}.workloads"), f"{_ENTRY}; {_BUILDING_BLOCKS}"),
-    f"{_T}.loop.nan_replay": ((f"{_T}.platforms", f"{_T}.workloads"), f"{_ENTRY}; {_BUILDING_BLOCKS}"),
-    f"{_T}.loop.nan_overhead": ((f"{_T}.platforms",), f"{_ENTRY}; {_BUILDING_BLOCKS}"),
-    f"{_T}.config": ((f"{_T}.loop", f"{_T}.platforms", f"{_T}.workloads"),
-                     "TrialConfig checks a config against the loop's precisions and compile-cache settings and the "
-                     "platform and workload registries: it belongs above them, below loop/train_loop.py"),
-    f"{_T}.flop_count": ((f"{_T}.loop",), _BUILDING_BLOCKS),
-    f"{_T}.peaks": ((f"{_T}.loop", f"{_T}.platforms"),
-                    "reads the CPU with platforms/cpu.py's cpuinfo parser, which belongs below platforms/; "
-                    f"{_BUILDING_BLOCKS}"),
-    f"{_T}.environment": ((f"{_T}.platforms",),
-                          "tags the oneDNN variables platforms/cpu.py names: the names belong below platforms/"),
-    f"{_T}.roofline": (("accelsweep.kernels",),
-                       "kernel_roofline reads an op's spec: it belongs with the kernel harness (harness/microbench.py "
-                       "calls it), above kernels/"),
-    f"{_T}.platforms.cuda": ((f"{_T}.harness",),
-                             "harness/device_timing.py is the platforms' device timing (CUDA events, JAX traces): it "
-                             "belongs below platforms/, beside loop/measure.py"),
-    f"{_T}.platforms.jax_trace": ((f"{_T}.harness",),
-                                  "harness/device_timing.py is the platforms' device timing: it belongs below "
-                                  "platforms/"),
-}
+AGAINST_THE_LAYERS: dict[str, tuple[tuple[str, ...], str]] = {}
 
 
 def package_of(module: str, modules: dict[str, Path]) -> str:
@@ -235,7 +207,9 @@ def package_of(module: str, modules: dict[str, Path]) -> str:
     for split in SPLIT_PACKAGES:
         if module == split or module.startswith(split + "."):
             sub = ".".join(module.split(".")[:len(split.split(".")) + 1])
-            return sub if sub in modules and modules[sub].name == "__init__.py" else split
+            if sub in modules and modules[sub].name == "__init__.py":
+                return sub
+            return sub if split in MODULES_AS_NODES and module != split else split
     parts = module.split(".")
     return ".".join(parts[:2]) if parts[0] == "accelsweep" and len(parts) > 1 and parts[1] in ROOTS else parts[0]
 
@@ -257,7 +231,8 @@ def test_package_of():
     modules = _source_modules()
     assert package_of("accelsweep.trainables.loop.train_loop", modules) == "accelsweep.trainables.loop"
     assert package_of("accelsweep.trainables.loop", modules) == "accelsweep.trainables.loop"
-    assert package_of("accelsweep.trainables.config", modules) == "accelsweep.trainables"
+    assert package_of("accelsweep.trainables.config", modules) == "accelsweep.trainables.config"
+    assert package_of("accelsweep.trainables.timing.windows", modules) == "accelsweep.trainables.timing"
     assert package_of("accelsweep.sweeps.driver.run.lifecycle", modules) == "accelsweep.sweeps.driver.run"
     assert package_of("accelsweep.sweeps.driver.console", modules) == "accelsweep.sweeps.driver"
     assert package_of("accelsweep.sweeps.neuron_vit", modules) == "accelsweep.sweeps"

@@ -1,6 +1,6 @@
 import pytest
 
-from accelsweep.trainables.loop.measure import WindowStats, percentile, time_window
+from accelsweep.trainables.timing.windows import WindowStats, percentile, time_window
 
 
 def test_percentile_interpolates():

@@ -123,7 +123,7 @@ def test_on_a_cluster_trials_ask_for_the_named_node_type():
 def test_each_precision_is_said_once_and_every_platform_lists_only_known_ones():
     import torch
 
-    from accelsweep.trainables.loop.precision import PRECISIONS, get_precision
+    from accelsweep.trainables.precision import PRECISIONS, get_precision
 
     fp32, amp, bf16 = get_precision("fp32"), get_precision("bf16-autocast"), get_precision("bf16")
     assert (fp32.parameter_dtype, fp32.input_dtype, fp32.autocasts) == (torch.float32, torch.float32, False)
@@ -166,5 +166,5 @@ def test_platforms_apply_their_own_knobs():
     assert xla.steps_per_execution(TrialConfig.make(platform="xla", batches_per_execution=4)) == 4
     assert neuron.steps_per_execution(TrialConfig.make(platform="neuron", batches_per_execution=10)) == 10
     cached = TrialConfig.make(platform="xla", compile_cache="/shared/xla")
-    # Under the named root, one directory per torch-xla build (trainables/loop/compile_cache.py).
+    # Under the named root, one directory per torch-xla build (trainables/compile_cache.py).
     assert xla.trial_env(cached)["XLA_PERSISTENT_CACHE_PATH"].startswith("/shared/xla/xla_torch-")

@@ -142,7 +142,7 @@ def test_the_cpu_peak_microbenchmark_repeats_within_5_percent_on_a_quiet_machine
     A quiet machine: no other process took cores (/proc) and its own speed held (the fixed
     CPU loop timed between them, as between a trial's windows, moved under 5%); a shared
     VM whose speed drifts is not one, and the test says so rather than time it."""
-    from accelsweep.trainables.loop.measure import coefficient_of_variation, host_probe_s
+    from accelsweep.trainables.timing.windows import coefficient_of_variation, host_probe_s
 
     probes, figures = [host_probe_s()], []
     for _ in range(3):

@@ -21,10 +21,10 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
-from accelsweep.trainables.loop.compile_cache import check_setting as check_compile_cache
+from accelsweep.trainables.compile_cache import check_setting as check_compile_cache
 from accelsweep.trainables.errors import (ConfigError, non_negative_float, one_of, positive_float, positive_int,
                                           random_seed)
-from accelsweep.trainables.loop.precision import PRECISION_NAMES
+from accelsweep.trainables.precision import PRECISION_NAMES
 from accelsweep.trainables.platforms import PLATFORMS, get_platform
 from accelsweep.trainables.workloads.base import load_workload
 
@@ -69,7 +69,7 @@ class TrialConfig:
     workload: str = DEFAULT_WORKLOAD
     batch_size: int = 32
     num_workers: int = 0  # DataLoader worker processes
-    precision: str = "fp32"  # trainables/loop/precision.py says what each one means
+    precision: str = "fp32"  # trainables/precision.py says what each one means
     torch_compile: str = "none"
     workers: int = 1  # data-parallel workers (processes); > 1 runs a Ray Train TorchTrainer
     cpus_per_worker: int = 1  # CPUs each worker holds (Ray resource and cost share)
@@ -93,7 +93,7 @@ class TrialConfig:
     # state, and end the trial as nan (trainables/loop/nan_replay.py replays the capture).
     nan_capture: bool = False
     # Where compiled graphs are kept for every later trial and sweep
-    # (trainables/loop/compile_cache.py): an absolute directory (one every node sees, on a cluster), s3://...
+    # (trainables/compile_cache.py): an absolute directory (one every node sees, on a cluster), s3://...
     # on platform neuron, or "off" (the compilers' own defaults). None: $ACCELSWEEP_COMPILE_CACHE,
     # else ~/.cache/accelsweep/compile on each node.
     compile_cache: Optional[str] = None

@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
-from accelsweep.trainables.loop.batches import map_tensors
+from accelsweep.trainables.batches import map_tensors
 from accelsweep.trainables.peaks import cache_file, locked_json_cache
 
 if TYPE_CHECKING:

@@ -154,7 +154,7 @@ TRAINING_METRICS = MetricSet(
         # The peak over what the process held before the workload was built (model,
         # optimizer state, activations, batches): on a CPU, peak RSS is mostly torch and Ray.
         Metric("workload_memory_mb", "MB", "min", label="workload memory (MB)", fmt="{:.0f}"),
-        # The compile cache (trainables/loop/compile_cache.py): per trial, graphs loaded from it
+        # The compile cache (trainables/compile_cache.py): per trial, graphs loaded from it
         # (hits), compiled and stored (misses), or not cacheable (bypasses); where it is, a tag.
         Metric("fxgraph_cache_hits", "graphs"),
         Metric("fxgraph_cache_misses", "graphs"),

@@ -27,13 +27,13 @@ from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
 from accelsweep.trainables.contention import ContentionMeter
-from accelsweep.trainables.loop.compile_cache import default_root
+from accelsweep.trainables.compile_cache import default_root
 from accelsweep.trainables.platforms.cpu import parse_cpuinfo
 
 __all__ = ["DATASHEET", "DatasheetPeak", "Peak", "cpu_theoretical_peak", "datasheet_peak", "measure_cpu_bandwidth",
            "measure_cpu_peak", "peak_for", "precision_dtype"]
 
-# Which element type a precision's matmuls run in (trainables/loop/precision.py): the
+# Which element type a precision's matmuls run in (trainables/precision.py): the
 # autocast dtype where it autocasts, else the weights'.
 PRECISION_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "bf16-autocast": "bfloat16", "fp16-autocast": "float16"}
 

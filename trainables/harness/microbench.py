@@ -24,7 +24,7 @@ from accelsweep.trainables.errors import ConfigError, non_negative_float, one_of
 from accelsweep.trainables.config import DictConfig
 from accelsweep.trainables.trial_progress import phase
 from accelsweep.trainables.contention import ContentionMeter
-from accelsweep.trainables.loop.measure import Window, coefficient_of_variation, host_probe_s, percentile, time_window
+from accelsweep.trainables.timing.windows import Window, coefficient_of_variation, host_probe_s, percentile, time_window
 from accelsweep.trainables.metrics import KERNEL_METRICS, MetricSet
 from accelsweep.trainables.platforms import PLATFORM_NAMES, Platform, PlatformUnavailable, get_platform
 from accelsweep.trainables.roofline import is_integer_dtype, kernel_roofline
@@ -321,7 +321,7 @@ def run_microbench(config: KernelConfig, report: Optional[Callable[[dict], None]
     platform: JAX's through ``time_jax_calls`` (``block_until_ready`` after each call; on a
     GPU, batches of async calls and one ``block_until_ready``), torch's through
     ``time_calls``. On a GPU that is the device's time alone: CUDA events around batches of
-    calls enqueued while a spin kernel holds the stream (trainables/harness/device_timing.py),
+    calls enqueued while a spin kernel holds the stream (trainables/timing/device.py),
     so a launch-bound kernel's figure is not its host's launch time; the host's enqueue time
     per call is reported beside it (``host_enqueue_s``), with ``launch_bound`` where it is
     the larger, and ``latency_p*`` are percentiles of the batches' means (``batch_calls``

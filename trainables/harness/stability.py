@@ -19,7 +19,7 @@ import ast
 import sys
 from typing import Any, Sequence
 
-from accelsweep.trainables.loop.measure import coefficient_of_variation
+from accelsweep.trainables.timing.windows import coefficient_of_variation
 from accelsweep.trainables.harness.microbench import NOISY_CV, KernelConfig, run_microbench
 
 

@@ -17,10 +17,10 @@ from typing import Any, Optional
 
 import torch
 
-from accelsweep.trainables.loop.batches import map_tensors
+from accelsweep.trainables.batches import map_tensors
 from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.loop.nan_capture import CAPTURE_FILE, load_capture, non_finite_gradients, set_rng_state
-from accelsweep.trainables.loop.precision import get_precision
+from accelsweep.trainables.precision import get_precision
 from accelsweep.trainables.platforms import get_platform
 from accelsweep.trainables.workloads.base import load_workload
 

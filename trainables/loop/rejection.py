@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterator, Mapping, Optional
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.contention import ContentionMeter
 from accelsweep.trainables.cost import usd_per_1m_samples
-from accelsweep.trainables.loop.measure import host_probe_s
+from accelsweep.trainables.timing.windows import host_probe_s
 from accelsweep.trainables.loop.watchdog import TrialAborted, Watchdog
 from accelsweep.trainables.ray_adapter import on_this_node
 
@@ -75,7 +75,7 @@ class TrialLimits:
     best: float = float("nan")
     ratio: float = REJECT_RATIO
     max_compile_s: Optional[float] = None
-    # The sweep's typical (median) host speed probe so far (trainables/loop/measure.py host_probe_s):
+    # The sweep's typical (median) host speed probe so far (trainables/timing/windows.py host_probe_s):
     # a trial on a host slower than it by LOADED_FOR_REJECTION is not judged. NaN: none yet.
     typical_probe_s: float = float("nan")
 

@@ -20,22 +20,22 @@ import math
 import time
 from typing import Any, Callable, Mapping, Optional
 
-from accelsweep.trainables.loop.batches import map_tensors
+from accelsweep.trainables.batches import map_tensors
 from accelsweep.trainables.trial_progress import phase
-from accelsweep.trainables.loop.compile_cache import DYNAMO_CACHE_COUNTERS, dynamo_cache_counts
+from accelsweep.trainables.compile_cache import DYNAMO_CACHE_COUNTERS, dynamo_cache_counts
 from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.contention import ContentionMeter
 from accelsweep.trainables.cost import usd_per_1m_samples
-from accelsweep.trainables.loop.distributed import World
+from accelsweep.trainables.distributed import World
 from accelsweep.trainables.utilisation import TrialUtilisation
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.loop.failures import NonFiniteGradient, NonFiniteLoss
-from accelsweep.trainables.loop.measure import (WindowStats, coefficient_of_variation, host_probe_s,
+from accelsweep.trainables.timing.windows import (WindowStats, coefficient_of_variation, host_probe_s,
                                                 matmul_probe_gflops, percentile, time_window,
                                                 torch_compile_seconds)
 from accelsweep.trainables.metrics import DRIVER_METRICS, TRAINING_METRICS
 from accelsweep.trainables.platforms import get_platform
-from accelsweep.trainables.loop.precision import get_precision
+from accelsweep.trainables.precision import get_precision
 from accelsweep.trainables.loop.rejection import SlowTrial, StepGuard, TrialLimits, current_limits
 from accelsweep.trainables.loop.watchdog import TrialAborted
 from accelsweep.trainables.turns import current_turns, drain_steps

@@ -22,12 +22,12 @@ import os
 from dataclasses import dataclass
 from typing import Optional, TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Mapping, Sequence
 
-from accelsweep.trainables.loop.batches import map_tensors
-from accelsweep.trainables.loop.compile_cache import cache_location, check_setting, inductor_env
+from accelsweep.trainables.batches import map_tensors
+from accelsweep.trainables.compile_cache import cache_location, check_setting, inductor_env
 from accelsweep.trainables.platforms.capabilities import Capabilities, not_known
 from accelsweep.trainables.errors import one_of
-from accelsweep.trainables.loop.measure import Window, time_window
-from accelsweep.trainables.loop.precision import get_precision
+from accelsweep.trainables.timing.windows import Window, time_window
+from accelsweep.trainables.precision import get_precision
 
 if TYPE_CHECKING:
     import torch
@@ -143,7 +143,7 @@ class Platform(abc.ABC):
     jax_backend: ClassVar[Optional[str]] = None
     # How ``time_calls`` times one call (a kernel result's ``timer``).
     call_timer: ClassVar[str] = "host clock"
-    # The compile cache (trainables/loop/compile_cache.py): the packages whose versions name its
+    # The compile cache (trainables/compile_cache.py): the packages whose versions name its
     # subdirectory, the variable that points the compiler at it, what the compiler does when
     # that is unset, and whether it reads s3:// itself. Here: torch.compile's inductor.
     compiler_packages: ClassVar[tuple[str, ...]] = ("torch",)
@@ -317,7 +317,7 @@ class Platform(abc.ABC):
         def to_device(tensor: "torch.Tensor") -> "torch.Tensor":
             return tensor.to(device, non_blocking=True)
 
-        # Inputs may be a tensor or a tuple or dict of them (trainables/loop/batches.py).
+        # Inputs may be a tensor or a tuple or dict of them (trainables/batches.py).
         for inputs, targets in loader:
             yield map_tensors(to_device, inputs), map_tensors(to_device, targets)
 

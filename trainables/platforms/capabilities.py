@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Union
 
-from accelsweep.trainables.loop.precision import PRECISIONS
+from accelsweep.trainables.precision import PRECISIONS
 
 __all__ = ["BF16_PRECISIONS", "Capabilities", "emulated_bf16", "not_known"]
 

@@ -11,10 +11,10 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
-from accelsweep.trainables.harness.device_timing import (AsyncBatchWindow, CallWaitsForDevice, DeviceTraceUnavailable,
+from accelsweep.trainables.timing.device import (AsyncBatchWindow, CallWaitsForDevice, DeviceTraceUnavailable,
                                                          HeldStream, HeldWindow, async_batch_window, held_batch_window,
                                                          traced_batch_window)
-from accelsweep.trainables.loop.measure import Window, time_window
+from accelsweep.trainables.timing.windows import Window, time_window
 from accelsweep.trainables.errors import boolean, optional_str
 from accelsweep.trainables.platforms.base import (Detection, Platform, PlatformKnobs, PlatformUnavailable,
                                                   TrainingStudy, channels_last_format)
@@ -231,7 +231,7 @@ class CudaPlatform(Platform):
 
     def time_calls(self, call: Callable[[], Any], device: "torch.device", min_calls: int,
                    min_seconds: float) -> Window:
-        """Device time per call, from held batches (trainables/harness/device_timing.py): the stream
+        """Device time per call, from held batches (trainables/timing/device.py): the stream
         is held by a spin kernel while a batch of calls is enqueued, and CUDA events around
         the batch time the GPU's work alone, never the host's launches. A call that waits
         for the GPU itself (torchvision's NMS reads its kept count back) cannot be held:

@@ -1,6 +1,6 @@
 """The GPU's own record of JAX's work: CUPTI's kernel and copy times, through jax.profiler.
 
-JAX gives no stream to hold (trainables/harness/device_timing.py), so a launch-bound JAX
+JAX gives no stream to hold (trainables/timing/device.py), so a launch-bound JAX
 call timed on the host clock is timed by its dispatch. jax.profiler records what the GPU
 ran (XLA's CUPTI tracer: one line per stream on the ``/device:GPU:N`` plane, each kernel
 and copy an event carrying its ``correlation_id``) on the same clock as the host's trace
@@ -21,7 +21,7 @@ import shutil
 import tempfile
 from typing import Any, Iterable
 
-from accelsweep.trainables.harness.device_timing import DeviceTraceUnavailable
+from accelsweep.trainables.timing.device import DeviceTraceUnavailable
 
 __all__ = ["BATCH_PREFIX", "JaxDeviceTrace", "busy_seconds_by_batch", "work_by_batch"]
 

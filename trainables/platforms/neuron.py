@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
 from accelsweep.trainables.cost import PRICE_TABLE
-from accelsweep.trainables.loop.compile_cache import cache_location
+from accelsweep.trainables.compile_cache import cache_location
 from accelsweep.trainables.errors import ConfigError, one_of
 from accelsweep.trainables.platforms import neuron_errors
 from accelsweep.trainables.platforms.base import Detection, TrainingStudy
 from accelsweep.trainables.platforms.capabilities import Capabilities, not_known
 from accelsweep.trainables.platforms.xla import XlaKnobs, XlaPlatform
-from accelsweep.trainables.loop.precision import get_precision
+from accelsweep.trainables.precision import get_precision
 
 if TYPE_CHECKING:
     from accelsweep.trainables.config import TrialConfig
@@ -254,7 +254,7 @@ class NeuronPlatform(XlaPlatform):
 
     def compile_cache(self, config: "TrialConfig") -> Optional[str]:
         # Neuron keys its own cache on neuronx-cc's version and NEURON_CC_FLAGS
-        # (compiler_packages is empty: trainables/loop/compile_cache.py says why).
+        # (compiler_packages is empty: trainables/compile_cache.py says why).
         return cache_location(config.compile_cache, self.name)
 
     def runtime_env(self) -> dict[str, str]:

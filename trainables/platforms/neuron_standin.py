@@ -20,7 +20,7 @@ import os
 import time
 from typing import TYPE_CHECKING, Any, Optional
 
-from accelsweep.trainables.loop.distributed import World
+from accelsweep.trainables.distributed import World
 from accelsweep.trainables.platforms.base import SMOKE_STUDY_MODEL, Detection, TrainingStudy
 from accelsweep.trainables.platforms.cpu import CpuPlatform
 from accelsweep.trainables.platforms.neuron import (NeuronPlatform, check_neuron_instance_type, check_neuron_node_type,

@@ -20,7 +20,7 @@ import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional
 
-from accelsweep.trainables.loop.compile_cache import cache_location
+from accelsweep.trainables.compile_cache import cache_location
 from accelsweep.trainables.errors import ConfigError, positive_int
 from accelsweep.trainables.platforms.base import (Detection, Platform, PlatformKnobs, PlatformUnavailable,
                                                   platform_knob)
@@ -87,7 +87,7 @@ class XlaKnobs(PlatformKnobs):
 
     # Training steps traced into one graph and run as one execution (see the module
     # docstring); the loop warms up and times whole groups. (Where compiled graphs are
-    # cached is the generic ``compile_cache`` field: trainables/loop/compile_cache.py.)
+    # cached is the generic ``compile_cache`` field: trainables/compile_cache.py.)
     # Searched: the seed's MpDeviceLoader ran 10 steps a graph.
     batches_per_execution: int = platform_knob(1, searched=(1, 4, 10))
 

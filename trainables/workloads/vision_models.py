@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Optional
 
 from accelsweep.kernels.registry import get_op
 from accelsweep.trainables.errors import ConfigError
-from accelsweep.trainables.loop.precision import get_precision
+from accelsweep.trainables.precision import get_precision
 
 if TYPE_CHECKING:
     import torch.nn as nn

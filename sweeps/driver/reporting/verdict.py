@@ -19,7 +19,7 @@ from typing import Mapping, Optional, Sequence
 
 from accelsweep.sweeps.driver.record.trial_record import FAILED, TrialRecord, host_slowdown
 from accelsweep.sweeps.driver.reporting.changes import describe_change, is_relative
-from accelsweep.trainables.loop.measure import HOST_LOADED
+from accelsweep.trainables.timing.windows import HOST_LOADED
 from accelsweep.trainables.turns import turn_key
 
 __all__ = ["EQUAL_WITHIN", "HOST_LOADED", "Judgement", "RoundsJudged", "TURN_FIGURES", "Verdict", "config_key",

@@ -26,7 +26,7 @@ from accelsweep.sweeps.driver.record.trial_record import (CUT_BY_BUDGET, FAILED,
 from accelsweep.sweeps.driver.run.searchers import local_proposals, take_reuses
 from accelsweep.trainables.cost import CostBasis, trial_cost_usd
 from accelsweep.trainables.loop.failures import ERROR, failure_cause, one_line
-from accelsweep.trainables.loop.measure import HOST_LOADED
+from accelsweep.trainables.timing.windows import HOST_LOADED
 from accelsweep.trainables.metrics import CONTENTION_METRICS, TRAINING_METRICS, MetricSet
 from accelsweep.trainables.harness.microbench import NOISY_CV
 from accelsweep.sweeps.driver.record.resumed_runs import run_for, take_over

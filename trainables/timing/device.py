@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, ContextManager, Optional, Protocol
 
-from accelsweep.trainables.loop.measure import Window
+from accelsweep.trainables.timing.windows import Window
 
 __all__ = ["AsyncBatchWindow", "BatchPlan", "CallWaitsForDevice", "DeviceTrace", "DeviceTraceUnavailable", "HeldStream",
            "HeldWindow", "TracedWindow", "async_batch_window", "held_batch_window", "traced_batch_window"]
