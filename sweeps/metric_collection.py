@@ -19,6 +19,7 @@ import os
 
 from accelsweep import Objective, Sweep, plan_sweep, run_sweep
 from accelsweep.sweeps.driver.define.cli import common_parser, main_guard, platform_from_args, sweep_options
+from accelsweep.sweeps.driver.record.tracking import mlflow_client
 from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.platforms import get_platform
 from accelsweep.trainables.trainable import train_trainable
@@ -54,11 +55,9 @@ def base_config(platform: str, smoke: bool, cpus: int, seed: int) -> TrialConfig
 def report_costs(result, syncs: dict[str, dict[str, float]]) -> str:
     """Each trial's throughput against the no-metrics baseline, and its mode's would-be
     syncs per step; both also logged on the trial's MLflow run."""
-    from mlflow.tracking import MlflowClient
-
     metric = "throughput_samples_per_s"
     baseline = result.baseline.metric(metric) if result.baseline else float("nan")
-    client = MlflowClient(result.tracking_uri)
+    client = mlflow_client(result.tracking_uri)
     lines = [f"{'metrics_mode':<18}{'samples/s':>11}{'cost vs none':>14}{'would-be syncs/step':>21}"]
     for record in sorted(result.records, key=lambda r: MODES.index(r.config["metrics_mode"])):
         mode, value = record.config["metrics_mode"], record.metric(metric)

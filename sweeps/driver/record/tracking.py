@@ -75,8 +75,9 @@ def add_tracking_uri_flag(parser: argparse.ArgumentParser) -> None:
 
 
 def mlflow_client(tracking_uri: str):
-    """An MlflowClient on ``tracking_uri`` (checked first): how what reads the record (its
-    history, reports, comparisons, benchmarks) reaches the store."""
+    """An MlflowClient on ``tracking_uri`` (checked first): how what reads the record after
+    a sweep (its history, reports, comparisons, a study's own figures, benchmarks) reaches
+    the store."""
     from mlflow.tracking import MlflowClient  # MLflow loads when the record is read, not with this module
 
     return MlflowClient(tracking_uri=validate_tracking_uri(tracking_uri))

@@ -25,7 +25,7 @@ from accelsweep.sweeps.driver.reporting.summary import plain
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="accelsweep compare", description=__doc__.split("\n\n")[0])
     parser.add_argument("sweeps", nargs="+", metavar="SWEEP",
                         help="two or more sweeps: their MLflow parent run ids or run names")
     add_tracking_uri_flag(parser)

@@ -22,7 +22,7 @@ from accelsweep.sweeps.driver.reporting.report_artifacts import build_report
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="accelsweep report", description=__doc__.split("\n\n")[0])
     parser.add_argument("sweep", help="the sweep's MLflow parent run id or run name")
     add_tracking_uri_flag(parser)
     parser.add_argument("--study-storage", default=None,
