@@ -1,7 +1,5 @@
 """accelsweep: performance sweeps that run themselves (Ray Tune + Optuna + MLflow).
 
-    import accelsweep
-
     def space(trial):
         trial.suggest_categorical("batch_size", [16, 32, 64])
         trial.suggest_categorical("precision", ["fp32", "bf16-autocast"])
@@ -18,9 +16,18 @@ The modules behind them are the advanced API (``docs/layout.md`` maps them).
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import os
 from typing import TYPE_CHECKING
 
 from accelsweep._moved import install_moved_paths
+
+# In a checkout used without an install (the lent GPU machine's runner puts the repository
+# on PYTHONPATH), sweeps/, trainables/ and kernels/ sit beside this folder: setup.py's
+# mapping, done here.
+_CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if importlib.util.find_spec("accelsweep.trainables") is None and os.path.isfile(os.path.join(_CHECKOUT, "setup.py")):
+    __path__.append(_CHECKOUT)
 
 _DRIVER = "accelsweep.sweeps.driver"
 # public name -> the module that defines it
@@ -36,12 +43,12 @@ _PUBLIC = {
     **dict.fromkeys(["TrialConfig", "DictConfig"], "accelsweep.trainables.config"),
     "train_trainable": "accelsweep.trainables.trainable",
     **dict.fromkeys(["Workload", "WorkloadKnobs", "knob"], "accelsweep.trainables.workloads.base"),
-    "import_path": "accelsweep.trainables.importing",
+    **dict.fromkeys(["import_path", "importable_module"], "accelsweep.trainables.importing"),
     **dict.fromkeys(["Metric", "MetricSet", "TRAINING_METRICS", "KERNEL_METRICS"], "accelsweep.trainables.metrics"),
     **dict.fromkeys(["ConfigError", "one_of"], "accelsweep.trainables.errors"),
     **dict.fromkeys(["CostBasis", "resolve_cost_basis"], "accelsweep.trainables.cost"),
     # kernel ops and their sweeps
-    **dict.fromkeys(["OpSpec", "KernelImpl", "KernelUnavailable", "importable_module"], "accelsweep.kernels.registry"),
+    **dict.fromkeys(["OpSpec", "KernelImpl", "KernelUnavailable"], "accelsweep.kernels.registry"),
     "build_kernel_sweep": f"{_DRIVER}.run.kernel_sweep",
     # reading results back
     **dict.fromkeys(["load_sweep", "SweepHistory", "find_sweep_run"], f"{_DRIVER}.record.history"),
@@ -68,7 +75,7 @@ def __dir__() -> list[str]:
 install_moved_paths()
 
 if TYPE_CHECKING:  # what editors and type checkers see; at run time each name loads on first use
-    from accelsweep.kernels.registry import KernelImpl, KernelUnavailable, OpSpec, importable_module
+    from accelsweep.kernels.registry import KernelImpl, KernelUnavailable, OpSpec
     from accelsweep.sweeps.driver.define.cli import (common_parser, cost_basis, main_guard, platform_from_args,
                                                      sweep_options)
     from accelsweep.sweeps.driver.define.plan import Plan, plan_sweep, preflight, remeasure
@@ -81,7 +88,7 @@ if TYPE_CHECKING:  # what editors and type checkers see; at run time each name l
     from accelsweep.trainables.config import DictConfig, TrialConfig
     from accelsweep.trainables.cost import CostBasis, resolve_cost_basis
     from accelsweep.trainables.errors import ConfigError, one_of
-    from accelsweep.trainables.importing import import_path
+    from accelsweep.trainables.importing import import_path, importable_module
     from accelsweep.trainables.metrics import KERNEL_METRICS, TRAINING_METRICS, Metric, MetricSet
     from accelsweep.trainables.trainable import train_trainable
     from accelsweep.trainables.workloads.base import Workload, WorkloadKnobs, knob

@@ -51,8 +51,14 @@ def new_import(old: str, new: str) -> str:
     return "import accelsweep" if new == "accelsweep" else f"from {new} import ..."
 
 
+def _warn(old: str, category: type = DeprecationWarning) -> None:
+    warnings.warn(f"{old} has moved: {new_import(old, MOVED[old])} (the old path goes in the next release)",
+                  category, stacklevel=3)
+
+
 class _MovedPaths(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Answers an old path with the module at its new one (the same object, not a copy)."""
+    """Answers an old path with the module at its new one (the same object, not a copy),
+    and ``python -m OLD`` with the new module's code."""
 
     def find_spec(self, fullname, path=None, target=None):
         if fullname not in MOVED:
@@ -60,13 +66,21 @@ class _MovedPaths(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return importlib.util.spec_from_loader(fullname, self)
 
     def create_module(self, spec):
-        new = MOVED[spec.name]
-        warnings.warn(f"{spec.name} has moved: {new_import(spec.name, new)} (the old path goes in the next release)",
-                      DeprecationWarning, stacklevel=2)
-        return importlib.import_module(new)
+        _warn(spec.name)
+        module = importlib.import_module(MOVED[spec.name])
+        spec.loader_state = module.__spec__  # the import system writes the old spec over it; exec_module puts it back
+        return module
 
     def exec_module(self, module):
-        pass  # the module at the new path is already executed
+        module.__spec__ = module.__spec__.loader_state  # the module at the new path is already executed
+
+    def is_package(self, fullname):
+        return False
+
+    def get_code(self, fullname):  # python -m OLD (runpy) runs the new module as __main__
+        _warn(fullname, FutureWarning)  # a command's user sees it (Python shows FutureWarning by default)
+        spec = importlib.util.find_spec(MOVED[fullname])
+        return spec.loader.get_code(spec.name)
 
 
 def install_moved_paths() -> None:

@@ -54,9 +54,8 @@ done
 rm -rf "$WHEELS" "$SITE" "$STORE" && mkdir -p "$WHEELS" "$SITE" "$STORE"
 tar xJf "$BUNDLE/wheels.tar.xz" -C "$WHEELS"
 "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" "$WHEELS"/*.whl
-# accelsweep.{sweeps,trainables,kernels} are this checkout's folders (setup.py maps them the same way).
-mkdir -p "$SITE/accelsweep"
-for root in sweeps trainables kernels; do ln -s "$REPO/$root" "$SITE/accelsweep/$root"; done
+# accelsweep is this checkout: its front door (accelsweep/__init__.py) finds sweeps/,
+# trainables/ and kernels/ beside it when nothing is installed.
 export PYTHONPATH="$SITE:$REPO${PYTHONPATH:+:$PYTHONPATH}"   # Ray's workers inherit it
 export RAY_AUTH_MODE=disabled MLFLOW_DISABLE_TELEMETRY=true PYTHONUNBUFFERED=1
 # JAX takes 75% of the GPU's memory at its first call unless told not to: a process that

@@ -1,7 +1,7 @@
-"""Code says why, not when: no comment or docstring under sweeps/, trainables/ or kernels/
-names a run's date, a UTC time or an issue number (those are stale the day the next run
-lands: the record lives in benchmarks/results/, the history in git), and a module's
-docstring says what it is for in at most 15 lines."""
+"""Code says why, not when: no comment or docstring of the package (accelsweep/, sweeps/,
+trainables/, kernels/) names a run's date, a UTC time or an issue number (those are stale
+the day the next run lands: the record lives in benchmarks/results/, the history in git),
+and a module's docstring says what it is for in at most 15 lines."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import REPO
 
-ROOTS = ("sweeps", "trainables", "kernels")
+ROOTS = ("accelsweep", "sweeps", "trainables", "kernels")
 MAX_MODULE_DOCSTRING_LINES = 15
 WHEN = re.compile(r"\b20\d\d-[01]\d-[0-3]\d\b|\b[0-2]\d:[0-5]\d(?: ?UTC\b|-[0-2]\d:[0-5]\d\b)|\bissues? #?\d+\b",
                   re.I)

@@ -5,6 +5,7 @@ DeprecationWarning that names the new import (accelsweep/_moved.py)."""
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import subprocess
 import sys
@@ -57,6 +58,34 @@ def test_an_old_path_gives_the_new_module_and_warns(old):
     assert module is importlib.import_module(new)
     [warning] = [w for w in caught if issubclass(w.category, DeprecationWarning) and old in str(w.message)]
     assert new in str(warning.message)
+
+
+def test_an_old_path_leaves_the_new_modules_spec_alone():
+    sys.modules.pop("accelsweep.sweeps.driver.cluster_hosts", None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        old = importlib.import_module("accelsweep.sweeps.driver.cluster_hosts")
+    assert old.__spec__.name == "accelsweep.sweeps.driver.ops.cluster_hosts"
+    assert importlib.util.find_spec("accelsweep.sweeps.driver.ops.cluster_hosts").origin == old.__file__
+
+
+def test_python_dash_m_on_an_old_path_runs_the_new_module(tmp_path):
+    run = subprocess.run([sys.executable, "-m", "accelsweep.sweeps.report", "--help"], capture_output=True, text=True,
+                         cwd=tmp_path, env={**os.environ, "RAY_AUTH_MODE": "disabled"})
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("usage: accelsweep report")
+    assert "FutureWarning: accelsweep.sweeps.report has moved" in run.stderr
+
+
+def test_a_checkout_on_the_path_imports_without_an_install(tmp_path):
+    """The lent GPU machine runs the checkout from PYTHONPATH, with no editable install."""
+    code = ("import sys; "
+            "sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in getattr(f, '__module__', '')]; "
+            f"sys.path.insert(0, {str(ROOT)!r}); import accelsweep, accelsweep.trainables.config; "
+            "print(accelsweep.TrialConfig.__module__)")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "accelsweep.trainables.config"
 
 
 def test_the_warning_points_at_the_importing_line(tmp_path):

@@ -52,7 +52,7 @@ def importable_module(module_name: str) -> str:
         raise ConfigError("module", "a module with a file (a script, not an interactive session)", module_name,
                           "Ray workers import user code from a file: put it in a module and import it from there.")
     stem = os.path.splitext(os.path.basename(path))[0]
-    # A script inside an imported package (python sweeps/varlen_gpt.py, accelsweep
+    # A script inside an imported package (python mypackage/sweep.py, mypackage
     # installed): its package name, which a cluster's nodes can import too.
     directory = os.path.dirname(os.path.realpath(path))
     for name, module in list(sys.modules.items()):

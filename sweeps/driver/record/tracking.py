@@ -1,7 +1,7 @@
 """MLflow: one parent run per sweep, one nested run per trial.
 
-This is the only module that writes to MLflow. It runs in the sweep's driver process,
-so a sqlite store has one writer, and trial processes never open it. Every param and
+The sweep's writes to MLflow go through here, in the driver's process, so a sqlite store
+has one writer and trial processes never open it. Every param and
 tag passes ``secrets.scrub`` on its way out: no credential from the
 environment, and no URI password, reaches the store. Its writes go through a
 TrackingBuffer (tracking_buffer.py): kept in order, and saved, while the store does not
