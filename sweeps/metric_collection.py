@@ -17,12 +17,10 @@ from __future__ import annotations
 
 import os
 
-from accelsweep import Objective, Sweep, plan_sweep, run_sweep
-from accelsweep.sweeps.driver.define.cli import common_parser, main_guard, platform_from_args, sweep_options
+from accelsweep import (Objective, Sweep, TrialConfig, common_parser, main_guard, plan_sweep, platform_from_args,
+                        run_sweep, sweep_options, train_trainable)
 from accelsweep.sweeps.driver.record.tracking import mlflow_client
-from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.platforms import get_platform
-from accelsweep.trainables.trainable import train_trainable
 from accelsweep.trainables.workloads.base import import_path
 from accelsweep.trainables.workloads.metric_collection import (COMPUTE_EVERY, MODES, NUM_CLASSES, MetricCollection,
                                                                count_syncs)

@@ -19,19 +19,15 @@ import argparse
 import functools
 import os
 
-from accelsweep import Objective, Sweep, plan_sweep, run_sweep
-from accelsweep.sweeps.driver.define.cli import (at_least_one, common_parser, cost_basis, main_guard,
-                                                 platform_from_args, sweep_options)
+from accelsweep import (ConfigError, Objective, Sweep, TRAINING_METRICS, TrialConfig, common_parser, cost_basis,
+                        main_guard, plan_sweep, platform_from_args, run_sweep, sweep_options, train_trainable)
+from accelsweep.sweeps.driver.define.cli import at_least_one
 from accelsweep.sweeps.driver.define.measurement_flags import add_measurement_flags, with_measurement_flags
 from accelsweep.sweeps.driver.run.neuron_precompile import (check_precompile, describe_plan, first_proposals,
                                                             run_precompile)
-from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.cost import PRICE_TABLE
-from accelsweep.trainables.errors import ConfigError
-from accelsweep.trainables.metrics import TRAINING_METRICS
 from accelsweep.trainables.platforms import get_platform
 from accelsweep.trainables.platforms.base import TrainingStudy
-from accelsweep.trainables.trainable import train_trainable
 
 DEFAULT_SAMPLES = 24
 # The verdict is confirmed: the baseline and the search's best configs measured again, in

@@ -19,12 +19,10 @@ import itertools
 import os
 from typing import Any, Mapping, Optional, Sequence
 
-from accelsweep import Objective, Sweep, plan_sweep, run_sweep
+from accelsweep import (ConfigError, KERNEL_METRICS, Objective, Sweep, common_parser, main_guard, plan_sweep,
+                        platform_from_args, run_sweep, sweep_options)
 from accelsweep.kernels.registry import get_op
-from accelsweep.sweeps.driver.define.cli import common_parser, main_guard, platform_from_args, sweep_options
 from accelsweep.sweeps.driver.run.kernel_sweep import SMOKE_MEASUREMENT
-from accelsweep.trainables.errors import ConfigError
-from accelsweep.trainables.metrics import KERNEL_METRICS
 from accelsweep.trainables.harness.microbench import KernelConfig, kernel_trainable
 
 LIBRARY, KERNEL = "jax-dot", "pallas"

@@ -18,12 +18,9 @@ from __future__ import annotations
 
 import os
 
-from accelsweep import Objective, Sweep, plan_sweep, run_sweep
-from accelsweep.sweeps.driver.define.cli import common_parser, cost_basis, main_guard, platform_from_args, sweep_options
-from accelsweep.trainables.config import TrialConfig
-from accelsweep.trainables.errors import ConfigError
+from accelsweep import (ConfigError, Objective, Sweep, TrialConfig, common_parser, cost_basis, main_guard, plan_sweep,
+                        platform_from_args, run_sweep, sweep_options, train_trainable)
 from accelsweep.trainables.platforms import get_platform
-from accelsweep.trainables.trainable import train_trainable
 from accelsweep.trainables.workloads.base import import_path
 from accelsweep.trainables.workloads.varlen_gpt import LENGTHS, NOT_XLA, TRAINS_ON, VarlenGPT, runnable_on, space_for
 

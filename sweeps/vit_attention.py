@@ -18,14 +18,11 @@ from __future__ import annotations
 
 import os
 
-from accelsweep.kernels.registry import KernelUnavailable, get_op
-from accelsweep import Objective, Sweep, plan_sweep, run_sweep
-from accelsweep.sweeps.driver.define.cli import common_parser, cost_basis, main_guard, platform_from_args, sweep_options
-from accelsweep.trainables.config import TrialConfig
-from accelsweep.trainables.errors import ConfigError
-from accelsweep.trainables.metrics import TRAINING_METRICS
+from accelsweep import (ConfigError, KernelUnavailable, Objective, Sweep, TRAINING_METRICS, TrialConfig,
+                        common_parser, cost_basis, main_guard, plan_sweep, platform_from_args, run_sweep,
+                        sweep_options, train_trainable)
+from accelsweep.kernels.registry import get_op
 from accelsweep.trainables.platforms import get_platform
-from accelsweep.trainables.trainable import train_trainable
 
 # The seed's rows in its order; "sdpa" is timm's own module (the dispatcher's choice).
 ATTENTIONS = ["naive", "sdpa", "sdpa-flash", "sdpa-efficient", "sdpa-math", "sdpa-cudnn", "flash-attn",
