@@ -52,6 +52,7 @@ _PUBLIC = {
     "build_kernel_sweep": f"{_DRIVER}.run.kernel_sweep",
     # reading results back
     **dict.fromkeys(["load_sweep", "SweepHistory", "find_sweep_run"], f"{_DRIVER}.record.history"),
+    "mlflow_client": f"{_DRIVER}.record.tracking",
     "TrialRecord": f"{_DRIVER}.record.trial_record",
     "compare_sweeps": f"{_DRIVER}.reporting.comparison",
 }
@@ -81,6 +82,7 @@ if TYPE_CHECKING:  # what editors and type checkers see; at run time each name l
     from accelsweep.sweeps.driver.define.plan import Plan, plan_sweep, preflight, remeasure
     from accelsweep.sweeps.driver.define.sweep import Objective, Sweep, SweepConfig, SweepResult, declare_metrics
     from accelsweep.sweeps.driver.record.history import SweepHistory, find_sweep_run, load_sweep
+    from accelsweep.sweeps.driver.record.tracking import mlflow_client
     from accelsweep.sweeps.driver.record.trial_record import TrialRecord
     from accelsweep.sweeps.driver.reporting.comparison import compare_sweeps
     from accelsweep.sweeps.driver.run.kernel_sweep import build_kernel_sweep

@@ -20,11 +20,10 @@ import dataclasses
 import os
 from typing import Any
 
-from accelsweep import (ConfigError, Objective, Sweep, TrialConfig, common_parser, cost_basis, main_guard, plan_sweep,
-                        platform_from_args, run_sweep, sweep_options)
+from accelsweep import (ConfigError, Objective, Sweep, TrialConfig, common_parser, cost_basis, import_path,
+                        main_guard, plan_sweep, platform_from_args, run_sweep, sweep_options)
 from accelsweep.trainables.fresh_process import fresh_process_trainable
 from accelsweep.trainables.platforms import get_platform
-from accelsweep.trainables.workloads.base import import_path
 from accelsweep.trainables.workloads.cpu_resnet import CpuResNet
 
 DEFAULT_SAMPLES = 16

@@ -17,11 +17,9 @@ from __future__ import annotations
 
 import os
 
-from accelsweep import (Objective, Sweep, TrialConfig, common_parser, main_guard, plan_sweep, platform_from_args,
-                        run_sweep, sweep_options, train_trainable)
-from accelsweep.sweeps.driver.record.tracking import mlflow_client
+from accelsweep import (Objective, Sweep, TrialConfig, common_parser, import_path, main_guard, mlflow_client,
+                        plan_sweep, platform_from_args, run_sweep, sweep_options, train_trainable)
 from accelsweep.trainables.platforms import get_platform
-from accelsweep.trainables.workloads.base import import_path
 from accelsweep.trainables.workloads.metric_collection import (COMPUTE_EVERY, MODES, NUM_CLASSES, MetricCollection,
                                                                count_syncs)
 

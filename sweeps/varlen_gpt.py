@@ -18,10 +18,9 @@ from __future__ import annotations
 
 import os
 
-from accelsweep import (ConfigError, Objective, Sweep, TrialConfig, common_parser, cost_basis, main_guard, plan_sweep,
-                        platform_from_args, run_sweep, sweep_options, train_trainable)
+from accelsweep import (ConfigError, Objective, Sweep, TrialConfig, common_parser, cost_basis, import_path,
+                        main_guard, plan_sweep, platform_from_args, run_sweep, sweep_options, train_trainable)
 from accelsweep.trainables.platforms import get_platform
-from accelsweep.trainables.workloads.base import import_path
 from accelsweep.trainables.workloads.varlen_gpt import LENGTHS, NOT_XLA, TRAINS_ON, VarlenGPT, runnable_on, space_for
 
 CPU_TIME_BUDGET_S = 480  # keeps the local default run (with Ray's start) under 10 minutes
