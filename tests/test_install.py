@@ -75,7 +75,7 @@ def _clean_copy(destination: Path) -> Path:
     leftovers (setuptools would ship stale files from an old build/lib)."""
     for name in ("pyproject.toml", "setup.py", "README.md"):
         shutil.copy(os.path.join(REPO, name), destination / name)
-    for root in ("sweeps", "trainables", "kernels"):
+    for root in ("accelsweep", "sweeps", "trainables", "kernels"):  # the front door and the three folders
         shutil.copytree(os.path.join(REPO, root), destination / root,
                         ignore=shutil.ignore_patterns("__pycache__"))
     return destination
@@ -102,6 +102,7 @@ def test_a_kernel_study_runs_beside_another_top_level_kernels(mode, stand_in, tm
         assert "sweep 'giou_kernels'" in out and "torch-naive" in out, out
 
     probe = _run([str(python), "-c", "import kernels, accelsweep.kernels.registry as r, accelsweep.kernels as k; "
+                                     "import accelsweep; assert accelsweep.OpSpec is r.OpSpec; "
                                      "print(kernels.STAND_IN, r.OPS, k.__file__)"], cwd=elsewhere).stdout
     assert "stand-in kernels" in probe and "'activation'" not in probe and "'giou'" in probe, probe
     ours = Path(probe.split()[-1]).parent
