@@ -217,7 +217,7 @@ class Policy:
     reject: bool = False
     # At concurrency (concurrent_replay.py): proposals of a running config withdrawn before
     # the slot waits; None: the tool's (searchers.py MAX_RUNNING_REPEATS); 1: the tool
-    # before issue 31, whose slot waited at the first.
+    # before the constant liar, whose slot waited at the first.
     running_repeats: Optional[int] = None
 
 
