@@ -275,8 +275,14 @@ for pid in sorted(tree - {os.getpid()}):
         continue
     if "Hunter2" + "Secret" in seen:  # split: this program's own text is in its command line
         leaks.append(open(f"/proc/{pid}/cmdline").read().replace("\0", " ")[:200])
+commands = []
+for pid in sorted(tree - {os.getpid()}):
+    try:
+        commands.append(open(f"/proc/{pid}/cmdline").read().replace("\0", " ")[:300])
+    except OSError:
+        pass
 print("JOBS " + json.dumps({"entrypoints": [job.get("Entrypoint", "") for job in state.state.job_table()],
-                            "leaks": leaks}))
+                            "leaks": leaks, "commands": commands}))
 '''
 
 
@@ -297,6 +303,10 @@ def test_a_local_instance_serves_nothing_beyond_what_ray_needs():
     assert jobs["entrypoints"] and all("Hunter2Secret" not in e for e in jobs["entrypoints"]), jobs
     assert any("--tracking-uri http://127.0.0.1:5000" in e for e in jobs["entrypoints"]), jobs
     assert jobs["leaks"] == [], "a Ray process holds the password in its command line or environment"
+    # Only what a private instance uses: no autoscaler monitor (no node to add), no log
+    # monitor (no --verbose to copy workers' output for): ray_adapter.without_idle_processes.
+    assert any("raylet" in command for command in jobs["commands"]), jobs["commands"]
+    assert not [c for c in jobs["commands"] if "autoscaler/_private/monitor.py" in c or "log_monitor.py" in c]
     sockets = [s for s in found if s["port"] is not None]
     assert sockets, "no listening socket found: the /proc walk no longer sees Ray's processes"
     loopback = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}  # the last: IPv4 loopback on an IPv6 socket

@@ -210,6 +210,35 @@ def local_instance_confined(agent_shim: str) -> Any:
     return confined()
 
 
+def without_idle_processes(log_monitor: bool) -> Any:
+    """A context in which ``ray.init`` starts a local instance without the processes a
+    private single-node instance leaves idle: the autoscaler's monitor (there is no node to
+    add or remove) and, unless ``log_monitor``, the log monitor (it only copies the
+    workers' output to a driver that asked for it). ray.init has no setting for either;
+    ``ray start`` has (--no-monitor, --include-log-monitor), and both land in RayParams,
+    which is where this sets them."""
+    import contextlib
+
+    from ray._private import parameter
+
+    @contextlib.contextmanager
+    def lean():
+        original = parameter.RayParams.__init__
+
+        def init(self, *args, **kwargs):
+            kwargs.setdefault("no_monitor", True)
+            kwargs.setdefault("include_log_monitor", log_monitor)
+            original(self, *args, **kwargs)
+
+        parameter.RayParams.__init__ = init
+        try:
+            yield
+        finally:
+            parameter.RayParams.__init__ = original
+
+    return lean()
+
+
 def entrypoint_shown_as(redact) -> Any:
     """A context in which ``ray.init`` records the driver's command line as ``redact``
     (a function of argv -> argv) makes it: Ray keeps it as the job's entrypoint in the GCS

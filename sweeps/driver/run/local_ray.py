@@ -65,15 +65,18 @@ def start(log_to_driver: bool = False) -> str:
     global _current
     import ray
 
-    # No dashboard, and every listener on 127.0.0.1 (a sweep on one machine needs nothing
-    # beyond loopback; ray_adapter.local_instance_confined). Token auth stays on too (other
-    # users of the machine reach loopback): with RAY_AUTH_MODE unset, ray.init turns it on
+    # No dashboard, no autoscaler monitor, no log monitor unless --verbose asks for the
+    # workers' output (ray_adapter.without_idle_processes; benchmarks/ray_start_cost.py
+    # measures what they cost), and every listener on 127.0.0.1 (a sweep on one machine
+    # needs nothing beyond loopback; ray_adapter.local_instance_confined). Token auth
+    # stays on too (other users of the machine reach loopback): with RAY_AUTH_MODE unset, ray.init turns it on
     # for a new local instance (and reloads Ray's cached config, which setting the variable
     # here would not). RAY_AUTH_MODE=disabled opts out. The job table gets the command line
     # without its secrets. address="local": a new instance even where a bare ray.init()
     # would join one.
     with ray_adapter.sigterm_handler_kept(), ray_adapter.entrypoint_shown_as(redact_command_line), \
-            ray_adapter.local_instance_confined(os.path.abspath(raylet_child.__file__)):
+            ray_adapter.local_instance_confined(os.path.abspath(raylet_child.__file__)), \
+            ray_adapter.without_idle_processes(log_monitor=log_to_driver):
         context = ray.init(address="local", include_dashboard=False, logging_level=logging.WARNING,
                            log_to_driver=log_to_driver, _node_ip_address=LOOPBACK)
     if context.address_info.get("node_ip_address") != LOOPBACK:  # Ray changed how it picks the address
