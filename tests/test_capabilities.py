@@ -310,6 +310,17 @@ def test_keep_emulated_keeps_every_value_and_says_so(avx2_epyc):
     assert sweep_options(common_parser("t", 4).parse_args([]), default_samples=4)["keep_emulated"] is False
 
 
+@pytest.mark.parametrize("address, pruned", [("127.0.0.1:6379", True), ("localhost:6379", True),
+                                              ("10.0.0.5:6379", False)])
+def test_a_cluster_on_loopback_is_this_machine_one_elsewhere_is_not_known(avx2_epyc, address, pruned):
+    """A cluster on loopback (`accelsweep cluster up`, a `ray start` here) runs its trials on
+    this CPU: what it emulates leaves the space as for a local run. Another host's cluster
+    may have other hardware: nothing is removed."""
+    text = plan_sweep(precision_sweep(address=address)).describe()
+    assert ("precision: one of 'fp32'\n" in text) is pruned, text
+    assert ("whose nodes may have other hardware" in text) is not pruned, text
+
+
 def test_nothing_is_removed_where_the_hardware_is_not_known(monkeypatch):
     monkeypatch.setattr(cuda, "local_gpu", lambda: "no GPU visible to torch and no nvidia-smi on this machine")
     text = plan_sweep(precision_sweep(base=PrecisionConfig(platform="cuda"))).describe()

@@ -45,6 +45,7 @@ from accelsweep.trainables.errors import (
     random_seed,
 )
 from accelsweep.trainables.loop.rejection import REJECT_RATIO, TrialLimits
+from accelsweep.trainables import ray_adapter
 from accelsweep.trainables.metrics import MetricSet
 from accelsweep.trainables.platforms import get_platform
 from accelsweep.trainables.platforms.capabilities import Capabilities, not_known
@@ -352,7 +353,10 @@ def plan_sweep(sweep: Sweep) -> Plan:
     # Values the base platform's hardware only emulates leave the space (the baseline's own
     # stay: it must be a point of it), unless the sweep keeps them.
     capabilities = get_platform(sweep.base.platform).capabilities(as_sized(sweep.base))
-    if capabilities.read_here and sweep.address and sweep.address != "local":
+    # A cluster on loopback is processes of this machine (`accelsweep cluster up`, a `ray
+    # start` here): what was read here is what its trials run on.
+    if capabilities.read_here and sweep.address and sweep.address != "local" \
+            and not ray_adapter.loopback_address(sweep.address):
         capabilities = not_known(capabilities.hardware, f"read on this driver, but trials run on the cluster at "
                                                         f"{sweep.address}, whose nodes may have other hardware")
     space = SearchSpace(sweep.space, remove=None if sweep.keep_emulated else capabilities.emulated, keep=base_dict)
