@@ -1,6 +1,7 @@
-"""Shared fixtures. One local Ray instance per test session (starting Ray costs
-seconds); MLflow stores are sqlite files in each test's temporary directory; one run of
-the README's main job (--smoke) that every test reading a real sweep's record shares."""
+"""Shared fixtures. One Ray instance per test session (starting Ray costs seconds),
+joined by every test that does not test a sweep's own (tests/shared_ray.py); MLflow
+stores are sqlite files in each test's temporary directory; one run of the README's main
+job (--smoke) that every test reading a real sweep's record shares."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests import shared_ray as shared_ray_instance
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -26,16 +29,35 @@ os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
 HOST_TIMING_RERUNS = 1
 
 
+# The main lane runs in two passes (env/test.sh): two pytest-xdist workers take every test
+# not marked host_timing or alone, then those run one at a time. In the parallel pass a
+# file's tests stay on one worker (its module fixtures are built once, its tests never
+# race each other), and files that share something of the machine's stay on one worker
+# together:
+SHARED_ACROSS_FILES = {
+    # Ray's record of the last `ray start` here (/tmp/ray/ray_current_cluster): a local
+    # cluster's head writes it and puts the old one back, Ray's test Cluster writes and
+    # removes it; test_local_cluster checks it is as it was.
+    "ray-recorded-address": ("test_local_cluster.py", "test_node_loss.py"),
+    # The session's second run of the main job (second_sweep): one worker runs it.
+    "second-sweep": ("test_compare.py", "test_warm_start.py"),
+}
+GROUP_OF_FILE = {file: group for group, files in SHARED_ACROSS_FILES.items() for file in files}
+
+
 def pytest_collection_modifyitems(config, items):
-    if not config.pluginmanager.hasplugin("rerunfailures"):
-        return
+    reruns = config.pluginmanager.hasplugin("rerunfailures")
     for item in items:
-        if item.get_closest_marker("host_timing") is not None and item.get_closest_marker("flaky") is None:
+        if reruns and item.get_closest_marker("host_timing") is not None and item.get_closest_marker("flaky") is None:
             item.add_marker(pytest.mark.flaky(reruns=HOST_TIMING_RERUNS, reruns_delay=5))
+        if item.get_closest_marker("xdist_group") is None:
+            file = item.path.name
+            item.add_marker(pytest.mark.xdist_group(GROUP_OF_FILE.get(file, file)))
 
 
-# The session's local Ray instance (ray_session); a module that needs another stops it and starts it again.
-SESSION_RAY = dict(num_cpus=2, include_dashboard=False, log_to_driver=False)
+# The session's Ray instance (shared_ray, ray_session); a module that needs another
+# disconnects, starts its own, and joins the session's again (shared_ray_instance.connect).
+SESSION_CPUS = 2
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ACCELSWEEP = os.path.join(os.path.dirname(sys.executable), "accelsweep")  # the installed command
 
@@ -74,10 +96,19 @@ def tracking_uri_not_leaked():
 
 
 @pytest.fixture(scope="session")
-def ray_session():
+def shared_ray():
+    """The session's one Ray instance (tests/shared_ray.py): a command joins it with
+    ``shared_ray.flags``, this process through ``ray_session``."""
+    instance = shared_ray_instance.start(num_cpus=SESSION_CPUS)
+    yield instance
+    shared_ray_instance.stop(instance)
+
+
+@pytest.fixture(scope="session")
+def ray_session(shared_ray):
     import ray
 
-    ray.init(**SESSION_RAY)
+    shared_ray_instance.connect(shared_ray)
     yield ray
     ray.shutdown()
 
@@ -125,7 +156,7 @@ def main_job(tmp_path_factory, worker_id) -> MainJob:
         fcntl.flock(lock, fcntl.LOCK_EX)
         done_file = shared / "main-job.json"
         if not done_file.exists():
-            folder.mkdir()
+            folder.mkdir(exist_ok=True)  # a worker that died running it left it
             env = {**os.environ, **FAKE_SECRETS}
             env.pop("RAY_AUTH_MODE", None)  # the default a user gets (this file turns it off for the rest)
             done = subprocess.run(
@@ -144,3 +175,37 @@ def worker_id(request) -> str:
     """pytest-xdist's worker name ("gw0", ...), or "master" in a run without it (xdist
     brings a fixture of this name; this one stands in where it is not installed)."""
     return getattr(request.config, "workerinput", {}).get("workerid", "master")
+
+
+@dataclass(frozen=True)
+class SecondSweep:
+    """A second run of the main job, --smoke with 2 trials, in a copy of its store: warm
+    started from it, priced differently, on the session's Ray instance."""
+
+    tracking_uri: str  # the copy's: the main job's sweep and this one
+    experiment: str
+    warm_start: str  # the main job's sweep, by name
+    price_per_hour: float
+    stdout: str
+
+
+@pytest.fixture(scope="session")
+def second_sweep(main_job, shared_ray, tmp_path_factory) -> SecondSweep:
+    """What a comparison of two sweeps (test_compare.py) and a warm start
+    (test_warm_start.py) both need, run once: they only read it."""
+    from mlflow.tracking import MlflowClient
+
+    folder = tmp_path_factory.mktemp("second-sweep")
+    uri = main_job.copy_to(folder)
+    client = MlflowClient(uri)
+    (first,) = client.search_runs([client.get_experiment_by_name(main_job.experiment).experiment_id],
+                                  filter_string="tags.kind = 'sweep'")
+    second = SecondSweep(uri, "warm", first.info.run_name, 2.0, "")
+    done = subprocess.run(
+        [sys.executable, "sweeps/neuron_vit.py", "--smoke", "--num-samples", "2", "--confirm-rounds", "0",
+         "--price-per-hour", str(second.price_per_hour), "--tracking-uri", uri, "--storage-path",
+         str(folder / "ray"), "--experiment", second.experiment, "--warm-start", second.warm_start,
+         *shared_ray.flags],
+        cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return SecondSweep(uri, second.experiment, second.warm_start, second.price_per_hour, done.stdout)

@@ -140,10 +140,11 @@ def test_gpu_only_libraries_say_what_to_install(impl, hint):
 
 
 @pytest.mark.slow
-def test_attention_sweep_lands_one_run_per_implementation_of_the_variant(tmp_path):
+def test_attention_sweep_lands_one_run_per_implementation_of_the_variant(tmp_path, shared_ray):
     uri = f"sqlite:///{tmp_path}/k.db"
     done = subprocess.run([sys.executable, "sweeps/attention_kernels.py", "--smoke", "--platform", "cpu", "--variant", "soft-cap",
-                           "--tracking-uri", uri, "--experiment", "A", "--storage-path", str(tmp_path / "ray")],
+                           "--tracking-uri", uri, "--experiment", "A", "--storage-path", str(tmp_path / "ray"),
+                           *shared_ray.flags],
                           cwd=REPO, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "skipping sdpa-math: soft_cap must be 0.0 for impl sdpa-math" in done.stdout

@@ -129,6 +129,7 @@ def test_a_compile_past_its_limit_ends_as_compile_timeout():
 
 # ---- the loop ------------------------------------------------------------------------
 
+@pytest.mark.host_timing  # the guard stands down while other processes take the trial's CPUs
 @pytest.mark.slow
 def test_a_hopeless_config_is_rejected_in_its_first_steps_with_its_projection():
     free = run_training(TrialConfig.make(**QUICK))
@@ -339,7 +340,7 @@ def test_a_figure_taken_on_a_loaded_host_is_not_trusted():
 
 @pytest.mark.host_timing
 @pytest.mark.slow
-def test_a_tiny_sweep_rejects_the_slow_config_and_runs_no_config_twice(tmp_path):
+def test_a_tiny_sweep_rejects_the_slow_config_and_runs_no_config_twice(tmp_path, ray_session):
     from accelsweep import Objective, Sweep, run_sweep
     from accelsweep.sweeps.driver.run.searchers import config_key
     from accelsweep.trainables.trainable import train_trainable

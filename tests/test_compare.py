@@ -200,29 +200,18 @@ def test_the_command_ends_bad_input_with_the_message_and_status_2(tmp_path):
 
 # --- two real CPU smoke sweeps, priced differently -------------------------------------------------------------
 
-OTHER_PRICE = 2.0
-
-
 @pytest.fixture(scope="module")
-def two_sweeps(main_job, tmp_path_factory):
-    """The shared run of the main job (priced at its price) and a second one, --smoke with
-    2 trials at OTHER_PRICE, in a copy of its store: (tracking URI, {price: parent run})."""
+def two_sweeps(main_job, second_sweep):
+    """The shared run of the main job (priced at its price) and the session's second one
+    (warm started from it, priced at its own), in one store: (tracking URI, {price: parent run})."""
     from mlflow.tracking import MlflowClient
 
-    folder = tmp_path_factory.mktemp("compare")
-    uri = main_job.copy_to(folder)
-    done = subprocess.run(
-        [sys.executable, "sweeps/neuron_vit.py", "--smoke", "--num-samples", "2", "--price-per-hour",
-         str(OTHER_PRICE), "--tracking-uri", uri, "--storage-path", str(folder / "ray"),
-         "--experiment", main_job.experiment],
-        cwd=REPO, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    client = MlflowClient(uri)
+    client = MlflowClient(second_sweep.tracking_uri)
     parents = client.search_runs([e.experiment_id for e in client.search_experiments()],
                                  filter_string="tags.kind = 'sweep'")
     by_price = {float(re.search(r"\$([\d.]+)/h", p.data.tags["cost_basis"]).group(1)): p for p in parents}
-    assert sorted(by_price) == sorted([main_job.price_per_hour, OTHER_PRICE])
-    return uri, by_price
+    assert sorted(by_price) == sorted([main_job.price_per_hour, second_sweep.price_per_hour])
+    return second_sweep.tracking_uri, by_price
 
 
 def best_usd_per_1m(client, parent) -> float:

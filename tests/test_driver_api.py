@@ -409,7 +409,7 @@ result = run_sweep(here.tiny_sweep("second", f"sqlite:///{tmp}/second.db", f"{tm
 seen["second"] = [result.parent_run_id, [r.run_id for r in result.records], result.best.number, result.tracking_uri]
 seen["second_pareto"] = [r.number for r in result.pareto]
 seen["ray_after_second"] = ray.is_initialized()
-ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)  # the caller's own instance
+ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)  # the caller's own
 try:
     run_sweep(here.tiny_sweep("third", f"sqlite:///{tmp}/third.db", f"{tmp}/ray", address="127.0.0.1:1"))
 except ConfigError as error:

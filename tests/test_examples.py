@@ -86,10 +86,10 @@ def test_the_import_check_finds_a_private_name(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
-def test_an_example_runs_and_logs_like_a_built_in_study(path, tmp_path):
+def test_an_example_runs_and_logs_like_a_built_in_study(path, tmp_path, shared_ray):
     from mlflow.tracking import MlflowClient
 
-    run, uri = run_smoke(path, tmp_path)
+    run, uri = run_smoke(path, tmp_path, *shared_ray.flags)
     assert "No trial produced a measurement" not in run.stdout
     client = MlflowClient(uri)
     [experiment] = [e for e in client.search_experiments() if e.name != "Default"]

@@ -181,10 +181,10 @@ def test_host_probe_times_a_fixed_loop():
 
 
 @pytest.mark.slow
-def test_giou_kernel_sweep_lands_one_run_per_implementation(tmp_path):
+def test_giou_kernel_sweep_lands_one_run_per_implementation(tmp_path, shared_ray):
     uri = f"sqlite:///{tmp_path}/k.db"
     done = subprocess.run([sys.executable, "sweeps/giou_kernels.py", "--smoke", "--platform", "cpu", "--tracking-uri", uri,
-                           "--experiment", "K", "--storage-path", str(tmp_path / "ray")],
+                           "--experiment", "K", "--storage-path", str(tmp_path / "ray"), *shared_ray.flags],
                           cwd=REPO, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     _, children = mlflow_runs(uri, "K")

@@ -89,7 +89,7 @@ def running(pid: int) -> bool:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=lambda s: signal.Signals(s).name)
-def test_a_signal_to_the_driver_ends_the_sweep_cleanly_and_resume_completes_it(tmp_path, signum):
+def test_a_signal_to_the_driver_ends_the_sweep_cleanly_and_resume_completes_it(tmp_path, signum, shared_ray):
     """SIGHUP too: the terminal or SSH session that started the sweep closing."""
     uri = f"sqlite:///{tmp_path}/m.db"
     driver, markers = start_driver(tmp_path)
@@ -114,8 +114,9 @@ def test_a_signal_to_the_driver_ends_the_sweep_cleanly_and_resume_completes_it(t
 
     if signum == signal.SIGINT:
         return  # resumed after SIGINT in tests/test_secret_leak.py: the suite's time is spent once
-    resumed = subprocess.run(sweep_command(tmp_path, "--resume"), cwd=REPO, capture_output=True, text=True,
-                             timeout=300)
+    # The resume needs no instance of its own: it joins the session's, as a resume on a cluster would.
+    resumed = subprocess.run(sweep_command(tmp_path, "--resume", *shared_ray.flags), cwd=REPO, capture_output=True,
+                             text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert "resuming " in resumed.stdout
     parents, children = mlflow_runs(uri, "fault_sweep")

@@ -208,10 +208,10 @@ def test_dry_run_prints_the_plan_and_says_interpreted_times_are_not_speed_figure
 
 
 @pytest.mark.slow
-def test_smoke_sweep_lands_in_mlflow(tmp_path):
+def test_smoke_sweep_lands_in_mlflow(tmp_path, shared_ray):
     uri = f"sqlite:///{tmp_path}/m.db"
     done = subprocess.run([sys.executable, "sweeps/pallas_matmul.py", "--smoke", "--tracking-uri", uri,
-                           "--experiment", "M", "--storage-path", str(tmp_path / "ray")],
+                           "--experiment", "M", "--storage-path", str(tmp_path / "ray"), *shared_ray.flags],
                           cwd=REPO, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     parents, children = mlflow_runs(uri, "M")

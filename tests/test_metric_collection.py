@@ -158,10 +158,10 @@ def test_on_cuda_the_naive_way_synchronizes_more_than_all_fixes():
 
 
 @pytest.mark.slow
-def test_the_study_runs_and_logs_each_trials_cost_against_no_metrics(tmp_path):
+def test_the_study_runs_and_logs_each_trials_cost_against_no_metrics(tmp_path, shared_ray):
     from mlflow.tracking import MlflowClient
 
-    run, uri = run_smoke(SCRIPT, tmp_path)
+    run, uri = run_smoke(SCRIPT, tmp_path, *shared_ray.flags)
     table = run.stdout[run.stdout.index("Throughput cost of each way"):]
     assert all(f"\n{mode} " in table for mode in workload.MODES), table
     client = MlflowClient(uri)

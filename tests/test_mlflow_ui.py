@@ -98,12 +98,14 @@ def _team_store_with_the_main_job(request, tmp_path_factory) -> Served:
     if not (shutil.which("initdb") or os.path.isdir("/usr/lib/postgresql")):
         pytest.skip("PostgreSQL's server programs are not installed here (apt install postgresql)")
     store = request.getfixturevalue("store")
+    shared_ray = request.getfixturevalue("shared_ray")
     folder = tmp_path_factory.mktemp("team-store-sweep")
     env = {**os.environ, "PGPASSFILE": store.credentials}
     done = subprocess.run([ACCELSWEEP, "run", "neuron_vit", "--smoke", "--num-samples", "4",
                            "--tracking-uri", store.tracking_uri, "--study-storage", store.study_storage,
                            "--storage-path", str(folder / "ray"), "--price-per-hour", "0.357",
-                           "--experiment", EXPERIMENT], cwd=folder, env=env, capture_output=True, text=True,
+                           "--experiment", EXPERIMENT, *shared_ray.flags], cwd=folder, env=env, capture_output=True,
+                          text=True,
                           timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     login = base64.b64encode(":".join(store.mlflow_login()).encode()).decode()

@@ -27,7 +27,8 @@ from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.platforms import get_platform, resolve_platform
 from accelsweep.trainables.platforms.neuron_standin import STANDIN_NAME, STANDIN_NOTE
 from accelsweep.trainables.trainable import train_trainable
-from tests.conftest import REPO, SESSION_RAY
+from tests import shared_ray as shared_ray_instance
+from tests.conftest import REPO
 from tests.test_sweep_e2e import mlflow_runs
 
 INSTANCE = "trn1.32xlarge"
@@ -45,7 +46,7 @@ def standin_config(**changes) -> TrialConfig:
 
 
 @pytest.fixture(scope="module")
-def fake_trn1():
+def fake_trn1(shared_ray):
     """This process's Ray, as one fake trn1.32xlarge. Ray only allows one instance per
     process: a session instance already running is stopped, and started again after."""
     import ray
@@ -55,13 +56,14 @@ def fake_trn1():
         ray.shutdown()
     # 8 logical CPUs on a 2-core machine: room for every trial and worker process at once
     # (they mostly wait on imports); the cores are what this module looks at.
-    ray.init(num_cpus=8, resources=FAKE_TRN1_32XLARGE, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=8, resources=FAKE_TRN1_32XLARGE, include_dashboard=False,
+             log_to_driver=False)
     try:
         yield ray
     finally:
         ray.shutdown()
         if had_session_ray:
-            ray.init(**SESSION_RAY)
+            shared_ray_instance.connect(shared_ray)
 
 
 @pytest.fixture(scope="module")

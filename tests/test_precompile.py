@@ -73,7 +73,7 @@ echo "Compiling 3 graphs"
 
 DRIVER = """
 import ray, sys
-ray.init(num_cpus=2, resources={"neuron_cores": 2}, include_dashboard=False)
+ray.init(address="local", num_cpus=2, resources={"neuron_cores": 2}, include_dashboard=False)
 from accelsweep.sweeps.driver.run.neuron_precompile import run_precompile
 from accelsweep.trainables.config import TrialConfig
 base = TrialConfig.make(platform="neuron", model="vit-b16", neuron_target="trn1",

@@ -130,7 +130,7 @@ READER = textwrap.dedent("""
 
 
 @pytest.mark.slow
-def test_two_sweeps_started_together_on_one_new_store_both_finish_beside_a_polling_reader(tmp_path):
+def test_two_sweeps_started_together_on_one_new_store_both_finish_beside_a_polling_reader(tmp_path, shared_ray):
     """The issue's case: two sweeps started at the same instant on one new sqlite store
     (each its own experiment and storage path), and a script polling mlflow.search_runs
     on the same path from before they start. Both finish with all their runs, each with
@@ -138,7 +138,7 @@ def test_two_sweeps_started_together_on_one_new_store_both_finish_beside_a_polli
     uri, stop_file = f"sqlite:///{tmp_path}/m.db", tmp_path / "stop-reading"
     reader = subprocess.Popen([sys.executable, "-c", READER, uri, str(stop_file)], cwd=REPO,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    sweeps = {name: subprocess.Popen(sweep_command(uri, tmp_path / f"ray-{name}", "--experiment", name), cwd=REPO,
+    sweeps = {name: subprocess.Popen(sweep_command(uri, tmp_path / f"ray-{name}", "--experiment", name, *shared_ray.flags), cwd=REPO,
                                      env=sweep_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
               for name in ("A", "B")}
     try:

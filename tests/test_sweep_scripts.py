@@ -69,13 +69,13 @@ if __name__ == "__main__":
 
 
 @pytest.mark.slow
-def test_a_users_sweep_with_its_own_workload_runs_its_trials_in_fresh_processes(tmp_path):
+def test_a_users_sweep_with_its_own_workload_runs_its_trials_in_fresh_processes(tmp_path, shared_ray):
     """The issue's case: every trial failed with "No module named 'cpu_resnet'", though
     the plan accepted the workload (the driver imports it from the script's folder)."""
     folder, elsewhere = user_folder(tmp_path, ("user_model.py", USER_MODEL_SWEEP))
     uri = f"sqlite:///{tmp_path}/m.db"
     done = subprocess.run([sys.executable, str(folder / "user_model.py"), "--num-samples", "1",
-                           "--tracking-uri", uri, "--storage-path", str(tmp_path / "ray")],
+                           "--tracking-uri", uri, "--storage-path", str(tmp_path / "ray"), *shared_ray.flags],
                           cwd=elsewhere, capture_output=True, text=True, timeout=600)
     said = done.stdout[-3000:] + done.stderr[-3000:]
     assert done.returncode == 0, said
@@ -91,10 +91,11 @@ def test_a_users_sweep_with_its_own_workload_runs_its_trials_in_fresh_processes(
     ("fail", "error: every trial failed (2 of 2): no config was measured"),
     ("measure-nothing", "error: no trial measured the sweep's objective (2 trial(s) ran, 0 failed)"),
 ])
-def test_a_sweep_script_that_measured_nothing_exits_non_zero_after_its_summary(tmp_path, trials, reason):
+def test_a_sweep_script_that_measured_nothing_exits_non_zero_after_its_summary(tmp_path, trials, reason, shared_ray):
     folder, elsewhere = user_folder(tmp_path, ("user_sweep.py", os.path.join(REPO, "tests", "user_sweep.py")))
     done = subprocess.run([sys.executable, str(folder / "user_sweep.py"), "--trials", trials, "--scheduler", "none",
-                           "--tracking-uri", f"sqlite:///{tmp_path}/m.db", "--storage-path", str(tmp_path / "ray")],
+                           "--tracking-uri", f"sqlite:///{tmp_path}/m.db", "--storage-path", str(tmp_path / "ray"),
+                           *shared_ray.flags],
                           cwd=elsewhere, capture_output=True, text=True, timeout=300)
     said = done.stdout[-3000:] + done.stderr[-3000:]
     assert done.returncode == NOTHING_MEASURED_EXIT == 1, said

@@ -55,7 +55,8 @@ def test_the_store_is_password_protected_and_its_credentials_private(store):
 
 
 @pytest.mark.slow
-def test_a_sweep_records_everything_on_the_team_store_with_bounded_connections(store, tmp_path, monkeypatch):
+def test_a_sweep_records_everything_on_the_team_store_with_bounded_connections(store, tmp_path, monkeypatch,
+                                                                             shared_ray):
     """A sweep with --tracking-uri on the server and --study-storage on PostgreSQL: every
     trial a run under its parent, its report served from the store's artifact folder (not
     the sweep's), its study in PostgreSQL, the password in none of it, and the store's
@@ -82,7 +83,7 @@ def test_a_sweep_records_everything_on_the_team_store_with_bounded_connections(s
     try:
         done = subprocess.run([ACCELSWEEP, "run", "neuron_vit", "--smoke", "--num-samples", "3",
                                "--tracking-uri", store.tracking_uri, "--study-storage", store.study_storage,
-                               "--experiment", "team"],
+                               "--experiment", "team", *shared_ray.flags],
                               cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     finally:
         done_flag.set()

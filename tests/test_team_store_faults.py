@@ -91,7 +91,7 @@ def test_a_check_of_the_store_logs_in_from_mlflows_credentials_file(store, tmp_p
 
 
 @pytest.mark.slow
-def test_no_password_of_the_store_reaches_a_file_an_mlflow_field_or_the_output(store, tmp_path):
+def test_no_password_of_the_store_reaches_a_file_an_mlflow_field_or_the_output(store, tmp_path, shared_ray):
     """A sweep on the store with both passwords in play: the MLflow server's from the
     environment, the database's in the --study-storage URI itself
     (postgresql://accelsweep:PASSWORD@...). Neither is in its output, in any file under its
@@ -101,7 +101,7 @@ def test_no_password_of_the_store_reaches_a_file_an_mlflow_field_or_the_output(s
     database_password = open(store.credentials).read().strip().rsplit(":", 1)[1]
     study_storage = store.study_storage.replace(f"{team_store.ROLE}@", f"{team_store.ROLE}:{database_password}@")
     env = {k: v for k, v in os.environ.items() if k != "PGPASSFILE"}  # the URI's password, not the file's
-    done = subprocess.run(sweep_command(store, tmp_path, "leak", "--study-storage", study_storage), cwd=REPO,
+    done = subprocess.run(sweep_command(store, tmp_path, "leak", "--study-storage", study_storage, *shared_ray.flags), cwd=REPO,
                           env=env, capture_output=True, text=True, timeout=SWEEP_S)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     runs = check_complete_record(store, "leak")

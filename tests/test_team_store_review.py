@@ -21,7 +21,7 @@ EXPERIMENT = "review"
 
 
 @pytest.fixture(scope="module")
-def two_sweeps(store, tmp_path_factory) -> list[str]:
+def two_sweeps(store, tmp_path_factory, shared_ray) -> list[str]:
     """Two small sweeps on the store, started together (their report on, as a user runs
     them): their parent runs' names."""
     folder = tmp_path_factory.mktemp("review")
@@ -30,7 +30,7 @@ def two_sweeps(store, tmp_path_factory) -> list[str]:
         [sys.executable, "-m", "tests.fault_sweep", "--tracking-uri", store.tracking_uri, "--study-storage",
          store.study_storage, "--experiment", EXPERIMENT, "--storage-path", str(folder / f"ray{n}"),
          "--num-samples", "3", "--scheduler", "none", "--max-concurrent-trials", "1", "--windows", "2",
-         "--window-s", "0.3", "--seed", str(n), "--price-per-hour", str(0.357 * (n + 1))],
+         "--window-s", "0.3", "--seed", str(n), "--price-per-hour", str(0.357 * (n + 1)), *shared_ray.flags],
         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for n in range(2)]
     outputs = [sweep.communicate(timeout=600)[0] for sweep in sweeps]
     assert [sweep.returncode for sweep in sweeps] == [0, 0], "\n\n".join(o[-3000:] for o in outputs)

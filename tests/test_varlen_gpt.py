@@ -209,10 +209,10 @@ def test_xla_and_neuron_say_why_not():
 
 
 @pytest.mark.slow
-def test_the_smoke_sweep_runs_and_logs_to_mlflow(tmp_path):
+def test_the_smoke_sweep_runs_and_logs_to_mlflow(tmp_path, shared_ray):
     from mlflow.tracking import MlflowClient
 
-    run, uri = run_smoke(SCRIPT, tmp_path)
+    run, uri = run_smoke(SCRIPT, tmp_path, *shared_ray.flags)
     client = MlflowClient(uri)
     [experiment] = [e for e in client.search_experiments() if e.name == "varlen_gpt"]
     runs = client.search_runs([experiment.experiment_id])

@@ -223,10 +223,10 @@ def test_the_dry_run_shows_the_space_for_cpu_and_cuda(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_smoke_study_runs_and_logs_every_attention_to_mlflow(tmp_path):
+def test_the_smoke_study_runs_and_logs_every_attention_to_mlflow(tmp_path, shared_ray):
     from mlflow.tracking import MlflowClient
 
-    run, uri = run_smoke(SCRIPT, tmp_path)
+    run, uri = run_smoke(SCRIPT, tmp_path, *shared_ray.flags)
     client = MlflowClient(uri)
     [experiment] = [e for e in client.search_experiments() if e.name == "vit_attention"]
     runs = client.search_runs([experiment.experiment_id])

@@ -144,17 +144,15 @@ def test_a_dry_run_says_the_old_best_configs_come_first_and_the_results_are_told
 
 
 @pytest.mark.slow
-def test_a_warm_started_sweep_runs_the_old_best_first_and_records_it(main_job, tmp_path):
+def test_a_warm_started_sweep_runs_the_old_best_first_and_records_it(second_sweep):
+    """The session's second run of the main job (conftest.second_sweep: --warm-start from the
+    main job's sweep, --confirm-rounds 0, 2 trials, in a copy of its store)."""
     from mlflow.tracking import MlflowClient
 
-    uri = main_job.copy_to(tmp_path)
-    name = _sweep_name(uri).info.run_name
+    uri, name = second_sweep.tracking_uri, second_sweep.warm_start
     best = _best_first(uri, name)
-    done = _neuron_vit("--num-samples", "2", "--confirm-rounds", "0", "--tracking-uri", uri, "--storage-path",
-                       str(tmp_path / "ray"), "--experiment", "warm", "--warm-start", name)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     client = MlflowClient(uri)
-    (parent,) = client.search_runs([client.get_experiment_by_name("warm").experiment_id],
+    (parent,) = client.search_runs([client.get_experiment_by_name(second_sweep.experiment).experiment_id],
                                    filter_string="tags.kind = 'sweep'")
     assert parent.data.tags["warm_start"] == name
     assert parent.data.tags["warm_start_told"] == str(len(best))
