@@ -1,21 +1,45 @@
 #!/usr/bin/env bash
 # The test command: build the environments if needed, then run the suite in both lanes:
-# the main one, and the XLA one (torch-xla on the CPU, in its own venv). Each lane ends
-# with its 15 slowest tests.
+# the main one, and the XLA one (torch-xla on the CPU, in its own venv). The main lane runs
+# in two passes: two pytest-xdist workers take every test not marked host_timing or alone
+# (tests/conftest.py says what stays on one worker), then those run one at a time, with the
+# machine to themselves. Each pass ends with its 15 slowest tests.
 #   ./env/test.sh            the whole suite (what CI runs)
 #   ./env/test.sh --quick    the edit loop: the main lane's tests not marked slow (under 2 min)
 # Other arguments go to pytest (a file, -k EXPR, -x).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export RAY_AUTH_MODE=disabled MLFLOW_DISABLE_TELEMETRY=true
+WORKERS=(-n "${ACCELSWEEP_TEST_WORKERS:-2}" --dist loadgroup)
+ALONE="host_timing or alone"
+# The serial pass collects only the files that hold such tests (collecting them all costs
+# about 20 s), unless the command names its own.
+ALONE_FILES=$(grep -l -E "mark\.(host_timing|alone)" tests/test_*.py | tr '\n' ' ')
+
+main_lane() {  # main_lane MARKER_EXPRESSION PYTEST_ARGS...: the parallel pass, then the serial one
+  local selected=$1
+  shift
+  local parallel=0 serial=0
+  .venv/bin/python -m pytest -q "${WORKERS[@]}" -m "($selected) and not ($ALONE)" --durations=15 "$@" || parallel=$?
+  echo "== main lane, one test at a time (marked $ALONE)"
+  local files=()
+  (( $# )) || read -r -a files <<< "$ALONE_FILES"
+  .venv/bin/python -m pytest -q -m "($selected) and ($ALONE)" --durations=15 "${files[@]}" "$@" || serial=$?
+  # 5: that pass selected no test (a file or -k with none of them): not a failure.
+  for status in $parallel $serial; do
+    [[ $status == 0 || $status == 5 ]] || return "$status"
+  done
+}
+
 if [[ "${1:-}" == "--quick" ]]; then
   shift
   ./env/setup.sh
   echo "== quick lane (.venv: tests not marked slow; ./env/test.sh runs them all)"
-  exec .venv/bin/python -m pytest -q -m "not xla and not slow" --durations=15 "$@"
+  main_lane "not xla and not slow" "$@"
+  exit
 fi
 ./env/setup.sh --xla
 echo "== main lane (.venv: torch $(.venv/bin/python -c 'import importlib.metadata as m; print(m.version("torch"))'))"
-.venv/bin/python -m pytest -q -m "not xla" --durations=15 "$@"
+main_lane "not xla" "$@"
 echo "== XLA lane (.venv-xla: torch-xla on the CPU, PJRT_DEVICE=CPU)"
 PJRT_DEVICE=CPU .venv-xla/bin/python -m pytest -q -m xla --durations=15 "$@"

@@ -47,6 +47,7 @@ def test_another_process_burning_a_core_is_measured_and_contends_with_a_trial_ho
     assert left_free.contended == (contention.other_cpus - 1.0 > CONTENDED_CPUS)
 
 
+@pytest.mark.host_timing  # reads the whole machine's CPU time
 def test_the_trials_own_child_processes_are_its_own_cpu_not_contention():
     before = read_cpu()
     child = subprocess.Popen([sys.executable, "-c", BUSY.format(seconds=1.5)])

@@ -197,6 +197,7 @@ HUNG_X = 0  # the baseline's knob: run first, so certainly proposed
 
 
 @pytest.mark.slow
+@pytest.mark.alone  # TIMEOUT_S: a healthy trial's silence, measured with no other test beside it
 def test_a_hung_trial_is_ended_killed_recorded_and_not_retried_and_the_sweep_goes_on(tmp_path):
     import mlflow
     import ray.cloudpickle as cloudpickle
