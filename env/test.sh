@@ -10,10 +10,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export RAY_AUTH_MODE=disabled MLFLOW_DISABLE_TELEMETRY=true
-WORKERS=(-n "${ACCELSWEEP_TEST_WORKERS:-2}" --dist loadgroup)
+WORKERS=(-n "${ACCELSWEEP_TEST_WORKERS:-2}" --dist loadfile)
 ALONE="host_timing or alone"
-# The serial pass collects only the files that hold such tests (collecting them all costs
-# about 20 s), unless the command names its own.
+# The serial pass (and the XLA lane) collects only the files that hold its tests
+# (collecting them all costs about 20 s), unless the command names its own.
 ALONE_FILES=$(grep -l -E "mark\.(host_timing|alone)" tests/test_*.py | tr '\n' ' ')
 
 main_lane() {  # main_lane MARKER_EXPRESSION PYTEST_ARGS...: the parallel pass, then the serial one
@@ -41,5 +41,7 @@ fi
 ./env/setup.sh --xla
 echo "== main lane (.venv: torch $(.venv/bin/python -c 'import importlib.metadata as m; print(m.version("torch"))'))"
 main_lane "not xla" "$@"
-echo "== XLA lane (.venv-xla: torch-xla on the CPU, PJRT_DEVICE=CPU)"
-PJRT_DEVICE=CPU .venv-xla/bin/python -m pytest -q -m xla --durations=15 "$@"
+echo "== XLA lane (.venv-xla: torch-xla on the CPU, PJRT_DEVICE=CPU; two workers, test by test)"
+xla_files=()
+(( $# )) || read -r -a xla_files <<< "$(grep -l -E "mark\.xla" tests/test_*.py | tr '\n' ' ')"
+PJRT_DEVICE=CPU .venv-xla/bin/python -m pytest -q -n 2 --dist load -m xla --durations=15 "${xla_files[@]}" "$@"

@@ -30,29 +30,18 @@ HOST_TIMING_RERUNS = 1
 
 
 # The main lane runs in two passes (env/test.sh): two pytest-xdist workers take every test
-# not marked host_timing or alone, then those run one at a time. In the parallel pass a
-# file's tests stay on one worker (its module fixtures are built once, its tests never
-# race each other), and files that share something of the machine's stay on one worker
-# together:
-SHARED_ACROSS_FILES = {
-    # Ray's record of the last `ray start` here (/tmp/ray/ray_current_cluster): a local
-    # cluster's head writes it and puts the old one back, Ray's test Cluster writes and
-    # removes it; test_local_cluster checks it is as it was.
-    "ray-recorded-address": ("test_local_cluster.py", "test_node_loss.py"),
-    # The session's second run of the main job (second_sweep): one worker runs it.
-    "second-sweep": ("test_compare.py", "test_warm_start.py"),
-}
-GROUP_OF_FILE = {file: group for group, files in SHARED_ACROSS_FILES.items() for file in files}
-
-
+# not marked host_timing or alone, a file's tests on one worker (--dist loadfile: its
+# module fixtures are built once, its tests never race each other), then those marked run
+# one at a time. What two files share is shared through the run's temporary folder
+# (run_once: the main job, the second sweep) or kept apart (test_node_loss.py's cluster
+# records itself under its own RAY_TMPDIR, not in the /tmp/ray that test_local_cluster.py
+# checks).
 def pytest_collection_modifyitems(config, items):
-    reruns = config.pluginmanager.hasplugin("rerunfailures")
+    if not config.pluginmanager.hasplugin("rerunfailures"):
+        return
     for item in items:
-        if reruns and item.get_closest_marker("host_timing") is not None and item.get_closest_marker("flaky") is None:
+        if item.get_closest_marker("host_timing") is not None and item.get_closest_marker("flaky") is None:
             item.add_marker(pytest.mark.flaky(reruns=HOST_TIMING_RERUNS, reruns_delay=5))
-        if item.get_closest_marker("xdist_group") is None:
-            file = item.path.name
-            item.add_marker(pytest.mark.xdist_group(GROUP_OF_FILE.get(file, file)))
 
 
 # The session's Ray instance (shared_ray, ray_session); a module that needs another
@@ -140,32 +129,47 @@ class MainJob:
         return f"sqlite:///{folder}/m.db"
 
 
+def shared_temporary_folder(tmp_path_factory, worker_id: str) -> Path:
+    """The run's temporary folder, the same for every pytest-xdist worker."""
+    base = tmp_path_factory.getbasetemp()
+    return base if worker_id == "master" else base.parent
+
+
+def run_once(folder: Path, name: str, run) -> dict:
+    """``run()``'s result (a JSON-able dict), computed by the first pytest-xdist worker that
+    asks; the others wait for it and read it (a lock and a file in ``folder``)."""
+    import fcntl
+    import json
+
+    with open(folder / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done_file = folder / f"{name}.json"
+        if not done_file.exists():
+            done_file.write_text(json.dumps(run()))
+        return json.loads(done_file.read_text())
+
+
 @pytest.fixture(scope="session")
 def main_job(tmp_path_factory, worker_id) -> MainJob:
     """The README's main job, --smoke, run once for the whole session as a user runs it:
     by the installed command, from a folder that is not the checkout, with secrets in its
     environment and Ray's default token auth. Tests only read what it left; one that
     writes works on ``copy_to``. With pytest-xdist, the first worker that needs it runs it
-    and the others wait for it (a lock in the run's shared temporary folder)."""
-    import fcntl
-    import json
-
-    shared = tmp_path_factory.getbasetemp() if worker_id == "master" else tmp_path_factory.getbasetemp().parent
+    and the others wait for it (run_once)."""
+    shared = shared_temporary_folder(tmp_path_factory, worker_id)
     folder, uri, price = shared / "main-job", f"sqlite:///{shared}/main-job/m.db", 0.357
-    with open(shared / "main-job.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        done_file = shared / "main-job.json"
-        if not done_file.exists():
-            folder.mkdir(exist_ok=True)  # a worker that died running it left it
-            env = {**os.environ, **FAKE_SECRETS}
-            env.pop("RAY_AUTH_MODE", None)  # the default a user gets (this file turns it off for the rest)
-            done = subprocess.run(
-                [ACCELSWEEP, "run", "neuron_vit", "--smoke", "--num-samples", "4", "--tracking-uri", uri,
-                 "--storage-path", str(folder / "ray"), "--price-per-hour", str(price), "--experiment", "X"],
-                cwd=folder, env=env, capture_output=True, text=True, timeout=600)
-            done_file.write_text(json.dumps({"returncode": done.returncode, "stdout": done.stdout,
-                                             "stderr": done.stderr}))
-        done = json.loads(done_file.read_text())
+
+    def run() -> dict:
+        folder.mkdir(exist_ok=True)  # a worker that died running it left it
+        env = {**os.environ, **FAKE_SECRETS}
+        env.pop("RAY_AUTH_MODE", None)  # the default a user gets (this file turns it off for the rest)
+        done = subprocess.run(
+            [ACCELSWEEP, "run", "neuron_vit", "--smoke", "--num-samples", "4", "--tracking-uri", uri,
+             "--storage-path", str(folder / "ray"), "--price-per-hour", str(price), "--experiment", "X"],
+            cwd=folder, env=env, capture_output=True, text=True, timeout=600)
+        return {"returncode": done.returncode, "stdout": done.stdout, "stderr": done.stderr}
+
+    done = run_once(shared, "main-job", run)
     assert done["returncode"] == 0, done["stdout"][-3000:] + done["stderr"][-3000:]
     return MainJob(folder, uri, "X", price, done["stdout"], done["stderr"])
 
@@ -190,22 +194,29 @@ class SecondSweep:
 
 
 @pytest.fixture(scope="session")
-def second_sweep(main_job, shared_ray, tmp_path_factory) -> SecondSweep:
+def second_sweep(main_job, shared_ray, tmp_path_factory, worker_id) -> SecondSweep:
     """What a comparison of two sweeps (test_compare.py) and a warm start
-    (test_warm_start.py) both need, run once: they only read it."""
+    (test_warm_start.py) both need, run once (run_once): they only read it."""
     from mlflow.tracking import MlflowClient
 
-    folder = tmp_path_factory.mktemp("second-sweep")
-    uri = main_job.copy_to(folder)
-    client = MlflowClient(uri)
-    (first,) = client.search_runs([client.get_experiment_by_name(main_job.experiment).experiment_id],
-                                  filter_string="tags.kind = 'sweep'")
-    second = SecondSweep(uri, "warm", first.info.run_name, 2.0, "")
-    done = subprocess.run(
-        [sys.executable, "sweeps/neuron_vit.py", "--smoke", "--num-samples", "2", "--confirm-rounds", "0",
-         "--price-per-hour", str(second.price_per_hour), "--tracking-uri", uri, "--storage-path",
-         str(folder / "ray"), "--experiment", second.experiment, "--warm-start", second.warm_start,
-         *shared_ray.flags],
-        cwd=REPO, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return SecondSweep(uri, second.experiment, second.warm_start, second.price_per_hour, done.stdout)
+    shared = shared_temporary_folder(tmp_path_factory, worker_id)
+    folder = shared / "second-sweep"
+    uri, experiment, price = f"sqlite:///{folder}/m.db", "warm", 2.0
+
+    def run() -> dict:
+        folder.mkdir(exist_ok=True)
+        main_job.copy_to(folder)
+        client = MlflowClient(uri)
+        (first,) = client.search_runs([client.get_experiment_by_name(main_job.experiment).experiment_id],
+                                      filter_string="tags.kind = 'sweep'")
+        done = subprocess.run(
+            [sys.executable, "sweeps/neuron_vit.py", "--smoke", "--num-samples", "2", "--confirm-rounds", "0",
+             "--price-per-hour", str(price), "--tracking-uri", uri, "--storage-path", str(folder / "ray"),
+             "--experiment", experiment, "--warm-start", first.info.run_name, *shared_ray.flags],
+            cwd=REPO, capture_output=True, text=True, timeout=600)
+        return {"returncode": done.returncode, "stdout": done.stdout, "stderr": done.stderr,
+                "warm_start": first.info.run_name}
+
+    done = run_once(shared, "second-sweep", run)
+    assert done["returncode"] == 0, done["stdout"][-3000:] + done["stderr"][-3000:]
+    return SecondSweep(uri, experiment, done["warm_start"], price, done["stdout"])

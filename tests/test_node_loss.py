@@ -2,8 +2,11 @@
 trial runs there gets that trial retried on the node left, and the sweep completes."""
 
 import collections
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -16,8 +19,15 @@ def test_a_lost_worker_nodes_trial_is_retried_and_the_sweep_completes(tmp_path):
     markers = tmp_path / "markers"
     markers.mkdir()
     uri = f"sqlite:///{tmp_path}/n.db"
-    done = subprocess.run([sys.executable, "-m", "tests.node_loss_sweep", uri, str(markers)], cwd=REPO,
-                          capture_output=True, text=True, timeout=600)
+    # Ray's test Cluster records itself as the last `ray start` (ray_current_cluster) and
+    # removes the record at its end: in its own temp folder, not the machine's.
+    ray_temp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: Ray's socket paths go under it
+    try:
+        done = subprocess.run([sys.executable, "-m", "tests.node_loss_sweep", uri, str(markers)], cwd=REPO,
+                              env={**os.environ, "RAY_TMPDIR": ray_temp}, capture_output=True, text=True,
+                              timeout=600)
+    finally:
+        shutil.rmtree(ray_temp, ignore_errors=True)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "killed worker node" in done.stdout and "node killed: True" in done.stdout
 
