@@ -36,7 +36,17 @@ HOST_TIMING_RERUNS = 1
 # (run_once: the main job, the second sweep) or kept apart (test_node_loss.py's cluster
 # records itself under its own RAY_TMPDIR, not in the /tmp/ray that test_local_cluster.py
 # checks).
+# The files that took longest in the last measured run (benchmarks/results/test_suite.md),
+# longest first: the parallel pass hands them out first, so that none starts last and
+# leaves one worker running alone at the end.
+LONGEST_FILES = ("test_local_cluster.py", "test_vs_plain_tune.py", "test_team_store_faults.py", "test_store_faults.py",
+                 "test_tracking_outage.py", "test_lifecycle.py", "test_compare.py", "test_attention_kernels.py",
+                 "test_mlflow_ui.py", "test_resume.py")
+
+
 def pytest_collection_modifyitems(config, items):
+    first = {name: rank for rank, name in enumerate(LONGEST_FILES)}
+    items.sort(key=lambda item: first.get(item.path.name, len(first)))  # stable: the rest keep their order
     if not config.pluginmanager.hasplugin("rerunfailures"):
         return
     for item in items:

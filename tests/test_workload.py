@@ -218,6 +218,7 @@ class NumberedBatches(Workload):
         return int(targets[0]) + 1
 
 
+@pytest.mark.host_timing  # a window another process contended is left out of the figures: the count changes
 def test_units_stay_paired_with_their_steps_when_the_loader_runs_ahead(monkeypatch):
     from accelsweep.trainables.platforms.cpu import CpuPlatform
 
