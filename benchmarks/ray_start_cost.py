@@ -36,44 +36,34 @@ KINDS = ("default", "lean")
 
 # One measurement, in its own process (the kind's name as argv[1]); prints one JSON line.
 ONE_START = r'''
-import json, os, sys, time
+import contextlib, json, os, sys, time
 import ray
 
-def machine_cpu_s():
-    with open("/proc/stat") as stat:
-        fields = [int(v) for v in stat.readline().split()[1:]]
-    busy = fields[0] + fields[1] + fields[2] + fields[5] + fields[6] + fields[7]
-    return busy / os.sysconf("SC_CLK_TCK")
-
-import contextlib
+from accelsweep.sweeps.driver.run.local_ray import instance_processes
+from accelsweep.trainables.contention import read_cpu
+from accelsweep.trainables.processes import command_line
 from accelsweep.trainables.ray_adapter import without_idle_processes
 
+def name_of(pid):
+    args = command_line(pid) or ["?"]
+    script = next((os.path.basename(a) for a in args[1:] if a.endswith(".py")), None)
+    return script or os.path.basename(args[0])
+
 kind = without_idle_processes(log_monitor=False) if sys.argv[1] == "lean" else contextlib.nullcontext()
-cpu0, t0 = machine_cpu_s(), time.perf_counter()
+cpu0, t0 = read_cpu(), time.perf_counter()
 with kind:
     context = ray.init(address="local", include_dashboard=False, log_to_driver=False, logging_level="ERROR",
                        _node_ip_address="127.0.0.1")
 t1 = time.perf_counter()
 ray.get(ray.remote(lambda: os.getpid()).remote())
 t2 = time.perf_counter()
-session = context.address_info["session_dir"]
-names = []
-for pid in os.listdir("/proc"):
-    if pid.isdigit() and int(pid) != os.getpid():
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                args = f.read().decode(errors="replace").split("\0")
-        except OSError:
-            continue
-        if any(session in a for a in args):
-            names.append(os.path.basename(args[0]) if "python" not in args[0] else
-                         next((os.path.basename(a) for a in args[1:] if a.endswith(".py")), "python"))
+names = sorted(name_of(pid) for pid in instance_processes(context.address_info["session_dir"]))
 ray.shutdown()
 t3 = time.perf_counter()
 time.sleep(1.0)  # what the instance's processes spend stopping
+busy_ticks = read_cpu().busy_ticks - cpu0.busy_ticks
 print(json.dumps({"start_s": t1 - t0, "first_task_s": t2 - t1, "shutdown_s": t3 - t2,
-                  "machine_cpu_s": machine_cpu_s() - cpu0,
-                  "processes": sorted(names)}))
+                  "machine_cpu_s": busy_ticks / os.sysconf("SC_CLK_TCK"), "processes": names}))
 '''
 
 
