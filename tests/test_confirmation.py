@@ -398,3 +398,36 @@ def test_a_study_whose_every_trial_failed_or_none_measured_exits_non_zero(capsys
         capsys.readouterr().err
     main_guard(lambda: result(record(1, 2, 100.0, baseline=True), *failed[1:]))  # one measured: success
     main_guard(lambda: None)  # a main that returns nothing (a dry run) is not judged
+
+
+GUARDED_SCRIPT = """
+import atexit, sys, threading, time
+from accelsweep import main_guard
+from accelsweep.trainables.errors import ConfigError
+
+atexit.register(lambda: print("exit handler ran"))
+print("buffered, no newline", end="")
+if sys.argv[1] == "thread":  # a thread of the script's own: its end is awaited
+    threading.Thread(target=lambda: (time.sleep(0.5), print(" thread ended"))).start()
+
+def refused():
+    raise ConfigError("batch_size", "a positive integer", 0)
+
+main_guard(refused if sys.argv[1] == "refused" else lambda: None)
+print("after the guard")
+"""
+
+
+@pytest.mark.parametrize("case, status", [("success", 0), ("refused", 2), ("thread", 0)])
+def test_main_guard_ends_a_script_with_its_status_after_the_exit_handlers(tmp_path, case, status):
+    """From a script's __main__, main_guard ends the process (end_process): the status
+    kept, the exit handlers run, buffered output flushed, nothing after the guard runs;
+    a thread the script started still finishes first."""
+    script = tmp_path / "guarded.py"
+    script.write_text(GUARDED_SCRIPT)
+    done = subprocess.run([sys.executable, str(script), case], capture_output=True, text=True, timeout=120)
+    assert done.returncode == status, done.stderr[-2000:]
+    assert done.stdout.startswith("buffered, no newline") and "exit handler ran" in done.stdout
+    assert "after the guard" not in done.stdout
+    assert (" thread ended" in done.stdout) == (case == "thread")
+    assert ("error: batch_size" in done.stderr) == (case == "refused")

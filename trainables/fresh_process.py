@@ -25,6 +25,7 @@ from typing import Any, Iterator, Mapping
 
 from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.platforms import get_platform
+from accelsweep.trainables.process_end import end_process
 from accelsweep.trainables.loop.train_loop import run_training
 from accelsweep.trainables.trainable import metrics_of, train_trainable
 
@@ -104,12 +105,14 @@ def trial_process() -> None:
             results.write(json.dumps(message) + "\n")
             results.flush()
 
+        status = 0
         try:
             run_training(TrialConfig.from_dict(request["config"]), report=lambda result: send({"result": result}),
                          usd_per_hour=request["usd_per_hour"])
         except Exception as error:  # noqa: BLE001 - sent to the parent, which raises it as the trial's
             send({"error": [type(error).__name__, str(error)], "trace": traceback.format_exc(limit=-8)})
-            sys.exit(1)
+            status = 1
+    end_process(status)  # the parent waits for the status: not for the interpreter's teardown too
 
 
 # The driver reads what it reports here: train_trainable's metrics.

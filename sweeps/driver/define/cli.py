@@ -25,6 +25,7 @@ from accelsweep.trainables.errors import ConfigError, SweepStopped
 from accelsweep.trainables.cost import CostBasis, resolve_cost_basis
 from accelsweep.trainables.platforms import PLATFORM_NAMES, get_platform, resolve_platform
 from accelsweep.trainables.loop.rejection import REJECT_RATIO
+from accelsweep.trainables.process_end import end_process
 from accelsweep.sweeps.driver.record.tracking import add_tracking_uri_flag
 from accelsweep.sweeps.driver.record.tracking_buffer import DEFAULT_WAIT_S
 
@@ -250,24 +251,38 @@ def main_guard(main) -> None:
     store did not come back) with its exit status, 75, and how to resume; a sweep that
     measured nothing (every trial failed, or none reported the objective) with
     NOTHING_MEASURED_EXIT, 1: the result main returns, else the last run_sweep returned
-    while it ran."""
+    while it ran.
+
+    Called from a script run as the program (its ``__main__``), it ends the process there,
+    success included, without the interpreter's teardown (``end_process``); called from
+    anywhere else (a test, a notebook) it returns on success and raises SystemExit otherwise."""
+    status = _guarded_status(main)
+    if sys._getframe(1).f_globals.get("__name__") == "__main__":
+        end_process(status)
+    if status:
+        sys.exit(status)
+
+
+def _guarded_status(main) -> int:
     returned_before = RETURNED.count
     try:
         result = main()
     except ConfigError as error:
-        fail(error)
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     except SweepStopped as stopped:
         print(f"error: {stopped}", file=sys.stderr)
-        sys.exit(stopped.exit_status)
+        return stopped.exit_status
     except SweepInterrupted as stop:
         print(f"stopped: {stop}", file=sys.stderr)
-        sys.exit(stop.exit_status)
+        return stop.exit_status
     if result is None and RETURNED.count > returned_before:  # a main that ran a sweep and returned nothing
         result = RETURNED.last
     nothing = nothing_measured(result)
     if nothing:
         print(f"error: {nothing}", file=sys.stderr)
-        sys.exit(NOTHING_MEASURED_EXIT)
+        return NOTHING_MEASURED_EXIT
+    return 0
 
 
 # A sweep that ran but measured nothing (every trial failed, or none reported its
