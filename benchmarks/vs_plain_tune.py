@@ -85,6 +85,7 @@ def run_accelsweep(folder: str, seed: int, args) -> dict:
     command += ["--num-samples", str(args.num_samples)] if args.num_samples else []
     command += ["--confirm-rounds", str(args.confirm_rounds)] if args.confirm_rounds is not None else []
     command += ["--time-budget-s", str(args.time_budget_s)] if args.time_budget_s is not None else []
+    command += ["--address", args.address] if args.address else []
     wall, lines = _timed(command, folder, "accelsweep")
     _, runs = _trial_runs(store, "neuron_vit")
     parent = next(r for r in runs if r.data.tags.get("kind") == "sweep")
@@ -252,6 +253,11 @@ def main(argv=None) -> int:
     parser.add_argument("--confirm-rounds", type=int, default=None, help="accelsweep's (default: the main job's)")
     parser.add_argument("--time-budget-s", type=float, default=None,
                         help="accelsweep's time budget (default: the main job's); the plain script keeps its 480 s")
+    parser.add_argument("--address", default=None,
+                        help="with --smoke: accelsweep's sweeps on this running Ray cluster (host:port) instead of "
+                             "a local instance each (a check of the harness; figures need each tool's own instance). "
+                             "The plain script still starts its own: its bare ray.init, given a cluster started on "
+                             "127.0.0.1, waits for a raylet at this machine's network address")
     parser.add_argument("--out", default=os.path.join(REPO, "benchmarks", "results", "vs_plain_tune.json"))
     parser.add_argument("--rejudge", metavar="JSON", default=None,
                         help="no runs: the figures of an earlier run's JSON judged again (its runs and rounds kept)")
@@ -270,6 +276,9 @@ def main(argv=None) -> int:
                                judged_by={key: earlier[key] for key in ("judge", "blocks", "judged_at")
                                           if key in earlier} or {"judge": "processes"})
         return write(result, args.out)
+    if args.address and not args.smoke:
+        parser.error(f"--address: only with --smoke (each tool's wall includes starting its own Ray), "
+                     f"got --address {args.address} without it")
     if args.rounds < 2:
         parser.error(f"--rounds: at least 2 (an interval needs two paired rounds), got {args.rounds}")
     if args.judge_blocks < 1:

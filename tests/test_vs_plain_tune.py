@@ -35,11 +35,12 @@ def test_a_config_is_keyed_by_every_knob_with_the_baseline_filling_gaps():
 
 
 @pytest.mark.slow
-def test_the_harness_runs_both_tools_in_turn_and_judges_interleaved(tmp_path):
+def test_the_harness_runs_both_tools_in_turn_and_judges_interleaved(tmp_path, shared_ray):
     out = tmp_path / "vs.json"
     run = subprocess.run([sys.executable, os.path.join(REPO, "benchmarks", "vs_plain_tune.py"), "--smoke",
                           "--seeds", "0", "1", "--rounds", "2", "--num-samples", "2", "--confirm-rounds", "2",
-                          "--out", str(out)], cwd=tmp_path, capture_output=True, text=True, timeout=900)
+                          "--out", str(out), *shared_ray.flags], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=900)
     assert run.returncode in (0, 1), run.stdout[-3000:] + run.stderr[-3000:]  # 1: a check failed (noise here)
     assert out.exists(), run.stdout[-3000:] + run.stderr[-3000:]  # a tool that failed ends the run without it
     result = json.loads(out.read_text())
