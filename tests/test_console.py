@@ -48,6 +48,22 @@ def test_an_unknown_study_or_command_is_refused_naming_the_choices(tmp_path):
     assert done.returncode == 2 and "'neuron_vitt'" in done.stderr and not os.listdir(tmp_path)
 
 
+def test_a_tool_ends_with_its_own_exit_status_and_output(tmp_path):
+    """A tool (report, compare, cluster, hosts, team-store) ends its process through
+    end_process: the status and the message are the tool's own."""
+    done = accelsweep("compare", cwd=tmp_path)
+    assert done.returncode == 2 and "the following arguments are required: SWEEP" in done.stderr
+    done = accelsweep("report", "--help", cwd=tmp_path)
+    assert done.returncode == 0 and done.stdout.startswith("usage: accelsweep report")
+
+
+def test_a_tools_exit_is_read_as_the_interpreter_reads_it(capsys):
+    from accelsweep.sweeps.driver.console import exit_status
+
+    assert [exit_status(SystemExit(code)) for code in (None, 0, 3)] == [0, 0, 3]
+    assert exit_status(SystemExit("no cluster here")) == 1 and capsys.readouterr().err == "no cluster here\n"
+
+
 def test_a_detached_run_says_where_its_output_is_and_writes_it_there(tmp_path):
     done = accelsweep("run", "--detach", "neuron_vit", "--smoke", "--dry-run", cwd=tmp_path)
     assert done.returncode == 0, done.stderr

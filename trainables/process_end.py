@@ -4,7 +4,7 @@ flushed, then the process exits without the interpreter's teardown.
 That teardown only frees, one object at a time, the heap that torch, Ray, MLflow and
 scikit-learn built: about 3 s of one core after a sweep has printed its summary, and as
 long again after a fresh-process trial has sent its last result, while its parent waits
-for the exit status (measured: benchmarks/results/test_suite.md). Nothing of it is kept.
+for the exit status (benchmarks/process_end_cost.py). Nothing of it is kept.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from accelsweep.sweeps.driver.define.cli import fail
 from accelsweep.sweeps.driver.run.detach import detach
 from accelsweep.sweeps.driver.define.studies import STUDIES, run_study, study_target
 from accelsweep.trainables.errors import ConfigError
+from accelsweep.trainables.process_end import end_process
 
 # name -> (what it does, the module it runs); run is handled apart (it takes a study)
 TOOLS = {
@@ -96,9 +97,26 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         import runpy
 
         sys.argv = [f"accelsweep {command}", *rest]
-        runpy.run_module(TOOLS[command][1], run_name="__main__", alter_sys=True)
+        try:
+            runpy.run_module(TOOLS[command][1], run_name="__main__", alter_sys=True)
+        except SystemExit as ended:
+            status = exit_status(ended)
+        else:
+            status = 0
+        if argv is None:  # the command itself, not a caller's main([...]): its process ends here
+            end_process(status)
+        if status:
+            sys.exit(status)
     else:
         fail(ConfigError("command", f"one of run, studies, {', '.join(TOOLS)}", command))
+
+
+def exit_status(ended: SystemExit) -> int:
+    """The status the interpreter would give ``ended``: a message is printed and is 1."""
+    if ended.code is None or isinstance(ended.code, int):
+        return ended.code or 0
+    print(ended.code, file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":
