@@ -1,3 +1,4 @@
+import os
 import subprocess
 import sys
 
@@ -7,6 +8,7 @@ from tests.conftest import REPO
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.platforms import PLATFORM_NAMES, PLATFORMS, get_platform, resolve_platform
+from accelsweep.trainables.platforms.cuda import NVIDIA_DRIVER_FILES
 from accelsweep.trainables.platforms.neuron import neuron_cc_flags, neuron_target_for_instance
 
 
@@ -14,6 +16,27 @@ def test_auto_picks_cpu_here_and_says_why():
     platform, why = resolve_platform("auto")
     assert platform.name == "cpu"
     assert "picked cpu" in why and "no neuron" in why and "no cuda" in why
+
+
+@pytest.mark.skipif(any(os.path.exists(path) for path in NVIDIA_DRIVER_FILES), reason="an NVIDIA driver is here")
+def test_auto_on_a_host_without_an_nvidia_driver_never_imports_torch():
+    """A sweep's driver picks its platform before anything else; torch is seconds of CPU it
+    would pay only to hear there is no GPU."""
+    probe = ("import sys; from accelsweep.trainables.platforms import resolve_platform; "
+             "platform, why = resolve_platform('auto'); print(platform.name, 'torch' in sys.modules); print(why)")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == "cpu False"
+    assert "no cuda: no NVIDIA driver on this machine (none of /dev/nvidiactl" in done.stdout
+
+
+def test_a_host_with_nvidia_driver_files_asks_torch(monkeypatch, tmp_path):
+    torch = pytest.importorskip("torch")
+    from accelsweep.trainables.platforms import cuda
+
+    monkeypatch.setattr(cuda, "NVIDIA_DRIVER_FILES", (str(tmp_path),))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert cuda.CudaPlatform().detect().reason == "torch.cuda.is_available() is False (no NVIDIA GPU or driver)"
 
 
 def test_asking_for_absent_hardware_is_refused_before_any_trial():

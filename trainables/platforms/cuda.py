@@ -78,6 +78,10 @@ def cuda_capabilities(capability: SM, name: str, source: str) -> Capabilities:
     return Capabilities(f"{name} (compute capability {sm})", source, facts, emulated)
 
 
+# What an NVIDIA driver leaves on a host, in a container given GPUs, or under WSL 2 (/dev/dxg).
+NVIDIA_DRIVER_FILES = ("/dev/nvidiactl", "/proc/driver/nvidia", "/dev/dxg")
+
+
 def local_gpu() -> Union[tuple[SM, str], str]:
     """GPU 0 of this machine: (compute capability, name), from torch when it sees a GPU,
     else from nvidia-smi; or why neither could say."""
@@ -132,6 +136,10 @@ class CudaPlatform(Platform):
     study_batch_sizes = (16, 32, 64, 128)  # one GPU, not a NeuronCore: the seed's 16 and up
 
     def detect(self) -> Detection:
+        # Importing torch costs a sweep's driver seconds of CPU that it otherwise never
+        # spends on a host without a GPU; torch finds no GPU where the driver left no files.
+        if not any(os.path.exists(path) for path in NVIDIA_DRIVER_FILES):
+            return Detection(False, f"no NVIDIA driver on this machine (none of {', '.join(NVIDIA_DRIVER_FILES)})")
         try:
             import torch
         except ImportError as error:
