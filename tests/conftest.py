@@ -15,6 +15,11 @@ from pathlib import Path
 import pytest
 
 from tests import shared_ray as shared_ray_instance
+from tests import zygote
+
+# Commands this session starts are forked from one process that has their imports done
+# (tests/zygote.py says which commands, and why it changes nothing else).
+subprocess.Popen = zygote.ZygotePopen
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -44,6 +49,23 @@ LONGEST_FILES = ("test_vs_plain_tune.py", "test_local_cluster.py", "test_team_st
                  "test_cpu_resnet.py", "test_resume.py", "test_secrets.py", "test_team_store.py",
                  "test_vit_attention.py", "test_sweep_e2e.py", "test_neuron_standin.py", "test_secret_leak.py",
                  "test_kernels.py", "test_metric_collection.py")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    zygote.Zygote.stop()
+
+
+@pytest.fixture(autouse=True)
+def plain_processes_when_marked(request):
+    """A test marked real_process starts its commands as plain subprocesses."""
+    if request.node.get_closest_marker("real_process") is None:
+        yield
+        return
+    zygote.enabled = False
+    try:
+        yield
+    finally:
+        zygote.enabled = os.environ.get("ACCELSWEEP_TEST_ZYGOTE", "1") != "0"
 
 
 def pytest_collection_modifyitems(config, items):

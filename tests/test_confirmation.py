@@ -418,6 +418,7 @@ print("after the guard")
 """
 
 
+@pytest.mark.real_process
 @pytest.mark.parametrize("case, status", [("success", 0), ("refused", 2), ("thread", 0)])
 def test_main_guard_ends_a_script_with_its_status_after_the_exit_handlers(tmp_path, case, status):
     """From a script's __main__, main_guard ends the process (end_process): the status

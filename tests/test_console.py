@@ -48,6 +48,7 @@ def test_an_unknown_study_or_command_is_refused_naming_the_choices(tmp_path):
     assert done.returncode == 2 and "'neuron_vitt'" in done.stderr and not os.listdir(tmp_path)
 
 
+@pytest.mark.real_process
 def test_a_tool_ends_with_its_own_exit_status_and_output(tmp_path):
     """A tool (report, compare, cluster, hosts, team-store) ends its process through
     end_process: the status and the message are the tool's own."""

@@ -1,0 +1,101 @@
+"""The commands tests start from the session's zygote (tests/zygote.py) behave as python
+started them would: argv, __main__, sys.path[0], folder, environment, output, exit status,
+signals, sessions; and the commands it must not run are plain subprocesses."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests import zygote
+
+SCRIPT = r"""
+import json, os, sys, time
+print(json.dumps({"argv": sys.argv, "name": __name__, "path0": sys.path[0], "cwd": os.getcwd(),
+                  "x": os.environ.get("ZYGOTE_X"), "pid": os.getpid(), "sid": os.getsid(0),
+                  "preloaded": "ray.tune" in sys.modules}), flush=True)
+action = sys.argv[1] if len(sys.argv) > 1 else ""
+if action == "sleep":
+    time.sleep(60)
+if action == "raise":
+    raise ValueError("boom")
+if action == "message":
+    sys.exit("a message")
+sys.stderr.write("to stderr\n")
+sys.exit(3)
+"""
+
+
+@pytest.fixture
+def script(tmp_path):
+    path = tmp_path / "probe.py"
+    path.write_text(SCRIPT)
+    return path
+
+
+def _seen(done) -> dict:
+    import json
+
+    return json.loads(done.stdout.splitlines()[0])
+
+
+def test_a_routed_script_runs_as_python_runs_it(script, tmp_path):
+    done = subprocess.run([sys.executable, str(script), "plain"], cwd=tmp_path, capture_output=True, text=True,
+                          env={**os.environ, "ZYGOTE_X": "given"}, timeout=120)
+    seen = _seen(done)
+    assert seen["preloaded"], "not forked from the zygote"
+    assert seen["argv"] == [str(script), "plain"] and seen["name"] == "__main__"
+    assert seen["path0"] == str(tmp_path) and seen["cwd"] == str(tmp_path) and seen["x"] == "given"
+    assert done.returncode == 3 and done.stderr == "to stderr\n"
+    assert "ZYGOTE_X" not in open(f"/proc/{os.getpid()}/environ").read()  # only the child's
+
+
+def test_an_error_and_an_exit_message_end_as_pythons_do(script):
+    raised = subprocess.run([sys.executable, str(script), "raise"], capture_output=True, text=True, timeout=120)
+    assert raised.returncode == 1 and raised.stderr.startswith("Traceback (most recent call last):\n  File "
+                                                                f'"{script}"')
+    assert raised.stderr.rstrip().endswith("ValueError: boom") and "zygote" not in raised.stderr
+    message = subprocess.run([sys.executable, str(script), "message"], capture_output=True, text=True, timeout=120)
+    assert message.returncode == 1 and message.stderr == "a message\n"
+
+
+@pytest.mark.parametrize("signum, status", [(signal.SIGINT, -signal.SIGINT), (signal.SIGTERM, -signal.SIGTERM)])
+def test_a_signal_reaches_the_command_in_its_own_session(script, signum, status):
+    child = subprocess.Popen([sys.executable, str(script), "sleep"], stdout=subprocess.PIPE, text=True,
+                             start_new_session=True)
+    seen = __import__("json").loads(child.stdout.readline())
+    assert seen["pid"] == child.pid and seen["sid"] == child.pid and seen["preloaded"]
+    assert child.poll() is None
+    os.kill(child.pid, signum)
+    assert child.wait(timeout=30) == status
+    child.stdout.close()
+
+
+def test_a_timeout_kills_the_command(script):
+    started = time.monotonic()
+    with pytest.raises(subprocess.TimeoutExpired):
+        subprocess.run([sys.executable, str(script), "sleep"], capture_output=True, timeout=3)
+    assert time.monotonic() - started < 30
+
+
+def test_what_the_zygote_must_not_run_starts_plainly(script, monkeypatch):
+    """-c and interpreter flags, other programs, and a variable the preloaded libraries read
+    when imported that differs from the zygote's."""
+    assert zygote.routed_argv([sys.executable, "-c", "pass"], None, False) is None
+    assert zygote.routed_argv([sys.executable, "-W", "error", str(script)], None, False) is None
+    assert zygote.routed_argv([sys.executable, "-m", "mlflow", "server"], None, False) is None
+    assert zygote.routed_argv(["bash", str(script)], None, False) is None
+    assert zygote.routed_argv([sys.executable, "-m", "sweeps.neuron_vit", "--smoke"], None, False) == [
+        "-m", "sweeps.neuron_vit", "--smoke"]
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "RAY_DEDUP_LOGS": "0"})
+    assert not _seen(done)["preloaded"] and done.returncode == 3
+
+
+@pytest.mark.real_process
+def test_a_test_marked_real_process_gets_plain_subprocesses(script):
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert not _seen(done)["preloaded"] and done.returncode == 3
