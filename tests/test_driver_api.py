@@ -507,3 +507,37 @@ def test_what_a_sweep_sets_in_the_environment_does_not_outlive_it(tmp_path, ray_
     run_sweep(tiny_sweep("environment", f"sqlite:///{tmp_path}/m.db", str(tmp_path / "ray"),
                          before_trials=like_a_library, print_line=lambda line: None, report=False))
     assert dict(os.environ) == before
+
+
+
+@pytest.mark.slow
+def test_a_sweep_starts_one_actor_of_its_own_for_its_board_and_its_trials_progress(tmp_path, ray_session):
+    """Each actor is a Ray worker process (seconds of CPU to start): the sweep's board and
+    its trials' progress share one (trainables/sweep_actor.py), and one name reaches both."""
+    import ray
+    import ray._private.state as state
+
+    from accelsweep import run_sweep
+    from accelsweep.trainables.loop.rejection import BoardLimits, TrialLimits
+    from accelsweep.trainables.sweep_actor import start_sweep_actor
+
+    def classes() -> list[str]:
+        return [entry["ActorClassName"] for entry in state.actors().values()]
+
+    before = classes()
+    run_sweep(tiny_sweep("one-actor", f"sqlite:///{tmp_path}/m.db", str(tmp_path / "ray"),
+                         print_line=lambda line: None, report=False))
+    started = classes()[len(before):]
+    assert sorted(set(started) - {"ImplicitFunc"}) == ["SweepActor"] and started.count("SweepActor") == 1, started
+
+    actor = start_sweep_actor("accelsweep-sweep-test", "max")
+    try:
+        ray.get([actor.offer.remote(2.0, 0.5), actor.offer.remote(3.0, 0.7), actor.offer.remote(1.0, 0.6)])
+        limits = BoardLimits("accelsweep-sweep-test", TrialLimits("score")).for_trial()
+        assert (limits.best, limits.typical_probe_s) == (3.0, 0.6)
+        ray.get(actor.set_phase.remote("t1", "compiling", 1.0))
+        ray.get(actor.append_output.remote("t1", b"a line\n"))
+        assert ray.get(actor.phases.remote()) == {"t1": ("compiling", 1.0)}
+        assert ray.get(actor.take_output.remote("t1")) == "a line\n" and ray.get(actor.phases.remote()) == {}
+    finally:
+        ray.kill(actor)

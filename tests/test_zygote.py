@@ -88,8 +88,8 @@ def test_what_the_zygote_must_not_run_starts_plainly(script, monkeypatch):
     assert zygote.routed_argv([sys.executable, "-W", "error", str(script)], None, False) is None
     assert zygote.routed_argv([sys.executable, "-m", "mlflow", "server"], None, False) is None
     assert zygote.routed_argv(["bash", str(script)], None, False) is None
-    assert zygote.routed_argv([sys.executable, "-m", "sweeps.neuron_vit", "--smoke"], None, False) == [
-        "-m", "sweeps.neuron_vit", "--smoke"]
+    assert zygote.routed_argv([sys.executable, "-m", "accelsweep.sweeps.neuron_vit", "--smoke"], None, False) == [
+        "-m", "accelsweep.sweeps.neuron_vit", "--smoke"]
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "RAY_DEDUP_LOGS": "0"})
     assert not _seen(done)["preloaded"] and done.returncode == 3

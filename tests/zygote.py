@@ -14,7 +14,7 @@ threads joined, exit handlers run, output flushed).
 ``ZygotePopen`` is subprocess.Popen with that one difference, installed for the test
 session by tests/conftest.py. It routes a command to the zygote only when that cannot
 change what the command does:
-- ``python SCRIPT.py ...``, ``python -m accelsweep...|sweeps...|benchmarks...`` and the
+- ``python SCRIPT.py ...``, ``python -m accelsweep...|benchmarks...|tests...`` and the
   ``accelsweep`` console script; never ``-c`` or interpreter flags, a shell, preexec_fn,
   pass_fds, another user or umask;
 - an environment equal to the zygote's in every variable the preloaded libraries read when
@@ -42,7 +42,7 @@ PRELOAD = ("numpy", "pandas", "pyarrow", "ray", "ray.tune", "ray.train", "mlflow
            "matplotlib.figure", "matplotlib.backends.backend_agg", "requests", "pydantic")
 IMPORT_TIME_VARIABLES = ("RAY_", "PYTHON", "OMP_", "KMP_", "MKL_", "OPENBLAS_", "GOMP_", "MALLOC_", "LD_", "MPL",
                          "MATPLOTLIB", "TMPDIR", "HOME", "XDG_", "GRPC_", "TORCH", "PYTORCH_", "CUDA_", "LANG", "LC_")
-ROUTED_MODULES = ("accelsweep", "sweeps", "benchmarks", "tests")
+ROUTED_MODULES = ("accelsweep", "benchmarks", "tests")
 CONSOLE_SCRIPT = os.path.join(os.path.dirname(sys.executable), "accelsweep")
 HEADER_BYTES = 16
 enabled = os.environ.get("ACCELSWEEP_TEST_ZYGOTE", "1") != "0"

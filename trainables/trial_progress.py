@@ -10,7 +10,7 @@ driver keeps it in the trial's MLflow run, trial-output.log, and prints it only 
 trial failed, or with --verbose).
 
 Both travel through one small Ray actor per sweep (``TrialProgress``, named, started by
-the driver), so they work the same on a cluster, where a trial's files are on another
+the driver; trainables/sweep_actor.py serves it and the sweep's board from one process), so they work the same on a cluster, where a trial's files are on another
 machine. Outside a sweep (no actor) ``phase`` does nothing and output is left alone.
 """
 
@@ -32,6 +32,8 @@ SEND_EVERY_S = 2.0
 # why a trial failed) is kept, after a line saying how much was left out.
 OUTPUT_LIMIT_BYTES = 1 << 20
 TAIL_BYTES = 64 << 10
+# Trials send while the driver reads: the actor serves calls from a few threads.
+PROGRESS_CONCURRENCY = 4
 
 
 class TrialProgress:
@@ -73,7 +75,7 @@ def start_progress(name: str):
     duration: Ray ends a named actor with its last handle)."""
     import ray
 
-    return ray.remote(num_cpus=0)(TrialProgress).options(name=name, max_concurrency=4, **on_this_node()).remote()
+    return ray.remote(num_cpus=0)(TrialProgress).options(name=name, max_concurrency=PROGRESS_CONCURRENCY, **on_this_node()).remote()
 
 
 class _Reporter:

@@ -90,8 +90,8 @@ from accelsweep.trainables.environment_variables import (environment_snapshot, r
                                                       whole_environment_restored)
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.loop.failures import run_isolated
-from accelsweep.trainables.loop.rejection import BoardLimits, SweepBoard
-from accelsweep.trainables.trial_progress import start_progress
+from accelsweep.trainables.loop.rejection import BoardLimits
+from accelsweep.trainables.sweep_actor import start_sweep_actor
 from accelsweep.trainables.platforms import get_platform
 
 
@@ -333,15 +333,13 @@ def _run(plan: Plan, started: float, stop: StopSignals) -> SweepResult:
     if sweep.before_trials is not None and not sweep.resume:
         with stop.at_once():
             parent_metrics.update(sweep.before_trials(plan))
-    # The sweep's best so far, which each trial reads as it starts (rejection); one per run
-    # of the driver: a resumed sweep's is filled again from the records Tune restores.
-    board_name = f"accelsweep-board-{uuid.uuid4().hex[:12]}" if rejects(sweep) else None
-    # Held here for the sweep's duration: Ray ends a named actor with its last handle.
-    board = SweepBoard.start(board_name, sweep.objectives[0].mode) if board_name else None
-    # What each running trial is doing and printing (trainables/trial_progress.py): one
-    # actor per run of the driver, held here like the board.
-    progress_name = f"accelsweep-progress-{uuid.uuid4().hex[:12]}"
-    progress = start_progress(progress_name)
+    # One actor per run of the driver (trainables/sweep_actor.py), held here for the sweep's
+    # duration (Ray ends a named actor with its last handle): what each running trial is
+    # doing and printing, and the sweep's best so far, which each trial reads as it starts
+    # (rejection; a resumed sweep's is filled again from the records Tune restores).
+    progress_name = f"accelsweep-sweep-{uuid.uuid4().hex[:12]}"
+    progress = start_sweep_actor(progress_name, sweep.objectives[0].mode)
+    board_name, board = (progress_name, progress) if rejects(sweep) else (None, None)
     trainable = _tune_trainable(plan, board_name, progress_name)
     storage = storage_dir(sweep)
     stop.raise_if_requested()  # the last moment at which nothing of the sweep is written
