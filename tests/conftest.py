@@ -17,14 +17,13 @@ import pytest
 from tests import shared_ray as shared_ray_instance
 from tests import zygote
 
-# Commands this session starts are forked from one process that has their imports done
-# (tests/zygote.py says which commands, and why it changes nothing else).
-subprocess.Popen = zygote.ZygotePopen
-
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+# Commands this session starts are forked from one process that has their imports done
+# (tests/zygote.py says which commands, and why it changes nothing else).
+zygote.install()
 
 # A test marked host_timing asserts on what this host measured: a kernel against a roof
 # measured seconds earlier, a slow config judged against a fast one. This shared 2-core VM

@@ -46,7 +46,7 @@ def test_a_routed_script_runs_as_python_runs_it(script, tmp_path):
     done = subprocess.run([sys.executable, str(script), "plain"], cwd=tmp_path, capture_output=True, text=True,
                           env={**os.environ, "ZYGOTE_X": "given"}, timeout=120)
     seen = _seen(done)
-    assert seen["preloaded"], "not forked from the zygote"
+    assert seen["preloaded"], f"not forked from the zygote: {zygote.Zygote.why_plain}"
     assert seen["argv"] == [str(script), "plain"] and seen["name"] == "__main__"
     assert seen["path0"] == str(tmp_path) and seen["cwd"] == str(tmp_path) and seen["x"] == "given"
     assert done.returncode == 3 and done.stderr == "to stderr\n"
@@ -67,7 +67,8 @@ def test_a_signal_reaches_the_command_in_its_own_session(script, signum, status)
     child = subprocess.Popen([sys.executable, str(script), "sleep"], stdout=subprocess.PIPE, text=True,
                              start_new_session=True)
     seen = __import__("json").loads(child.stdout.readline())
-    assert seen["pid"] == child.pid and seen["sid"] == child.pid and seen["preloaded"]
+    assert seen["pid"] == child.pid and seen["sid"] == child.pid
+    assert seen["preloaded"], f"not forked from the zygote: {zygote.Zygote.why_plain}"
     assert child.poll() is None
     os.kill(child.pid, signum)
     assert child.wait(timeout=30) == status
@@ -99,3 +100,16 @@ def test_what_the_zygote_must_not_run_starts_plainly(script, monkeypatch):
 def test_a_test_marked_real_process_gets_plain_subprocesses(script):
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert not _seen(done)["preloaded"] and done.returncode == 3
+
+
+def test_a_zygote_started_inside_a_test_that_changed_the_environment_serves_the_tests_after_it(script, monkeypatch,
+                                                                                               tmp_path):
+    """The zygote takes the session's import-time variables, not those of the test that
+    happens to start it: that test's commands are plain, the later tests' are forked."""
+    zygote.Zygote.stop()
+    monkeypatch.setenv("HOME", str(tmp_path))  # as a test of ~/.ray or ~/.cache does
+    inside = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert not _seen(inside)["preloaded"] and "['HOME']" in zygote.Zygote.why_plain
+    monkeypatch.undo()
+    after = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert _seen(after)["preloaded"], zygote.Zygote.why_plain

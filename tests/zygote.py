@@ -26,6 +26,7 @@ always gets a plain subprocess, and ACCELSWEEP_TEST_ZYGOTE=0 turns the zygote of
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import selectors
@@ -42,6 +43,10 @@ PRELOAD = ("numpy", "pandas", "pyarrow", "ray", "ray.tune", "ray.train", "mlflow
            "matplotlib.figure", "matplotlib.backends.backend_agg", "requests", "pydantic")
 IMPORT_TIME_VARIABLES = ("RAY_", "PYTHON", "OMP_", "KMP_", "MKL_", "OPENBLAS_", "GOMP_", "MALLOC_", "LD_", "MPL",
                          "MATPLOTLIB", "TMPDIR", "HOME", "XDG_", "GRPC_", "TORCH", "PYTORCH_", "CUDA_", "LANG", "LC_")
+# What the preloaded libraries put in their own process's environment when imported, so in
+# a test's after its first in-process sweep: the zygote has them too (importing Ray sets
+# RAY_CLIENT_MODE=0, as good as unset; scikit-learn KMP_DUPLICATE_LIB_OK=True).
+SET_WHEN_IMPORTED = {("RAY_CLIENT_MODE", "0"), ("KMP_DUPLICATE_LIB_OK", "True")}
 ROUTED_MODULES = ("accelsweep", "benchmarks", "tests")
 CONSOLE_SCRIPT = os.path.join(os.path.dirname(sys.executable), "accelsweep")
 HEADER_BYTES = 16
@@ -63,8 +68,9 @@ def serve(socket_path: str) -> None:
     selector = selectors.DefaultSelector()
     selector.register(listener, selectors.EVENT_READ, None)
     print("ready", flush=True)
-    while True:
-        for key, _ in selector.select():
+    parent = os.getppid()
+    while os.getppid() == parent:  # a test process that ended without stopping it (killed) ends it too
+        for key, _ in selector.select(timeout=1.0):
             if key.data is None:
                 _fork_one(listener, selector)
             else:
@@ -77,6 +83,9 @@ def serve(socket_path: str) -> None:
                 except OSError:
                     pass  # the test is gone; the child is reaped all the same
                 connection.close()
+    import shutil
+
+    shutil.rmtree(os.path.dirname(socket_path), ignore_errors=True)  # its socket and log
 
 
 def _fork_one(listener: socket.socket, selector: selectors.BaseSelector) -> None:
@@ -136,8 +145,6 @@ def _run_child(request: dict, fds: list[int], connection: socket.socket) -> None
         code = 1
     # The interpreter's own end: non-daemon threads, then exit handlers, then the output.
     threading._shutdown()
-    import atexit
-
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
@@ -189,14 +196,17 @@ class Zygote:
     _lock = threading.Lock()
     _started: Optional["Zygote"] = None
     _failed = False
+    # Why the last command that could have been routed was not (tests/test_zygote.py says it).
+    why_plain = ""
 
     def __init__(self) -> None:
         self.folder = tempfile.mkdtemp(prefix="zygote-", dir="/tmp")  # a Unix socket's path is short
         self.socket_path = os.path.join(self.folder, "socket")
         self.log_path = os.path.join(self.folder, "zygote.log")
-        # Only what the preloaded libraries read at import: a password a test exported stays
-        # out of the zygote, and out of /proc/PID/environ of every command it forks.
-        self.environment = _imported(os.environ)
+        # Only what the preloaded libraries read at import, as the session began (not as the
+        # test that happens to start it has them): a password a test exported stays out of
+        # the zygote, and out of /proc/PID/environ of every command it forks.
+        self.environment = SESSION_ENVIRONMENT
         with open(self.log_path, "w") as log:
             self.process = _PlainPopen([sys.executable, "-c", "import sys; from tests.zygote import serve; "
                                         "serve(sys.argv[1])", self.socket_path],
@@ -211,15 +221,18 @@ class Zygote:
     @classmethod
     def get(cls) -> Optional["Zygote"]:
         with cls._lock:
+            if cls._started is not None and cls._started.process.poll() is not None:
+                # Ended under a test (a signal to its process group): the next command starts another.
+                cls.why_plain = f"the zygote ended (exit {cls._started.process.returncode}); started again"
+                cls._started = None
             if cls._started is None and not cls._failed:
                 try:
                     cls._started = Zygote()
+                    atexit.register(cls.stop)  # a process that imported tests/conftest.py outside pytest
                 except (OSError, RuntimeError) as error:
                     cls._failed = True
+                    cls.why_plain = f"the zygote did not start: {error}"
                     print(f"tests/zygote.py: commands run as plain subprocesses: {error}", file=sys.stderr)
-            if cls._started is not None and cls._started.process.poll() is not None:
-                raise RuntimeError(f"the zygote ended (exit {cls._started.process.returncode}): "
-                                   f"{open(cls._started.log_path).read()[-2000:]}")
             return cls._started
 
     @classmethod
@@ -249,7 +262,8 @@ class Zygote:
 
 
 def _imported(environment) -> dict[str, str]:
-    return {name: value for name, value in environment.items() if name.startswith(IMPORT_TIME_VARIABLES)}
+    return {name: value for name, value in environment.items()
+            if name.startswith(IMPORT_TIME_VARIABLES) and (name, value) not in SET_WHEN_IMPORTED}
 
 
 def _read_line(connection: socket.socket, block: bool, pending: Optional[bytearray] = None) -> Optional[str]:
@@ -269,6 +283,15 @@ def _read_line(connection: socket.socket, block: bool, pending: Optional[bytearr
 
 
 _PlainPopen = subprocess.Popen
+SESSION_ENVIRONMENT: dict[str, str] = {}
+
+
+def install() -> None:
+    """This process's commands from now on through ZygotePopen, taking the import-time
+    variables as they are now (tests/conftest.py: before any test runs) as the zygote's."""
+    global SESSION_ENVIRONMENT
+    SESSION_ENVIRONMENT = _imported(os.environ)
+    subprocess.Popen = ZygotePopen
 
 
 def routed_argv(args, executable, shell: bool) -> Optional[list[str]]:
@@ -290,6 +313,17 @@ def routed_argv(args, executable, shell: bool) -> Optional[list[str]]:
     return None
 
 
+def _log_decision(args, argv, how: str, why: str) -> None:
+    """With ACCELSWEEP_TEST_ZYGOTE_LOG=FILE, a line per command a test starts: how, why, which test."""
+    path = os.environ.get("ACCELSWEEP_TEST_ZYGOTE_LOG")
+    if not path or (argv is None and how == "plain" and not str(args).count(sys.executable)):
+        return
+    with open(path, "a") as log:
+        log.write(json.dumps({"how": how, "why": why, "command": [str(a) for a in list(args)[:3]]
+                              if not isinstance(args, (str, bytes)) else str(args)[:200],
+                              "test": os.environ.get("PYTEST_CURRENT_TEST", "")}) + "\n")
+
+
 class ZygotePopen(_PlainPopen):
     _zygote_connection: Optional[socket.socket] = None
 
@@ -301,7 +335,13 @@ class ZygotePopen(_PlainPopen):
                  or uid is not None or umask >= 0)
         zygote = None if plain else Zygote.get()
         environment = {os.fsdecode(k): os.fsdecode(v) for k, v in (os.environ if env is None else env).items()}
-        if zygote is None or not zygote.compatible(environment):
+        if zygote is not None and not zygote.compatible(environment):
+            changed = sorted(set(_imported(environment).items()) ^ set(zygote.environment.items()))
+            Zygote.why_plain = f"an import-time variable differs from the session's: {sorted({k for k, _ in changed})}"
+            zygote = None
+        _log_decision(args, argv, "plain" if zygote is None else "zygote",
+                      "not a command it runs" if plain else Zygote.why_plain if zygote is None else "")
+        if zygote is None:
             return super()._execute_child(args, executable, preexec_fn, close_fds, pass_fds, cwd, env, startupinfo,
                                           creationflags, shell, p2cread, p2cwrite, c2pread, c2pwrite, errread,
                                           errwrite, restore_signals, gid, gids, uid, umask, start_new_session,
