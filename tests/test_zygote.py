@@ -18,6 +18,9 @@ print(json.dumps({"argv": sys.argv, "name": __name__, "path0": sys.path[0], "cwd
                   "x": os.environ.get("ZYGOTE_X"), "pid": os.getpid(), "sid": os.getsid(0),
                   "preloaded": "ray.tune" in sys.modules}), flush=True)
 action = sys.argv[1] if len(sys.argv) > 1 else ""
+if action == "ray":
+    from ray._private import ray_constants
+    print(ray_constants.ENABLE_RAY_CLUSTER)
 if action == "sleep":
     time.sleep(60)
 if action == "raise":
@@ -113,3 +116,15 @@ def test_a_zygote_started_inside_a_test_that_changed_the_environment_serves_the_
     monkeypatch.undo()
     after = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert _seen(after)["preloaded"], zygote.Zygote.why_plain
+
+
+def test_rays_loopback_switch_is_read_again_in_the_child_from_its_own_environment(script):
+    """A test process that joined a loopback cluster has RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0
+    (ray_adapter.keep_loopback); a command given it sees what Ray's import would compute."""
+    for given, expected in (("0", "False"), (None, "True")):
+        env = {k: v for k, v in os.environ.items() if k != "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"}
+        env.update({"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": given} if given else {})
+        done = subprocess.run([sys.executable, str(script), "ray"], capture_output=True, text=True, timeout=120,
+                              env=env)
+        assert _seen(done)["preloaded"], zygote.Zygote.why_plain
+        assert done.stdout.splitlines()[1] == expected

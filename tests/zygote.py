@@ -42,7 +42,10 @@ PRELOAD = ("numpy", "pandas", "pyarrow", "ray", "ray.tune", "ray.train", "mlflow
            "mlflow.store.db.utils", "alembic.command", "sqlalchemy", "optuna", "optuna.importance", "matplotlib",
            "matplotlib.figure", "matplotlib.backends.backend_agg", "requests", "pydantic")
 IMPORT_TIME_VARIABLES = ("RAY_", "PYTHON", "OMP_", "KMP_", "MKL_", "OPENBLAS_", "GOMP_", "MALLOC_", "LD_", "MPL",
-                         "MATPLOTLIB", "TMPDIR", "HOME", "XDG_", "GRPC_", "TORCH", "PYTORCH_", "CUDA_", "LANG", "LC_")
+                         "MATPLOTLIB", "TMPDIR", "HOME", "XDG_", "GRPC_", "LANG", "LC_")
+# Of those, read only when called, not when imported: what an in-process sweep leaves in a
+# test process's environment (Ray's breakpoint hook, Tune's output switch).
+READ_WHEN_CALLED = ("PYTHONBREAKPOINT", "RAY_AIR_NEW_OUTPUT")
 # What the preloaded libraries put in their own process's environment when imported, so in
 # a test's after its first in-process sweep: the zygote has them too (importing Ray sets
 # RAY_CLIENT_MODE=0, as good as unset; scikit-learn KMP_DUPLICATE_LIB_OK=True).
@@ -131,6 +134,8 @@ def _run_child(request: dict, fds: list[int], connection: socket.socket) -> None
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
+    for reread in REREAD_IN_CHILD.values():
+        reread()
     code = 0
     interrupted = False
     try:
@@ -263,7 +268,21 @@ class Zygote:
 
 def _imported(environment) -> dict[str, str]:
     return {name: value for name, value in environment.items()
-            if name.startswith(IMPORT_TIME_VARIABLES) and (name, value) not in SET_WHEN_IMPORTED}
+            if name.startswith(IMPORT_TIME_VARIABLES) and name not in READ_WHEN_CALLED
+            and name not in REREAD_IN_CHILD and (name, value) not in SET_WHEN_IMPORTED}
+
+
+def _reread_ray_cluster_switch() -> None:
+    from ray._private import ray_constants
+
+    ray_constants.ENABLE_RAY_CLUSTER = ray_constants.env_bool(ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR,
+                                                              not ray_constants.IS_WINDOWS_OR_OSX)
+
+
+# Read at import into a constant that the child sets again from its own environment, as
+# Ray's import computes it: the switch a driver joining a loopback cluster sets in its own
+# process (trainables/ray_adapter.keep_loopback), so in a test process after such a test.
+REREAD_IN_CHILD = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": _reread_ray_cluster_switch}
 
 
 def _read_line(connection: socket.socket, block: bool, pending: Optional[bytearray] = None) -> Optional[str]:
