@@ -12,6 +12,7 @@ with what one node of fixed size needs and nothing more: no dashboard, no autosc
 monitor (nothing to scale), no log monitor (a sweep's driver gets its trials' output
 through its own actor, trainables/trial_progress.py). Its temp directory is its own, so it
 is never the cluster that ``--address auto`` or a bare ``ray.init()`` of another test finds.
+Its workers are forked from a process that has a trial's imports done (tests/worker_zygote.py).
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
+from typing import Optional
 
 from accelsweep.sweeps.driver.run.local_ray import instance_processes, stop_processes
+from tests import worker_zygote
 from tests.mlflow_server import free_port
 
 START_TIMEOUT_S = 120
@@ -37,6 +40,7 @@ class SharedRay:
     address: str  # 127.0.0.1:port
     session_dir: str
     temp_dir: str
+    workers: Optional[worker_zygote.WorkerZygote] = None  # None: plain worker processes
 
     @property
     def flags(self) -> list[str]:
@@ -48,17 +52,25 @@ def start(num_cpus: int = 2) -> SharedRay:
     # A short folder: Ray's socket paths under it must fit the 107 bytes of a Unix socket name.
     temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
     port = free_port()
-    command = [os.path.join(os.path.dirname(sys.executable), "ray"), "start", "--head",
-               "--node-ip-address=127.0.0.1", f"--port={port}", f"--num-cpus={num_cpus}", "--num-gpus=0",
-               # Ray's agent listens on a fixed port otherwise (52365): two test workers each
-               # start one of these.
-               f"--dashboard-agent-listen-port={free_port()}",
-               f"--temp-dir={temp_dir}", "--include-dashboard=false", "--disable-usage-stats", "--no-monitor",
-               "--include-log-monitor=false"]
-    done = subprocess.run(command, env=head_environment(), capture_output=True, text=True,
-                          timeout=START_TIMEOUT_S)
+    environment = head_environment()
+    # Its workers forked from one process that has a trial's imports done (tests/worker_zygote.py):
+    # `ray start` is told that the launcher is its Python.
+    workers = worker_zygote.start(environment, temp_dir)
+    command = [os.path.join(os.path.dirname(sys.executable), "ray")]
+    if workers is not None:
+        environment[worker_zygote.SOCKET_VARIABLE] = workers.socket_path
+        command = [sys.executable, "-c", "import sys; sys.executable = sys.argv.pop(1); sys.argv[0] = 'ray'; "
+                   "from ray.scripts.scripts import main; main()", workers.launcher]
+    command += ["start", "--head",
+                "--node-ip-address=127.0.0.1", f"--port={port}", f"--num-cpus={num_cpus}", "--num-gpus=0",
+                # Ray's agent listens on a fixed port otherwise (52365): two test workers each
+                # start one of these.
+                f"--dashboard-agent-listen-port={free_port()}",
+                f"--temp-dir={temp_dir}", "--include-dashboard=false", "--disable-usage-stats", "--no-monitor",
+                "--include-log-monitor=false"]
+    done = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=START_TIMEOUT_S)
     session_dir = os.path.realpath(os.path.join(temp_dir, "session_latest"))
-    shared = SharedRay(f"127.0.0.1:{port}", session_dir, temp_dir)
+    shared = SharedRay(f"127.0.0.1:{port}", session_dir, temp_dir, workers)
     if done.returncode != 0:
         stop(shared)
         raise RuntimeError(f"`{' '.join(command)}` failed (exit {done.returncode}):\n{done.stderr[-2000:]}")
@@ -88,4 +100,6 @@ def stop(shared: SharedRay) -> None:
     """Its processes, and nothing else of the machine's (never ``ray stop``)."""
     if os.path.isdir(shared.session_dir):
         stop_processes(instance_processes(shared.session_dir))
+    if shared.workers is not None:
+        shared.workers.stop()
     shutil.rmtree(shared.temp_dir, ignore_errors=True)

@@ -59,8 +59,14 @@ enabled = os.environ.get("ACCELSWEEP_TEST_ZYGOTE", "1") != "0"
 # --- the zygote ------------------------------------------------------------------------
 
 
-def serve(socket_path: str) -> None:
-    for name in PRELOAD:
+def serve(socket_path: str, preload: tuple[str, ...] = PRELOAD, accepts=None, child_setup=None) -> None:
+    """Import ``preload``, then fork a child per request on ``socket_path`` until the
+    process that started this one ends. ``accepts(request)`` False: the client is told to
+    run the command itself; ``child_setup(request)`` runs in the child, in the command's
+    environment and folder, before the command.
+    A request with ``end_with_client`` has its child killed when its client's connection
+    closes first (a client that stands in for the child, killed in its place)."""
+    for name in preload:
         try:
             __import__(name)
         except ImportError:  # a venv without it (the XLA lane's): its commands import it themselves
@@ -75,12 +81,20 @@ def serve(socket_path: str) -> None:
     while os.getppid() == parent:  # a test process that ended without stopping it (killed) ends it too
         for key, _ in selector.select(timeout=1.0):
             if key.data is None:
-                _fork_one(listener, selector)
+                _fork_one(listener, selector, accepts, child_setup)
+            elif key.data[0] == "client":  # its client closed the connection (or wrote, which it never does)
+                selector.unregister(key.fd)
+                try:
+                    os.kill(key.data[1], signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
             else:
-                pid, connection = key.data
+                _, pid, connection = key.data
                 selector.unregister(key.fd)
                 os.close(key.fd)
                 _, status = os.waitpid(pid, 0)
+                if connection.fileno() in selector.get_map():
+                    selector.unregister(connection)
                 try:
                     connection.sendall(f"{status}\n".encode())
                 except OSError:
@@ -91,7 +105,7 @@ def serve(socket_path: str) -> None:
     shutil.rmtree(os.path.dirname(socket_path), ignore_errors=True)  # its socket and log
 
 
-def _fork_one(listener: socket.socket, selector: selectors.BaseSelector) -> None:
+def _fork_one(listener: socket.socket, selector: selectors.BaseSelector, accepts, child_setup) -> None:
     connection, _ = listener.accept()
     header, fds, _, _ = socket.recv_fds(connection, HEADER_BYTES, 3)
     while len(header) < HEADER_BYTES:
@@ -100,6 +114,12 @@ def _fork_one(listener: socket.socket, selector: selectors.BaseSelector) -> None
     while len(body) < int(header):
         body += connection.recv(int(header) - len(body))
     request = json.loads(body)
+    if accepts is not None and not accepts(request):
+        for fd in fds:
+            os.close(fd)
+        connection.sendall(b"plain\n")
+        connection.close()
+        return
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
@@ -107,18 +127,21 @@ def _fork_one(listener: socket.socket, selector: selectors.BaseSelector) -> None
         # Nothing of the zygote's own stays open in the command: its listener, the other
         # commands' connections and process handles.
         for key in list(selector.get_map().values()):
-            if key.data is not None:
-                key.data[1].close()
+            if key.data is not None and key.data[0] == "child":
+                key.data[2].close()
+                os.close(key.fd)
         selector.close()
         listener.close()
-        _run_child(request, fds, connection)
+        _run_child(request, fds, connection, child_setup)
     for fd in fds:
         os.close(fd)
     connection.sendall(f"{pid}\n".encode())
-    selector.register(os.pidfd_open(pid), selectors.EVENT_READ, (pid, connection))
+    selector.register(os.pidfd_open(pid), selectors.EVENT_READ, ("child", pid, connection))
+    if request.get("end_with_client"):
+        selector.register(connection, selectors.EVENT_READ, ("client", pid))
 
 
-def _run_child(request: dict, fds: list[int], connection: socket.socket) -> None:
+def _run_child(request: dict, fds: list[int], connection: socket.socket, child_setup=None) -> None:
     connection.close()
     if request["new_session"]:
         os.setsid()
@@ -136,6 +159,8 @@ def _run_child(request: dict, fds: list[int], connection: socket.socket) -> None
     os.environ.update(request["env"])
     for reread in REREAD_IN_CHILD.values():
         reread()
+    if child_setup is not None:
+        child_setup(request)
     code = 0
     interrupted = False
     try:

@@ -1,0 +1,171 @@
+"""The worker processes of the session's shared Ray instance, forked from one process that
+has imported what a trial imports.
+
+A trial's Ray worker spends about 7 s of CPU before its first step on imports alone: Ray's
+worker (and, for a trial with a runtime environment, Ray's setup_worker.py before it),
+torch, torchvision (which imports torch._dynamo) and timm (benchmarks/results/test_suite.md).
+The suite's sweeps start hundreds of them on a 2-core machine. The shared instance
+(tests/shared_ray.py) is started with a launcher as its Python: the raylet's command for a
+worker runs tests/ray_worker_client.py, which asks this zygote to fork the worker; every
+other Python process of the instance (its agents) is the real interpreter, unchanged.
+
+The forked worker is the one the raylet asked for: its argv, environment, folder and
+standard streams, registered with the raylet under its own pid (Ray matches a worker to
+the process it started by a startup token, not a pid: containers and setup_worker.py start
+workers through other processes too). A trial whose runtime environment sets a variable
+that the preloaded libraries read when imported (a CPU trial's LD_PRELOAD allocator, an
+inductor trial's TORCHINDUCTOR_* cache switches) gets the real interpreter, as Ray's
+setup_worker.py would exec it; so does a worker whose environment differs from the
+zygote's in such a variable. The zygote never runs a torch op (a forked OpenMP pool would
+hang), so what a trial measures is its own process's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from typing import Optional
+
+from tests import zygote
+
+# Not Ray: importing ray._raylet builds Ray's C++ config from the environment once per
+# process, and a worker's job id is in it (RAY_JOB_ID, a flag no later call reads again).
+PRELOAD = ("numpy", "torch", "torchvision", "timm")
+# What the libraries above read when imported, besides what the test zygote's read.
+IMPORT_TIME_VARIABLES = (*zygote.IMPORT_TIME_VARIABLES, "TORCH", "TRITON", "CUDA", "NVIDIA", "XLA", "PJRT", "NEURON",
+                         "JAX", "TF_", "HF_", "HUGGINGFACE", "TIMM", "DNNL", "ONEDNN", "KINETO", "NUMEXPR")
+# Set by the raylet for each worker: read when the worker connects (its job, its raylet),
+# or by the raylet itself (whether its jemalloc is preloaded into workers), not by an import.
+SET_BY_RAYLET = ("RAY_JOB_ID", "RAY_RAYLET_PID", "RAY_LD_PRELOAD_ON_WORKERS")
+WORKER_SCRIPTS = ("default_worker.py", "setup_worker.py")
+SOCKET_VARIABLE = "ACCELSWEEP_WORKER_ZYGOTE"
+CLIENT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ray_worker_client.py")
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def imported(environment) -> dict[str, str]:
+    """The variables of ``environment`` that change what the preloaded libraries did when imported."""
+    return {name: value for name, value in environment.items()
+            if name.startswith(IMPORT_TIME_VARIABLES) and name not in SET_BY_RAYLET
+            and name not in zygote.READ_WHEN_CALLED and (name, value) not in zygote.SET_WHEN_IMPORTED}
+
+
+# --- the zygote ------------------------------------------------------------------------
+
+_own_environment: dict[str, str] = {}
+
+
+def serve_workers(socket_path: str) -> None:
+    _own_environment.update(imported(os.environ))
+    zygote.serve(socket_path, PRELOAD, accepts=_is_a_worker_it_can_fork, child_setup=_worker_setup)
+
+
+def _is_a_worker_it_can_fork(request: dict) -> bool:
+    """A worker (not another of the instance's processes) with the variables the zygote's
+    imports were made with."""
+    if not request["argv"] or os.path.basename(request["argv"][0]) not in WORKER_SCRIPTS:
+        return _decided(request, False, "not a worker")
+    differing = set(imported(request["env"]).items()) ^ set(_own_environment.items())
+    if differing:
+        return _decided(request, False, f"import-time variables differ: {sorted({name for name, _ in differing})}")
+    return _decided(request, True, "")
+
+
+def _decided(request: dict, forked: bool, why: str) -> bool:
+    """With ACCELSWEEP_TEST_ZYGOTE_LOG=FILE, a line per worker the raylet starts."""
+    path = os.environ.get("ACCELSWEEP_TEST_ZYGOTE_LOG")
+    if path:
+        with open(path, "a") as log:
+            log.write(json.dumps({"how": "worker-zygote" if forked else "worker-plain", "why": why,
+                                  "command": [os.path.basename(a) for a in request["argv"][:1]]}) + "\n")
+    return forked
+
+
+def _worker_setup(request: dict) -> None:
+    """Ray's setup_worker.py ends by exec'ing the worker with the runtime environment's
+    variables set; here, in the same process, where none of those would have changed an
+    import."""
+    if os.path.basename(request["argv"][0]) != "setup_worker.py":
+        return
+    from ray._private.runtime_env.context import RuntimeEnvContext
+    from ray._private.utils import update_envs
+    from ray.core.generated.common_pb2 import Language
+
+    exec_worker = RuntimeEnvContext.exec_worker
+
+    def run_worker_here(context, passthrough_args, language):
+        set_at_import = {name: value for name, value in context.env_vars.items()
+                         if imported({name: value}) and os.environ.get(name) != value}
+        if (language != Language.PYTHON or context.command_prefix or context.override_worker_entrypoint
+                or os.path.realpath(context.py_executable) != os.path.realpath(sys.executable) or set_at_import):
+            return exec_worker(context, passthrough_args, language)
+        update_envs(context.env_vars)
+        zygote._run_as_main(list(passthrough_args))
+
+    RuntimeEnvContext.exec_worker = run_worker_here
+
+
+# --- the session's side ----------------------------------------------------------------
+
+
+@dataclass
+class WorkerZygote:
+    process: subprocess.Popen = field(repr=False)
+    folder: str  # its socket and log (it removes them when it ends)
+    launcher: str  # the Python the instance is started with (in the instance's own folder)
+
+    @property
+    def socket_path(self) -> str:
+        return os.path.join(self.folder, "workers.sock")
+
+    def stop(self) -> None:
+        """It (its workers end with the instance's raylet, or with their client)."""
+        try:
+            os.killpg(self.process.pid, 9)
+        except ProcessLookupError:
+            pass
+        self.process.wait()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def start(environment: dict[str, str], instance_folder: str) -> Optional[WorkerZygote]:
+    """A worker zygote with ``environment`` (the instance's, which tells its workers the
+    zygote's socket), and in ``instance_folder`` the launcher that sends the instance's
+    workers to it; None when turned off (ACCELSWEEP_TEST_ZYGOTE=0 turns off both zygotes,
+    ACCELSWEEP_TEST_WORKER_ZYGOTE=0 this one) or when it did not start."""
+    if not zygote.enabled or os.environ.get("ACCELSWEEP_TEST_WORKER_ZYGOTE", "1") == "0":
+        return None
+    folder = tempfile.mkdtemp(prefix="zygote-workers-", dir="/tmp")  # a Unix socket's path is short
+    launcher = os.path.join(instance_folder, "python")
+    with open(launcher, "w") as script:
+        script.write("#!/bin/sh\n"
+                     "# The shared Ray instance's Python: its workers forked by tests/worker_zygote.py.\n"
+                     'case "$1" in\n'
+                     f'  */default_worker.py|*/setup_worker.py) exec "{sys.executable}" -I -S "{CLIENT}" '
+                     f'"{sys.executable}" "$@" ;;\n'
+                     "esac\n"
+                     f'exec "{sys.executable}" "$@"\n')
+    os.chmod(launcher, os.stat(launcher).st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    started = WorkerZygote(None, folder, launcher)
+    environment = {**environment, SOCKET_VARIABLE: started.socket_path}
+    with open(os.path.join(folder, "zygote.log"), "w") as log:
+        started.process = zygote._PlainPopen(
+            [sys.executable, "-c", "import sys; from tests.worker_zygote import serve_workers; "
+             "serve_workers(sys.argv[1])", started.socket_path],
+            cwd=REPO, env=environment, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, text=True,
+            start_new_session=True)
+    ready = started.process.stdout.readline()
+    started.process.stdout.close()
+    if ready.strip() != "ready":
+        why = open(log.name).read()[-1000:]
+        started.stop()
+        print(f"tests/worker_zygote.py: Ray workers start as plain processes: the zygote did not start ({why})",
+              file=sys.stderr)
+        return None
+    return started
