@@ -110,8 +110,21 @@ def test_resnet50_channels_last_takes_a_measured_step():
 
 
 @pytest.mark.slow
-def test_torch_compile_time_is_recorded_apart_from_steady_state():
-    result = run_training(TrialConfig.make(**{**MICRO, "torch_compile": "inductor", "windows": 1}))
+def test_torch_compile_time_is_recorded_apart_from_steady_state(monkeypatch):
+    # torch.compile's own timer read when warm-up ends and when the trial ends: equal means
+    # no compile ran in the measured windows. (Not a ratio of compile to step time: a warm
+    # inductor cache on a loaded CI machine made that 6.6, not the 10 once asserted.)
+    from accelsweep.trainables.loop import train_loop
+    compiled_by = {}
+    warmed_up = train_loop._CompileClock.warmed_up
+
+    def record_warm_up_end(clock):
+        compiled_by["warm-up end"] = train_loop.torch_compile_seconds()
+        warmed_up(clock)
+
+    monkeypatch.setattr(train_loop._CompileClock, "warmed_up", record_warm_up_end)
+    result = run_training(TrialConfig.make(**{**MICRO, "torch_compile": "inductor", "windows": 2}))
     assert result["compile_s"] > 0
-    # The compile lands in the first step, never in the measured window.
-    assert result["first_step_s"] >= result["compile_s"] > 10 * result["step_time_p90_s"]
+    assert train_loop.torch_compile_seconds() == compiled_by["warm-up end"]
+    # The compile lands in the first step, whose time holds it; the steady steps do not.
+    assert result["first_step_s"] >= result["compile_s"] > result["step_time_p50_s"]
