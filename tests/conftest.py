@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests import shared_ray as shared_ray_instance
-from tests import zygote
+from tests import worker_zygote, zygote
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -24,6 +24,9 @@ os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
 # Commands this session starts are forked from one process that has their imports done
 # (tests/zygote.py says which commands, and why it changes nothing else).
 zygote.install()
+# The Ray workers of the session's instances too: the shared one's, and those of the
+# private instances that sweeps start, in a command or in this process (tests/worker_zygote.py).
+worker_zygote.install()
 
 # A test marked host_timing asserts on what this host measured: a kernel against a roof
 # measured seconds earlier, a slow config judged against a fast one. This shared 2-core VM
@@ -52,6 +55,18 @@ LONGEST_FILES = ("test_team_store_faults.py", "test_vs_plain_tune.py", "test_tra
 
 def pytest_sessionfinish(session, exitstatus):
     zygote.Zygote.stop()
+    worker_zygote.stop_session_workers()
+
+
+
+
+@pytest.fixture(autouse=True)
+def ray_workers_forked(request):
+    """A slow test (most run a whole sweep) starts with this process's worker zygote running,
+    so that the Ray instances it starts fork their workers (tests/worker_zygote.py)."""
+    if request.node.get_closest_marker("slow") is not None:
+        worker_zygote.session_workers()
+    yield
 
 
 @pytest.fixture(autouse=True)

@@ -40,7 +40,7 @@ class SharedRay:
     address: str  # 127.0.0.1:port
     session_dir: str
     temp_dir: str
-    workers: Optional[worker_zygote.WorkerZygote] = None  # None: plain worker processes
+    workers: Optional[worker_zygote.WorkerZygote] = None  # the test process's; None: plain worker processes
 
     @property
     def flags(self) -> list[str]:
@@ -55,7 +55,7 @@ def start(num_cpus: int = 2) -> SharedRay:
     environment = head_environment()
     # Its workers forked from one process that has a trial's imports done (tests/worker_zygote.py):
     # `ray start` is told that the launcher is its Python.
-    workers = worker_zygote.start(environment, temp_dir)
+    workers = worker_zygote.session_workers()
     command = [os.path.join(os.path.dirname(sys.executable), "ray")]
     if workers is not None:
         environment[worker_zygote.SOCKET_VARIABLE] = workers.socket_path
@@ -97,9 +97,8 @@ def connect(shared: SharedRay) -> None:
 
 
 def stop(shared: SharedRay) -> None:
-    """Its processes, and nothing else of the machine's (never ``ray stop``)."""
+    """Its processes, and nothing else of the machine's (never ``ray stop``); the worker
+    zygote is the test process's, stopped at the session's end."""
     if os.path.isdir(shared.session_dir):
         stop_processes(instance_processes(shared.session_dir))
-    if shared.workers is not None:
-        shared.workers.stop()
     shutil.rmtree(shared.temp_dir, ignore_errors=True)

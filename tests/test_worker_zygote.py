@@ -3,6 +3,7 @@ are Ray workers as the raylet would have started them: their job, their runtime
 environment, a process group of their own; a runtime environment that sets a variable read
 at import gets the real interpreter; the process the raylet started ends as its worker did."""
 
+import json
 import os
 import signal
 import subprocess
@@ -57,11 +58,39 @@ def test_a_task_runs_in_a_forked_worker_with_its_job_and_runtime_environment(ray
     assert read_at_import["exec_threads"] == ["OMP_NUM_THREADS=1"] and read_at_import["job"] == job, read_at_import
 
 
+PRIVATE_INSTANCE = r"""
+import json, os, sys
+import ray
+ray.init(num_cpus=1, include_dashboard=False)
+
+@ray.remote
+def facts():
+    return {"parent": os.getppid(), "torch": "torch" in sys.modules}
+
+print(json.dumps({**ray.get(facts.remote()), "python": sys.executable}))
+ray.shutdown()
+"""
+
+
+def test_a_private_instance_that_a_command_starts_forks_its_workers_too(tmp_path):
+    """A sweep given no address starts its own instance (in a command forked by
+    tests/zygote.py): its raylet is started with the launcher, the rest of the command not."""
+    workers = worker_zygote.session_workers()
+    if workers is None:
+        pytest.skip("the worker zygote is off (ACCELSWEEP_TEST_ZYGOTE=0 or ACCELSWEEP_TEST_WORKER_ZYGOTE=0)")
+    script = tmp_path / "private_instance.py"
+    script.write_text(PRIVATE_INSTANCE)
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    facts = json.loads(done.stdout.strip().splitlines()[-1])
+    assert facts == {"parent": workers.process.pid, "torch": True, "python": sys.executable}, facts
+
+
 @pytest.fixture
 def launcher(tmp_path):
     """The launcher and a zygote of its own, and a stand-in for Ray's default_worker.py."""
     environment = shared_ray_instance.head_environment()
-    started = worker_zygote.start(environment, str(tmp_path))
+    started = worker_zygote.start(environment)
     if started is None:
         pytest.skip("the worker zygote is off (ACCELSWEEP_TEST_ZYGOTE=0 or ACCELSWEEP_TEST_WORKER_ZYGOTE=0)")
     worker = tmp_path / "default_worker.py"
@@ -95,7 +124,8 @@ def test_the_process_the_raylet_starts_ends_as_its_worker_does(launcher):
 
 def test_without_its_zygote_the_launcher_runs_the_real_interpreter(launcher):
     started, command, environment = launcher
-    started.stop()
+    os.killpg(started.process.pid, signal.SIGKILL)  # gone under the instance, its socket left
+    started.process.wait()
     done = subprocess.run([*command, "5"], env=environment, capture_output=True, text=True, timeout=60)
     assert done.returncode == 5 and '"torch": false' in done.stdout, done.stdout + done.stderr
     assert "the worker zygote did not answer" in done.stderr

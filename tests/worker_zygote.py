@@ -1,13 +1,16 @@
-"""The worker processes of the session's shared Ray instance, forked from one process that
+"""The worker processes of the test session's Ray instances, forked from one process that
 has imported what a trial imports.
 
 A trial's Ray worker spends about 7 s of CPU before its first step on imports alone: Ray's
 worker (and, for a trial with a runtime environment, Ray's setup_worker.py before it),
 torch, torchvision (which imports torch._dynamo) and timm (benchmarks/results/test_suite.md).
-The suite's sweeps start hundreds of them on a 2-core machine. The shared instance
-(tests/shared_ray.py) is started with a launcher as its Python: the raylet's command for a
-worker runs tests/ray_worker_client.py, which asks this zygote to fork the worker; every
-other Python process of the instance (its agents) is the real interpreter, unchanged.
+The suite's sweeps start hundreds of them on a 2-core machine. Each test process starts one
+worker zygote; the Ray instances it starts are told that a launcher is their Python: the
+shared instance (tests/shared_ray.py) and every private one that a sweep's driver starts in
+a command forked by tests/zygote.py or in the test process itself (``route_new_instances``).
+The raylet's command for a worker runs tests/ray_worker_client.py, which asks this zygote
+to fork the worker; every other Python process of the instance (its agents) is the real
+interpreter, unchanged.
 
 The forked worker is the one the raylet asked for: its argv, environment, folder and
 standard streams, registered with the raylet under its own pid (Ray matches a worker to
@@ -16,12 +19,14 @@ workers through other processes too). A trial whose runtime environment sets a v
 that the preloaded libraries read when imported (a CPU trial's LD_PRELOAD allocator, an
 inductor trial's TORCHINDUCTOR_* cache switches) gets the real interpreter, as Ray's
 setup_worker.py would exec it; so does a worker whose environment differs from the
-zygote's in such a variable. The zygote never runs a torch op (a forked OpenMP pool would
-hang), so what a trial measures is its own process's.
+zygote's in such a variable (a test that sets OMP_NUM_THREADS or HOME for its sweep). The
+zygote never runs a torch op (a forked OpenMP pool would hang), so what a trial measures is
+its own process's.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -29,6 +34,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -37,12 +43,14 @@ from tests import zygote
 # Not Ray: importing ray._raylet builds Ray's C++ config from the environment once per
 # process, and a worker's job id is in it (RAY_JOB_ID, a flag no later call reads again).
 PRELOAD = ("numpy", "torch", "torchvision", "timm")
-# What the libraries above read when imported, besides what the test zygote's read.
-IMPORT_TIME_VARIABLES = (*zygote.IMPORT_TIME_VARIABLES, "TORCH", "TRITON", "CUDA", "NVIDIA", "XLA", "PJRT", "NEURON",
-                         "JAX", "TF_", "HF_", "HUGGINGFACE", "TIMM", "DNNL", "ONEDNN", "KINETO", "NUMEXPR")
-# Set by the raylet for each worker: read when the worker connects (its job, its raylet),
-# or by the raylet itself (whether its jemalloc is preloaded into workers), not by an import.
-SET_BY_RAYLET = ("RAY_JOB_ID", "RAY_RAYLET_PID", "RAY_LD_PRELOAD_ON_WORKERS")
+# What the libraries above read when imported: the test zygote's list without Ray's and
+# gRPC's (imported in the forked worker, from its own environment: its job id, its
+# instance's switches), with torch's and its companions'.
+IMPORT_TIME_VARIABLES = (*(prefix for prefix in zygote.IMPORT_TIME_VARIABLES if prefix not in ("RAY_", "GRPC_")),
+                         "TORCH", "TRITON", "CUDA", "NVIDIA", "XLA", "PJRT", "NEURON", "JAX", "TF_", "HF_",
+                         "HUGGINGFACE", "TIMM", "DNNL", "ONEDNN", "KINETO", "NUMEXPR")
+# Of those, read only when called: Hugging Face's token (a secret some tests' sweeps carry).
+READ_WHEN_CALLED = (*zygote.READ_WHEN_CALLED, "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 WORKER_SCRIPTS = ("default_worker.py", "setup_worker.py")
 SOCKET_VARIABLE = "ACCELSWEEP_WORKER_ZYGOTE"
 CLIENT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ray_worker_client.py")
@@ -52,8 +60,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def imported(environment) -> dict[str, str]:
     """The variables of ``environment`` that change what the preloaded libraries did when imported."""
     return {name: value for name, value in environment.items()
-            if name.startswith(IMPORT_TIME_VARIABLES) and name not in SET_BY_RAYLET
-            and name not in zygote.READ_WHEN_CALLED and (name, value) not in zygote.SET_WHEN_IMPORTED}
+            if name.startswith(IMPORT_TIME_VARIABLES) and name not in READ_WHEN_CALLED and (name, value) not in zygote.SET_WHEN_IMPORTED}
 
 
 # --- the zygote ------------------------------------------------------------------------
@@ -134,18 +141,18 @@ class WorkerZygote:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def start(environment: dict[str, str], instance_folder: str) -> Optional[WorkerZygote]:
-    """A worker zygote with ``environment`` (the instance's, which tells its workers the
-    zygote's socket), and in ``instance_folder`` the launcher that sends the instance's
-    workers to it; None when turned off (ACCELSWEEP_TEST_ZYGOTE=0 turns off both zygotes,
+def start(environment: dict[str, str]) -> Optional[WorkerZygote]:
+    """A worker zygote with ``environment`` (its import-time variables are the ones a worker
+    must have to be forked), and in its folder the launcher that sends an instance's workers
+    to it; None when turned off (ACCELSWEEP_TEST_ZYGOTE=0 turns off both zygotes,
     ACCELSWEEP_TEST_WORKER_ZYGOTE=0 this one) or when it did not start."""
     if not zygote.enabled or os.environ.get("ACCELSWEEP_TEST_WORKER_ZYGOTE", "1") == "0":
         return None
     folder = tempfile.mkdtemp(prefix="zygote-workers-", dir="/tmp")  # a Unix socket's path is short
-    launcher = os.path.join(instance_folder, "python")
+    launcher = os.path.join(folder, "python")
     with open(launcher, "w") as script:
         script.write("#!/bin/sh\n"
-                     "# The shared Ray instance's Python: its workers forked by tests/worker_zygote.py.\n"
+                     "# A test Ray instance's Python: its workers forked by tests/worker_zygote.py.\n"
                      'case "$1" in\n'
                      f'  */default_worker.py|*/setup_worker.py) exec "{sys.executable}" -I -S "{CLIENT}" '
                      f'"{sys.executable}" "$@" ;;\n'
@@ -153,7 +160,6 @@ def start(environment: dict[str, str], instance_folder: str) -> Optional[WorkerZ
                      f'exec "{sys.executable}" "$@"\n')
     os.chmod(launcher, os.stat(launcher).st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     started = WorkerZygote(None, folder, launcher)
-    environment = {**environment, SOCKET_VARIABLE: started.socket_path}
     with open(os.path.join(folder, "zygote.log"), "w") as log:
         started.process = zygote._PlainPopen(
             [sys.executable, "-c", "import sys; from tests.worker_zygote import serve_workers; "
@@ -169,3 +175,80 @@ def start(environment: dict[str, str], instance_folder: str) -> Optional[WorkerZ
               file=sys.stderr)
         return None
     return started
+
+
+_session_workers: Optional[WorkerZygote] = None
+_session_lock = threading.Lock()
+_session_environment: dict[str, str] = {}
+
+
+def install() -> None:
+    """Take the import-time variables as they are now (tests/conftest.py: before any test
+    runs) as the worker zygote's, and route the workers of the Ray instances this process
+    starts to it once it runs."""
+    _session_environment.update(imported(os.environ))
+    route_new_instances(lambda: session_workers(start_one=False))
+
+
+def session_workers(start_one: bool = True) -> Optional[WorkerZygote]:
+    """This test process's worker zygote, started at the first call that asks for one, with
+    the import-time variables the session began with (``install``)."""
+    global _session_workers
+    with _session_lock:
+        if _session_workers is not None and _session_workers.process.poll() is not None:
+            _session_workers = None  # ended under a test (its process group signalled): another
+        if _session_workers is None and start_one:
+            log = {name: os.environ[name] for name in ("ACCELSWEEP_TEST_ZYGOTE_LOG",) if name in os.environ}
+            _session_workers = start({**_session_environment, "PATH": os.environ.get("PATH", os.defpath), **log})
+        return _session_workers
+
+
+def stop_session_workers() -> None:
+    global _session_workers
+    with _session_lock:
+        started, _session_workers = _session_workers, None
+    if started is not None:
+        started.stop()
+
+
+def route_new_instances(workers) -> None:
+    """Ray instances this process starts from now on (``ray.init()`` with no address) have
+    their workers forked by ``workers()`` (a WorkerZygote, or None: plain workers): the
+    raylet is started with its launcher as its Python. Only the raylet's start sees it: the
+    rest of the process keeps its own interpreter's path."""
+    import ray._private.services as services
+
+    start_raylet = getattr(services.start_raylet, "__wrapped__", services.start_raylet)
+
+    @functools.wraps(start_raylet)
+    def start_raylet_forking_workers(*args, **kwargs):
+        forking = workers()
+        if forking is None:
+            return start_raylet(*args, **kwargs)
+        python, had_socket = sys.executable, os.environ.get(SOCKET_VARIABLE)
+        sys.executable, os.environ[SOCKET_VARIABLE] = forking.launcher, forking.socket_path  # workers inherit it
+        try:
+            return start_raylet(*args, **kwargs)
+        finally:
+            sys.executable = python
+            if had_socket is None:
+                os.environ.pop(SOCKET_VARIABLE, None)
+            else:
+                os.environ[SOCKET_VARIABLE] = had_socket
+
+    services.start_raylet = start_raylet_forking_workers
+
+
+def for_a_command() -> dict:
+    """What a command forked by tests/zygote.py is told, so that an instance its sweep
+    starts has its workers forked too: this process's worker zygote, if one is running."""
+    running = session_workers(start_one=False)
+    return {} if running is None else {"ray_workers": [running.folder, running.launcher]}
+
+
+def in_a_command(request: dict) -> None:
+    """In the command's process, before it runs (tests/zygote.py's child_setup)."""
+    if request.get("ray_workers"):
+        folder, launcher = request["ray_workers"]
+        known = WorkerZygote(None, folder, launcher)
+        route_new_instances(lambda: known)

@@ -105,6 +105,14 @@ def serve(socket_path: str, preload: tuple[str, ...] = PRELOAD, accepts=None, ch
     shutil.rmtree(os.path.dirname(socket_path), ignore_errors=True)  # its socket and log
 
 
+def serve_commands(socket_path: str) -> None:
+    """The test process's zygote: a command's sweep that starts a Ray instance of its own has
+    that instance's workers forked by the test process's worker zygote (tests/worker_zygote.py)."""
+    from tests import worker_zygote
+
+    serve(socket_path, child_setup=worker_zygote.in_a_command)
+
+
 def _fork_one(listener: socket.socket, selector: selectors.BaseSelector, accepts, child_setup) -> None:
     connection, _ = listener.accept()
     header, fds, _, _ = socket.recv_fds(connection, HEADER_BYTES, 3)
@@ -238,8 +246,8 @@ class Zygote:
         # the zygote, and out of /proc/PID/environ of every command it forks.
         self.environment = SESSION_ENVIRONMENT
         with open(self.log_path, "w") as log:
-            self.process = _PlainPopen([sys.executable, "-c", "import sys; from tests.zygote import serve; "
-                                        "serve(sys.argv[1])", self.socket_path],
+            self.process = _PlainPopen([sys.executable, "-c", "import sys; from tests.zygote import serve_commands; "
+                                        "serve_commands(sys.argv[1])", self.socket_path],
                                        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                        env={**self.environment, "PATH": os.environ.get("PATH", os.defpath)},
                                        stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, text=True)
@@ -284,8 +292,10 @@ class Zygote:
                process_group: Optional[int], fds: list[int]) -> tuple[socket.socket, int]:
         connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         connection.connect(self.socket_path)
+        from tests import worker_zygote
+
         body = json.dumps({"argv": argv, "env": env, "cwd": cwd, "new_session": new_session,
-                           "process_group": process_group}).encode()
+                           "process_group": process_group, **worker_zygote.for_a_command()}).encode()
         socket.send_fds(connection, [f"{len(body):0{HEADER_BYTES}d}".encode()], fds)
         connection.sendall(body)
         return connection, int(_read_line(connection, block=True))
