@@ -60,11 +60,12 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture(scope="session", autouse=True)
 def ray_workers_forked(request):
-    """A slow test (most run a whole sweep) starts with this process's worker zygote running,
-    so that the Ray instances it starts fork their workers (tests/worker_zygote.py)."""
-    if request.node.get_closest_marker("slow") is not None:
+    """A session with slow tests (most run a whole sweep) starts this process's worker zygote
+    before its first test and its session fixtures (the main job), so that the Ray instances
+    they start fork their workers (tests/worker_zygote.py); the quick lane starts none."""
+    if any(item.get_closest_marker("slow") is not None for item in request.session.items):
         worker_zygote.session_workers()
     yield
 

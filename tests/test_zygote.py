@@ -21,6 +21,9 @@ action = sys.argv[1] if len(sys.argv) > 1 else ""
 if action == "ray":
     from ray._private import ray_constants
     print(ray_constants.ENABLE_RAY_CLUSTER)
+if action == "auth":
+    from ray._raylet import get_authentication_mode
+    print(int(get_authentication_mode()))
 if action == "sleep":
     time.sleep(60)
 if action == "raise":
@@ -128,3 +131,19 @@ def test_rays_loopback_switch_is_read_again_in_the_child_from_its_own_environmen
                               env=env)
         assert _seen(done)["preloaded"], zygote.Zygote.why_plain
         assert done.stdout.splitlines()[1] == expected
+
+
+def test_rays_authentication_mode_is_read_again_in_the_child_from_its_own_environment(script):
+    """The session runs with RAY_AUTH_MODE=disabled; a command run as a user runs it (the
+    main job: no RAY_AUTH_MODE) or with token auth gets Ray's config as its import computes it."""
+    from ray._raylet import AuthenticationMode
+
+    for given, expected in (("token", AuthenticationMode.TOKEN), ("disabled", AuthenticationMode.DISABLED)):
+        env = {**{k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}, "RAY_AUTH_MODE": given}
+        done = subprocess.run([sys.executable, str(script), "auth"], capture_output=True, text=True, timeout=120,
+                              env=env)
+        assert _seen(done)["preloaded"], zygote.Zygote.why_plain
+        assert done.stdout.splitlines()[1] == str(int(expected)), given
+    assert os.environ["RAY_AUTH_MODE"] == "disabled"  # and the next command's is the session's again
+    done = subprocess.run([sys.executable, str(script), "auth"], capture_output=True, text=True, timeout=120)
+    assert done.stdout.splitlines()[1] == str(int(AuthenticationMode.DISABLED))

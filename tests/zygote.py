@@ -314,10 +314,19 @@ def _reread_ray_cluster_switch() -> None:
                                                               not ray_constants.IS_WINDOWS_OR_OSX)
 
 
-# Read at import into a constant that the child sets again from its own environment, as
-# Ray's import computes it: the switch a driver joining a loopback cluster sets in its own
-# process (trainables/ray_adapter.keep_loopback), so in a test process after such a test.
-REREAD_IN_CHILD = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": _reread_ray_cluster_switch}
+def _reread_ray_config() -> None:
+    from ray._raylet import Config
+
+    Config.initialize("")  # as Ray itself does when it turns token auth on in a process
+
+
+# Read at import into a value that the child sets again from its own environment, as Ray's
+# import computes it: the switch a driver joining a loopback cluster sets in its own process
+# (trainables/ray_adapter.keep_loopback), so in a test process after such a test; Ray's
+# authentication mode, in its C++ config (a command run as a user runs it leaves it unset:
+# token auth, where the session turns it off).
+REREAD_IN_CHILD = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": _reread_ray_cluster_switch,
+                   "RAY_AUTH_MODE": _reread_ray_config}
 
 
 def _read_line(connection: socket.socket, block: bool, pending: Optional[bytearray] = None) -> Optional[str]:
