@@ -55,7 +55,7 @@ def start(num_cpus: int = 2) -> SharedRay:
     environment = head_environment()
     # Its workers forked from one process that has a trial's imports done (tests/worker_zygote.py):
     # `ray start` is told that the launcher is its Python.
-    workers = worker_zygote.session_workers()
+    workers = worker_zygote.session_workers(environment)
     command = [os.path.join(os.path.dirname(sys.executable), "ray")]
     if workers is not None:
         environment[worker_zygote.SOCKET_VARIABLE] = workers.socket_path

@@ -17,8 +17,10 @@ from tests import worker_zygote
 
 PROBE_WORKER = r"""
 import json, os, sys, time
+package = sys.modules.get("torch._dynamo.package")
 print(json.dumps({"pid": os.getpid(), "pgid": os.getpgid(0), "argv": sys.argv[1:], "torch": "torch" in sys.modules,
-                  "job": os.environ.get("RAY_JOB_ID")}), flush=True)
+                  "job": os.environ.get("RAY_JOB_ID"),
+                  "dynamo_cache": package.DynamoCache._path_prefix if package else None}), flush=True)
 if sys.argv[1] == "sleep":
     time.sleep(60)
 sys.exit(int(sys.argv[1]) if sys.argv[1].isdigit() else 0)
@@ -75,7 +77,7 @@ ray.shutdown()
 def test_a_private_instance_that_a_command_starts_forks_its_workers_too(tmp_path):
     """A sweep given no address starts its own instance (in a command forked by
     tests/zygote.py): its raylet is started with the launcher, the rest of the command not."""
-    workers = worker_zygote.session_workers()
+    workers = worker_zygote.session_workers(os.environ)  # the one for this process's environment
     if workers is None:
         pytest.skip("the worker zygote is off (ACCELSWEEP_TEST_ZYGOTE=0 or ACCELSWEEP_TEST_WORKER_ZYGOTE=0)")
     script = tmp_path / "private_instance.py"
@@ -100,11 +102,19 @@ def launcher(tmp_path):
     started.stop()
 
 
-def test_the_process_the_raylet_starts_ends_as_its_worker_does(launcher):
+def test_the_process_the_raylet_starts_ends_as_its_worker_does(launcher, tmp_path):
     started, command, environment = launcher
     done = subprocess.run([*command, "7"], env=environment, capture_output=True, text=True, timeout=60)
     assert done.returncode == 7, done.stderr
     assert '"torch": true' in done.stdout and '"job": "02000000"' in done.stdout, done.stdout
+
+    # Inductor's cache folder, read when torch._dynamo is imported, is read again from the
+    # worker's own environment; JAX's logging switch changes nothing preloaded: forked.
+    cache = str(tmp_path / "inductor")
+    done = subprocess.run([*command, "0"], env={**environment, "TORCHINDUCTOR_CACHE_DIR": cache,
+                                                "TF_CPP_MIN_LOG_LEVEL": "1"}, capture_output=True, text=True, timeout=60)
+    seen = json.loads(done.stdout.splitlines()[0])
+    assert seen["torch"] and seen["dynamo_cache"] == os.path.join(cache, "dynamo"), seen
 
     client = subprocess.Popen([*command, "sleep"], env=environment, stdout=subprocess.PIPE, text=True)
     worker = int(client.stdout.readline().split('"pid": ')[1].split(",")[0])

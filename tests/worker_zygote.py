@@ -46,11 +46,25 @@ PRELOAD = ("numpy", "torch", "torchvision", "timm")
 # What the libraries above read when imported: the test zygote's list without Ray's and
 # gRPC's (imported in the forked worker, from its own environment: its job id, its
 # instance's switches), with torch's and its companions'.
+# (Not TF_: TensorFlow is not among them; importing JAX in a test process sets TF_CPP_MIN_LOG_LEVEL.)
 IMPORT_TIME_VARIABLES = (*(prefix for prefix in zygote.IMPORT_TIME_VARIABLES if prefix not in ("RAY_", "GRPC_")),
-                         "TORCH", "TRITON", "CUDA", "NVIDIA", "XLA", "PJRT", "NEURON", "JAX", "TF_", "HF_",
+                         "TORCH", "TRITON", "CUDA", "NVIDIA", "XLA", "PJRT", "NEURON", "JAX", "HF_",
                          "HUGGINGFACE", "TIMM", "DNNL", "ONEDNN", "KINETO", "NUMEXPR")
 # Of those, read only when called: Hugging Face's token (a secret some tests' sweeps carry).
 READ_WHEN_CALLED = (*zygote.READ_WHEN_CALLED, "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
+
+
+def _read_dynamo_cache_again() -> None:
+    package = sys.modules.get("torch._dynamo.package")
+    if package is not None and hasattr(package, "DynamoCache"):
+        package.DynamoCache = package.DiskDynamoCache(os.path.join(package.cache_dir(), "dynamo"))
+
+
+# Read at import into a value the forked worker sets again from its own environment, as the
+# import computes it: inductor's cache folder, which torch._dynamo.package's import both
+# reads (its DynamoCache) and sets when unset (so in every test process that imported
+# torchvision); a trial's compile cache sets it in its runtime environment.
+READ_AGAIN_IN_WORKER = {"TORCHINDUCTOR_CACHE_DIR": _read_dynamo_cache_again}
 WORKER_SCRIPTS = ("default_worker.py", "setup_worker.py")
 SOCKET_VARIABLE = "ACCELSWEEP_WORKER_ZYGOTE"
 CLIENT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ray_worker_client.py")
@@ -60,7 +74,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def imported(environment) -> dict[str, str]:
     """The variables of ``environment`` that change what the preloaded libraries did when imported."""
     return {name: value for name, value in environment.items()
-            if name.startswith(IMPORT_TIME_VARIABLES) and name not in READ_WHEN_CALLED and (name, value) not in zygote.SET_WHEN_IMPORTED}
+            if name.startswith(IMPORT_TIME_VARIABLES) and name not in READ_WHEN_CALLED and name not in READ_AGAIN_IN_WORKER and (name, value) not in zygote.SET_WHEN_IMPORTED}
 
 
 # --- the zygote ------------------------------------------------------------------------
@@ -94,10 +108,16 @@ def _decided(request: dict, forked: bool, why: str) -> bool:
     return forked
 
 
+def _read_again() -> None:
+    for read in READ_AGAIN_IN_WORKER.values():
+        read()
+
+
 def _worker_setup(request: dict) -> None:
-    """Ray's setup_worker.py ends by exec'ing the worker with the runtime environment's
-    variables set; here, in the same process, where none of those would have changed an
-    import."""
+    """What the imports read, from the worker's environment. Ray's setup_worker.py ends by
+    exec'ing the worker with the runtime environment's variables set; here, in the same
+    process, where none of those would have changed an import."""
+    _read_again()
     if os.path.basename(request["argv"][0]) != "setup_worker.py":
         return
     from ray._private.runtime_env.context import RuntimeEnvContext
@@ -113,6 +133,7 @@ def _worker_setup(request: dict) -> None:
                 or os.path.realpath(context.py_executable) != os.path.realpath(sys.executable) or set_at_import):
             return exec_worker(context, passthrough_args, language)
         update_envs(context.env_vars)
+        _read_again()
         zygote._run_as_main(list(passthrough_args))
 
     RuntimeEnvContext.exec_worker = run_worker_here
@@ -177,38 +198,46 @@ def start(environment: dict[str, str]) -> Optional[WorkerZygote]:
     return started
 
 
-_session_workers: Optional[WorkerZygote] = None
+# This test process's worker zygotes, by the import-time variables they were started with:
+# one for the session's, and one for an instance started with others (the shared instance,
+# when a test before it left one in this process's environment).
+_session_workers: dict[frozenset, WorkerZygote] = {}
 _session_lock = threading.Lock()
 _session_environment: dict[str, str] = {}
 
 
 def install() -> None:
     """Take the import-time variables as they are now (tests/conftest.py: before any test
-    runs) as the worker zygote's, and route the workers of the Ray instances this process
-    starts to it once it runs."""
+    runs) as the session's, and route the workers of the Ray instances this process starts
+    to a worker zygote with this process's variables, if one runs."""
     _session_environment.update(imported(os.environ))
-    route_new_instances(lambda: session_workers(start_one=False))
+    route_new_instances(lambda: session_workers(os.environ, start_one=False))
 
 
-def session_workers(start_one: bool = True) -> Optional[WorkerZygote]:
-    """This test process's worker zygote, started at the first call that asks for one, with
-    the import-time variables the session began with (``install``)."""
-    global _session_workers
+def session_workers(environment=None, start_one: bool = True) -> Optional[WorkerZygote]:
+    """This test process's worker zygote for workers with ``environment`` (default: the
+    session's as it began, ``install``), started at the first call that asks for one."""
+    wanted = imported(environment) if environment is not None else _session_environment
+    key = frozenset(wanted.items())
     with _session_lock:
-        if _session_workers is not None and _session_workers.process.poll() is not None:
-            _session_workers = None  # ended under a test (its process group signalled): another
-        if _session_workers is None and start_one:
+        running = _session_workers.get(key)
+        if running is not None and running.process.poll() is not None:
+            del _session_workers[key]  # ended under a test (its process group signalled): another
+            running = None
+        if running is None and start_one:
             log = {name: os.environ[name] for name in ("ACCELSWEEP_TEST_ZYGOTE_LOG",) if name in os.environ}
-            _session_workers = start({**_session_environment, "PATH": os.environ.get("PATH", os.defpath), **log})
-        return _session_workers
+            running = start({**wanted, "PATH": os.environ.get("PATH", os.defpath), **log})
+            if running is not None:
+                _session_workers[key] = running
+        return running
 
 
 def stop_session_workers() -> None:
-    global _session_workers
     with _session_lock:
-        started, _session_workers = _session_workers, None
-    if started is not None:
-        started.stop()
+        started = list(_session_workers.values())
+        _session_workers.clear()
+    for running in started:
+        running.stop()
 
 
 def route_new_instances(workers) -> None:
@@ -239,10 +268,11 @@ def route_new_instances(workers) -> None:
     services.start_raylet = start_raylet_forking_workers
 
 
-def for_a_command() -> dict:
+def for_a_command(environment: dict[str, str]) -> dict:
     """What a command forked by tests/zygote.py is told, so that an instance its sweep
-    starts has its workers forked too: this process's worker zygote, if one is running."""
-    running = session_workers(start_one=False)
+    starts has its workers forked too: this process's worker zygote for the command's
+    environment, if one is running."""
+    running = session_workers(environment, start_one=False)
     return {} if running is None else {"ray_workers": [running.folder, running.launcher]}
 
 

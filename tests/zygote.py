@@ -295,7 +295,7 @@ class Zygote:
         from tests import worker_zygote
 
         body = json.dumps({"argv": argv, "env": env, "cwd": cwd, "new_session": new_session,
-                           "process_group": process_group, **worker_zygote.for_a_command()}).encode()
+                           "process_group": process_group, **worker_zygote.for_a_command(env)}).encode()
         socket.send_fds(connection, [f"{len(body):0{HEADER_BYTES}d}".encode()], fds)
         connection.sendall(body)
         return connection, int(_read_line(connection, block=True))
