@@ -39,6 +39,8 @@ def test_the_harness_runs_both_tools_in_turn_and_judges_interleaved(tmp_path, sh
     out = tmp_path / "vs.json"
     run = subprocess.run([sys.executable, os.path.join(REPO, "benchmarks", "vs_plain_tune.py"), "--smoke",
                           "--seeds", "0", "1", "--rounds", "2", "--num-samples", "2", "--confirm-rounds", "2",
+                          # The judge's processes started once (blocks: the next test's).
+                          "--judge-blocks", "1",
                           "--out", str(out), *shared_ray.flags], cwd=tmp_path, capture_output=True, text=True,
                          timeout=900)
     assert run.returncode in (0, 1), run.stdout[-3000:] + run.stderr[-3000:]  # 1: a check failed (noise here)
