@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import itertools
 import math
+import os
 import re
 import subprocess
 import sys
@@ -55,9 +56,19 @@ def fake_trn1(shared_ray):
     if had_session_ray:
         ray.shutdown()
     # 8 logical CPUs on a 2-core machine: room for every trial and worker process at once
-    # (they mostly wait on imports); the cores are what this module looks at.
-    ray.init(address="local", num_cpus=8, resources=FAKE_TRN1_32XLARGE, include_dashboard=False,
-             log_to_driver=False)
+    # (they mostly wait on imports); the cores are what this module looks at. Plain worker
+    # processes: with workers forked (tests/worker_zygote.py) the trials started one after
+    # another and never held cores at the same time (CI, 2026-11-28).
+    switch = os.environ.get("ACCELSWEEP_TEST_WORKER_ZYGOTE")
+    os.environ["ACCELSWEEP_TEST_WORKER_ZYGOTE"] = "0"
+    try:
+        ray.init(address="local", num_cpus=8, resources=FAKE_TRN1_32XLARGE, include_dashboard=False,
+                 log_to_driver=False)
+    finally:
+        if switch is None:
+            del os.environ["ACCELSWEEP_TEST_WORKER_ZYGOTE"]
+        else:
+            os.environ["ACCELSWEEP_TEST_WORKER_ZYGOTE"] = switch
     try:
         yield ray
     finally:

@@ -63,7 +63,9 @@ class SlowStartDataset(RandomImageDataset):
 def test_warmup_steps_are_not_timed(monkeypatch, warmup_steps, slow_shows):
     import accelsweep.trainables.workloads.random_images as data
 
-    batch, delay = 4, 0.05
+    # A slow step of 1 s: a warm step of this micro model takes milliseconds, and CI's loaded
+    # 2 cores once stretched one past 0.2 s (the step once asked for).
+    batch, delay = 4, 0.25
     monkeypatch.setattr(data, "RandomImageDataset",
                         lambda *a, **k: SlowStartDataset(*a, slow_items=4 * batch, delay_s=delay, **k))
     config = TrialConfig.make(**{**MICRO, "batch_size": batch, "warmup_steps": warmup_steps, "windows": 1,
