@@ -58,7 +58,7 @@ def fake_trn1(shared_ray):
     # 8 logical CPUs on a 2-core machine: room for every trial and worker process at once
     # (they mostly wait on imports); the cores are what this module looks at. Plain worker
     # processes: with workers forked (tests/worker_zygote.py) the trials started one after
-    # another and never held cores at the same time (CI, 2026-11-28).
+    # another and never held cores at the same time (benchmarks/results/test_suite.md, the seventh run).
     switch = os.environ.get("ACCELSWEEP_TEST_WORKER_ZYGOTE")
     os.environ["ACCELSWEEP_TEST_WORKER_ZYGOTE"] = "0"
     try:
