@@ -10,9 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export RAY_AUTH_MODE=disabled MLFLOW_DISABLE_TELEMETRY=true
-# --no-loadscope-reorder: xdist would hand out files by their number of tests, most first;
-# tests/conftest.py orders them by the time they took instead (LONGEST_FILES).
-WORKERS=(-n "${ACCELSWEEP_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder)
+WORKERS=(-n "${ACCELSWEEP_TEST_WORKERS:-2}" --dist loadfile)
 ALONE="host_timing or alone"
 # The serial pass (and the XLA lane) collects only the files that hold its tests
 # (collecting them all costs about 20 s), unless the command names its own.

@@ -44,14 +44,13 @@ HOST_TIMING_RERUNS = 1
 # records itself under its own RAY_TMPDIR, not in the /tmp/ray that test_local_cluster.py
 # checks).
 # The files that took longest in the last measured run (benchmarks/results/test_suite.md),
-# longest first: the parallel pass hands them out first (env/test.sh turns off xdist's own
-# order, by number of tests), so that none starts last and leaves one worker running alone at the end.
-LONGEST_FILES = ("test_local_cluster.py", "test_vs_plain_tune.py", "test_team_store_faults.py", "test_attention_kernels.py",
-                 "test_mlflow_ui.py", "test_tracking_outage.py", "test_cpu_resnet.py", "test_lifecycle.py",
-                 "test_train_loop.py", "test_store_faults.py", "test_secret_leak.py", "test_neuron_standin.py",
-                 "test_resume.py", "test_driver_api.py", "test_secrets.py", "test_vit_attention.py", "test_team_store.py",
-                 "test_compile_cache.py", "test_varlen_gpt.py", "test_node_loss.py", "test_metric_collection.py",
-                 "test_kernels.py", "test_team_store_review.py", "test_install.py")
+# longest first: the parallel pass hands them out first, so that none starts last and
+# leaves one worker running alone at the end.
+LONGEST_FILES = ("test_team_store_faults.py", "test_vs_plain_tune.py", "test_tracking_outage.py", "test_local_cluster.py",
+                 "test_cpu_resnet.py", "test_secrets.py", "test_mlflow_ui.py", "test_attention_kernels.py",
+                 "test_store_faults.py", "test_driver_api.py", "test_vit_attention.py", "test_lifecycle.py",
+                 "test_secret_leak.py", "test_resume.py", "test_varlen_gpt.py", "test_metric_collection.py",
+                 "test_neuron_standin.py", "test_kernels.py", "test_train_loop.py", "test_team_store.py")
 
 
 def pytest_sessionfinish(session, exitstatus):
