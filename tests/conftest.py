@@ -43,9 +43,12 @@ HOST_TIMING_RERUNS = 1
 # (run_once: the main job, the second sweep) or kept apart (test_node_loss.py's cluster
 # records itself under its own RAY_TMPDIR, not in the /tmp/ray that test_local_cluster.py
 # checks).
-# The files that took longest in the last measured run (benchmarks/results/test_suite.md),
-# longest first: the parallel pass hands them out first, so that none starts last and
-# leaves one worker running alone at the end.
+# Files that took long in a measured run (benchmarks/results/test_suite.md), longest first.
+# pytest-xdist hands files out by their number of tests, most first (its loadscope reorder):
+# this order only breaks its ties. Handing these out first instead (--no-loadscope-reorder)
+# was tried: it ran the main job beside the local cluster's fake nodes, whose load got three
+# of its four trials rejected as hopeless and left it no confirmation (test_suite.md, the
+# eighth run), and it started test_bad_input.py after a test had connected its worker to Ray.
 LONGEST_FILES = ("test_team_store_faults.py", "test_vs_plain_tune.py", "test_tracking_outage.py", "test_local_cluster.py",
                  "test_cpu_resnet.py", "test_secrets.py", "test_mlflow_ui.py", "test_attention_kernels.py",
                  "test_store_faults.py", "test_driver_api.py", "test_vit_attention.py", "test_lifecycle.py",
