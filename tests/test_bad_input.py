@@ -300,14 +300,19 @@ def test_run_sweep_checks_where_it_runs_before_anything_starts(case, monkeypatch
     assert not store.exists() and not (tmp_path / "ray").exists()
 
 
-def test_a_cluster_run_is_not_limited_by_this_machine():
+def test_a_cluster_run_is_not_limited_by_this_machine(monkeypatch):
     """The local fit check is for local runs: on a cluster the autoscaler adds nodes."""
+    import ray
+
     from accelsweep import Sweep, preflight
     from accelsweep.sweeps.driver.define.preflight import check_fits_locally
 
     too_big = TrialConfig.make(**MICRO, workers=local_cpus() + 1)
     with pytest.raises(ConfigError, match=r"^cpus_per_worker x workers must be at most"):
         check_fits_locally(plan(base=too_big))
+    # A driver not yet connected to Ray, as a user's is: this test process may be connected to
+    # the session's instance by an earlier test, and preflight then checks that address instead.
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen()
