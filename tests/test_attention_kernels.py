@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from accelsweep.kernels.attention import reference, torch_impl
+from accelsweep.kernels.attention import reference
 from accelsweep.kernels.registry import KernelUnavailable, get_op
 from tests.conftest import REPO
 from tests.test_sweep_e2e import mlflow_runs
@@ -18,6 +18,15 @@ from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.harness.microbench import KernelConfig, run_microbench
 
 SPEC = get_op("attention")
+
+
+@pytest.fixture
+def torch_impl():
+    """The torch implementations, imported by the tests that call them: importing them loads
+    FlexAttention, so torch's compiler (about 4 s), which collecting this file need not pay."""
+    from accelsweep.kernels.attention import torch_impl
+
+    return torch_impl
 SMALL = dict(batch=2, heads=2, seq=64, head_dim=16)  # seq 64: an 8 x 8 patch grid
 VARIANTS = {
     "plain": {},
@@ -86,7 +95,7 @@ def test_each_cpu_implementation_matches_or_refuses_each_variant(impl, variant, 
     assert result["tflops"] == pytest.approx(flops / result["latency_p50_s"] / 1e12)
 
 
-def test_a_wrong_mask_is_caught_by_the_check(monkeypatch):
+def test_a_wrong_mask_is_caught_by_the_check(monkeypatch, torch_impl):
     """The check is strict enough to see a one-diagonal masking slip (window off by one)."""
     correct = torch_impl.dense_mask.__wrapped__
 
@@ -99,16 +108,16 @@ def test_a_wrong_mask_is_caught_by_the_check(monkeypatch):
                                          window_min_s=0.0, windows=1, **SMALL))
 
 
-@pytest.mark.parametrize("function", [torch_impl.sdpa_efficient, torch_impl.sdpa_cudnn])
-def test_a_forced_sdpa_backend_raises_rather_than_running_another(function):
+@pytest.mark.parametrize("name", ["sdpa_efficient", "sdpa_cudnn"])
+def test_a_forced_sdpa_backend_raises_rather_than_running_another(name, torch_impl):
     """On CPU tensors the CUDA-only backends cannot run; SDPA's dispatcher would pick math
     or the CPU flash kernel. Forced, they raise."""
     q, k, v = (torch.from_numpy(x) for x in reference.make_inputs(0, **SMALL))
     with pytest.raises(RuntimeError, match="No viable backend|No available kernel"):
-        function(q, k, v)
+        getattr(torch_impl, name)(q, k, v)
 
 
-def test_options_an_implementation_lacks_are_refused_before_any_trial():
+def test_options_an_implementation_lacks_are_refused_before_any_trial(torch_impl):
     with pytest.raises(ConfigError, match=r"window must be 0 for impl sdpa-flash \(it does not implement window; "
                                           r"implementations that do: naive, naive-compile, sdpa-math, "
                                           r"sdpa-efficient, flex, flash-attn\); got 8"):

@@ -2,6 +2,7 @@
 metrics_mode changes what the seed says it changes, counted as would-be host-device syncs;
 every mode computes the same metrics; the study runs end to end and logs its figures."""
 
+import importlib.util
 import subprocess
 import sys
 import warnings
@@ -10,7 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
-pytest.importorskip("torchmetrics")
+# Whether it is installed, not imported: importing TorchMetrics (it loads scipy.signal) costs
+# about 3 s of every test process's collection; the tests that use it import it.
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("torchmetrics") is None,
+                                reason="torchmetrics is not installed (pip install -e '.[dev]')")
 
 from accelsweep.sweeps import metric_collection as study  # noqa: E402
 from accelsweep.trainables.platforms import get_platform  # noqa: E402

@@ -87,6 +87,27 @@ def test_declared_knobs_say_what_is_searched():
     assert get_platform("xla").Knobs.searched() == {"batches_per_execution": (1, 4, 10)}
 
 
+class ChoicesSeen:
+    """An Optuna trial that records the choices each knob was offered and takes the first."""
+
+    def __init__(self):
+        self.offered = {}
+
+    def suggest_categorical(self, name, choices):
+        self.offered[name] = tuple(choices)
+        return choices[0]
+
+
+@pytest.mark.parametrize("platform", ["xla", "neuron"])
+def test_a_smoke_run_traces_at_most_two_steps_a_graph_and_a_study_the_seeds_ten(platform):
+    """A 10-step graph compiles for most of a minute on a CPU (XLA's own compiler): not a
+    smoke run's seconds a trial. The full study keeps the seed's MpDeviceLoader value."""
+    for smoke, searched in ((True, (1, 2)), (False, (1, 4, 10))):
+        trial = ChoicesSeen()
+        get_platform(platform).study_space(trial, "fp32", TrainingStudy(smoke=smoke, cpus=2))
+        assert trial.offered["batches_per_execution"] == searched
+
+
 def test_the_main_job_searches_a_new_platforms_declared_knobs(monkeypatch):
     monkeypatch.setitem(PLATFORMS, FakePlatform.name, FakePlatform())
     args = neuron_vit.parser().parse_args(["--dry-run", "--platform", "cpu"])

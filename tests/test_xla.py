@@ -23,7 +23,7 @@ MICRO = dict(platform="xla", model="vit-micro", cpus_per_worker=2, batch_size=8,
              window_min_steps=4, window_min_s=0.2, windows=2)
 
 
-@pytest.mark.parametrize("precision, batches_per_execution", [("fp32", 1), ("bf16-autocast", 1), ("bf16", 4)])
+@pytest.mark.parametrize("precision, batches_per_execution", [("fp32", 1), ("bf16-autocast", 1), ("bf16", 2)])
 def test_steady_state_compiles_nothing(precision, batches_per_execution):
     result = run_training(TrialConfig.make(**MICRO, precision=precision, batches_per_execution=batches_per_execution))
     assert result["throughput_samples_per_s"] > 0 and math.isfinite(result["final_loss"])
@@ -34,9 +34,18 @@ def test_steady_state_compiles_nothing(precision, batches_per_execution):
 
 
 class DriftingLoss(ImageClassification):
-    """A user workload whose loss sees one sample fewer each step: a new shape, a new graph."""
+    """A user workload whose loss sees one sample fewer each step: a new shape, a new graph.
+    Its model is one linear layer: what is counted is graphs, and XLA's CPU compiler takes
+    about 5.5 s for each graph of the micro ViT's step (6 of them here), a fraction of a
+    second for this one."""
 
     steps = 0
+
+    def build_model(self, config):
+        import torch
+
+        # The micro ViT's data: 32x32 RGB images, 10 classes.
+        return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 32 * 32, 10))
 
     def loss(self, outputs, targets):
         DriftingLoss.steps += 1

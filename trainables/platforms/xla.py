@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional
 from accelsweep.trainables.compile_cache import cache_location
 from accelsweep.trainables.errors import ConfigError, positive_int
 from accelsweep.trainables.platforms.base import (Detection, Platform, PlatformKnobs, PlatformUnavailable,
-                                                  platform_knob)
+                                                  TrainingStudy, platform_knob)
 from accelsweep.trainables.platforms.capabilities import Capabilities, not_known
 from accelsweep.trainables.platforms.cpu import CpuPlatform
 
@@ -95,6 +95,11 @@ class XlaKnobs(PlatformKnobs):
         positive_int("batches_per_execution", self.batches_per_execution)
 
 
+# What a smoke run searches for batches_per_execution (XlaPlatform.study_space): the one-step
+# graph and the smallest multi-step one.
+SMOKE_BATCHES_PER_EXECUTION = (1, 2)
+
+
 class XlaPlatform(Platform):
     name = "xla"
     description = "PyTorch/XLA device (PJRT_DEVICE, CPU by default)"
@@ -119,6 +124,16 @@ class XlaPlatform(Platform):
     max_study_batch = 16  # seed 000's batch per NeuronCore, kept on every XLA device
     host_read_cost = ("a graph cut: the pending lazy graph is compiled (once per distinct graph) and run "
                       "before the value reaches the host; a host value in a device op is a host-to-device copy")
+
+    def study_space(self, trial: Any, precision: str, study: TrainingStudy) -> Optional[dict[str, Any]]:
+        """The XLA knobs. A smoke run (seconds a trial) traces at most 2 steps into a graph: XLA's
+        CPU compiler took 46 s for a 10-step graph of the micro ViT on 2 cores (a trial of the
+        XLA smoke sweep, benchmarks/results/test_suite.md), and neuronx-cc takes longer."""
+        for name, values in self.Knobs.searched().items():
+            if name == "batches_per_execution" and study.smoke:
+                values = SMOKE_BATCHES_PER_EXECUTION
+            trial.suggest_categorical(name, list(values))
+        return None
 
     def __init__(self) -> None:
         # Batch iterators of this process whose group count a sync must restart.
