@@ -194,6 +194,10 @@ def test_neuron_sweep_with_capture_keeps_one_worker_per_trial():
 
 NO_XLA = importlib.util.find_spec("torch_xla") is None
 XLA_REASON = "torch_xla is not installed here: the XLA lane runs in .venv-xla"
+# The XLA tests capture a step of one linear layer on the micro ViT's poisoned images: what
+# they check is the capture's path on a lazy device, and each graph of the ViT's step takes
+# XLA's CPU compiler seconds (tests/one_layer_workload.py).
+XLA_MICRO = {**MICRO, "platform": "xla", "workload": "tests.one_layer_workload:OneLayerImages"}
 
 
 # batches_per_execution=3 rounds warm-up to steps 1-3, so the poisoned step 6 falls in
@@ -204,7 +208,7 @@ XLA_REASON = "torch_xla is not installed here: the XLA lane runs in .venv-xla"
 def test_xla_round_trip_replays_the_window_to_the_first_non_finite_step(batches_per_execution, windows_reported,
                                                                       poisoned_batch, tmp_path, monkeypatch):
     monkeypatch.setenv("PJRT_DEVICE", "CPU")
-    config = TrialConfig.make(**MICRO, platform="xla", batches_per_execution=batches_per_execution, nan_capture=True)
+    config = TrialConfig.make(**XLA_MICRO, batches_per_execution=batches_per_execution, nan_capture=True)
     error, reports = run_until_captured(config, tmp_path)
     capture = check_round_trip(error, reports, tmp_path, windows_reported)
     assert capture["device"].startswith("xla: CPU") and isinstance(capture["rng_state"]["xla"], int)
@@ -215,7 +219,7 @@ def test_xla_round_trip_replays_the_window_to_the_first_non_finite_step(batches_
 def test_xla_capture_adds_no_graph_compiles_to_the_windows(tmp_path, monkeypatch):
     """The per-window copy and the flag compile during warm-up, like the step's graphs."""
     monkeypatch.setenv("PJRT_DEVICE", "CPU")
-    config = TrialConfig.make(**MICRO, platform="xla", batches_per_execution=3)
+    config = TrialConfig.make(**XLA_MICRO, batches_per_execution=3)
     off = run_training(config, capture_dir=str(tmp_path))
     on = run_training(config.replace(nan_capture=True), capture_dir=str(tmp_path))
     assert sorted(on) == sorted(off)

@@ -16,7 +16,7 @@ from tests.conftest import REPO  # noqa: E402
 from tests.test_sweep_e2e import mlflow_runs  # noqa: E402
 from accelsweep.trainables.config import TrialConfig  # noqa: E402
 from accelsweep.trainables.loop.train_loop import run_training  # noqa: E402
-from accelsweep.trainables.workloads.image_classification import ImageClassification  # noqa: E402
+from tests.one_layer_workload import OneLayerImages  # noqa: E402
 
 os.environ.setdefault("PJRT_DEVICE", "CPU")
 MICRO = dict(platform="xla", model="vit-micro", cpus_per_worker=2, batch_size=8, warmup_steps=2,
@@ -33,19 +33,11 @@ def test_steady_state_compiles_nothing(precision, batches_per_execution):
     assert "window mean" in result["step_time_source"]  # XLA is lazy: host clocks per step lie
 
 
-class DriftingLoss(ImageClassification):
-    """A user workload whose loss sees one sample fewer each step: a new shape, a new graph.
-    Its model is one linear layer: what is counted is graphs, and XLA's CPU compiler takes
-    about 5.5 s for each graph of the micro ViT's step (6 of them here), a fraction of a
-    second for this one."""
+class DriftingLoss(OneLayerImages):
+    """A user workload whose loss sees one sample fewer each step: a new shape, a new graph
+    (its model one linear layer: what is counted is graphs)."""
 
     steps = 0
-
-    def build_model(self, config):
-        import torch
-
-        # The micro ViT's data: 32x32 RGB images, 10 classes.
-        return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 32 * 32, 10))
 
     def loss(self, outputs, targets):
         DriftingLoss.steps += 1
