@@ -130,13 +130,20 @@ class DenseDocumentMask(Attention):
 
 
 class PerDocument(Attention):
+    def __init__(self):
+        # The documents' lengths as Python ints (a host read) and a loop: not for
+        # torch.compile to trace (a compiled model runs this part eagerly). Wrapped here,
+        # not at the class: torch.compiler.disable imports torch's compiler (about 1.3 s),
+        # which importing this module (every test process collects it) need not pay.
+        self.attend = torch.compiler.disable(self.attend_eagerly)
+
     def prepare(self, inputs, max_len):
         return inputs["cu_seqlens"]
 
-    # The documents' lengths as Python ints (a host read) and a loop: not for
-    # torch.compile to trace (a compiled model runs this part eagerly).
-    @torch.compiler.disable
     def __call__(self, q, k, v, cu_seqlens):
+        return self.attend(q, k, v, cu_seqlens)
+
+    def attend_eagerly(self, q, k, v, cu_seqlens):
         lengths = cu_seqlens.diff().tolist()
         parts = zip(*(t.split(lengths, dim=1) for t in (q, k, v)))
         return torch.cat([CausalSDPA()(*part, None) for part in parts], dim=1)
