@@ -125,20 +125,20 @@ class XlaPlatform(Platform):
     host_read_cost = ("a graph cut: the pending lazy graph is compiled (once per distinct graph) and run "
                       "before the value reaches the host; a host value in a device op is a host-to-device copy")
 
+    def __init__(self) -> None:
+        # Batch iterators of this process whose group count a sync must restart.
+        self._groups: "weakref.WeakSet[_ExecutionGroups]" = weakref.WeakSet()
+        self._memory_info_unsupported = False
+
     def study_space(self, trial: Any, precision: str, study: TrainingStudy) -> Optional[dict[str, Any]]:
         """The XLA knobs. A smoke run (seconds a trial) traces at most 2 steps into a graph: XLA's
         CPU compiler took 46 s for a 10-step graph of the micro ViT on 2 cores (a trial of the
-        XLA smoke sweep, benchmarks/results/test_suite.md), and neuronx-cc takes longer."""
+        XLA smoke sweep, benchmarks/results/test_suite.md; neuronx-cc's time is not measured here)."""
         for name, values in self.Knobs.searched().items():
             if name == "batches_per_execution" and study.smoke:
                 values = SMOKE_BATCHES_PER_EXECUTION
             trial.suggest_categorical(name, list(values))
         return None
-
-    def __init__(self) -> None:
-        # Batch iterators of this process whose group count a sync must restart.
-        self._groups: "weakref.WeakSet[_ExecutionGroups]" = weakref.WeakSet()
-        self._memory_info_unsupported = False
 
     def detect(self) -> Detection:
         if importlib.util.find_spec("torch_xla") is None:
