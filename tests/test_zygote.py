@@ -88,6 +88,29 @@ def test_a_timeout_kills_the_command(script):
     assert time.monotonic() - started < 30
 
 
+def test_a_client_gone_mid_request_leaves_the_zygote_serving(script, tmp_path):
+    """A raylet kills a worker it is still starting when the worker's job ends: its client
+    goes before its request is whole, or before it reads the fork's pid. The zygote drops
+    that request and forks the next command (it used to end, and every later one ran plainly)."""
+    import socket
+
+    first = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert _seen(first)["preloaded"], zygote.Zygote.why_plain
+    served = zygote.Zygote.get()
+    body = b'{"argv": ["%s"], "env": {}, "cwd": "/", "new_session": true, "process_group": null}' % str(
+        script).encode()
+    for request in (b"00", f"{len(body):0{zygote.HEADER_BYTES}d}".encode() + body[:10],
+                    f"{len(body):0{zygote.HEADER_BYTES}d}".encode() + body):
+        client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        client.connect(served.socket_path)
+        client.sendall(request)
+        client.close()  # gone: before the rest of its request, or before the pid of its fork
+    after = subprocess.run([sys.executable, str(script), "plain"], cwd=tmp_path, capture_output=True, text=True,
+                           timeout=120)
+    assert zygote.Zygote.get() is served and served.process.poll() is None
+    assert _seen(after)["preloaded"] and after.returncode == 3, zygote.Zygote.why_plain
+
+
 def test_what_the_zygote_must_not_run_starts_plainly(script, monkeypatch):
     """-c and interpreter flags, other programs, and a variable the preloaded libraries read
     when imported that differs from the zygote's."""

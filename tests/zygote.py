@@ -113,19 +113,38 @@ def serve_commands(socket_path: str) -> None:
     serve(socket_path, child_setup=worker_zygote.in_a_command)
 
 
+def _read_exactly(connection: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = connection.recv(size - len(data))
+        if not chunk:
+            raise ConnectionResetError(f"the client closed its connection after {len(data)} of {size} bytes")
+        data += chunk
+    return data
+
+
 def _fork_one(listener: socket.socket, selector: selectors.BaseSelector, accepts, child_setup) -> None:
+    # A client can go at any moment (a raylet kills a worker it is still starting when that
+    # worker's job ends): its request is dropped, and the zygote serves the next. An error
+    # here once ended the zygote, and every later worker of its instance started plainly.
     connection, _ = listener.accept()
-    header, fds, _, _ = socket.recv_fds(connection, HEADER_BYTES, 3)
-    while len(header) < HEADER_BYTES:
-        header += connection.recv(HEADER_BYTES - len(header))
-    body = b""
-    while len(body) < int(header):
-        body += connection.recv(int(header) - len(body))
-    request = json.loads(body)
+    fds: list[int] = []
+    try:
+        header, fds, _, _ = socket.recv_fds(connection, HEADER_BYTES, 3)
+        header += _read_exactly(connection, HEADER_BYTES - len(header))
+        request = json.loads(_read_exactly(connection, int(header)))
+    except (OSError, ValueError):
+        for fd in fds:
+            os.close(fd)
+        connection.close()
+        return
     if accepts is not None and not accepts(request):
         for fd in fds:
             os.close(fd)
-        connection.sendall(b"plain\n")
+        try:
+            connection.sendall(b"plain\n")
+        except OSError:
+            pass  # its client is gone: it needs no answer
         connection.close()
         return
     sys.stdout.flush()
@@ -143,7 +162,13 @@ def _fork_one(listener: socket.socket, selector: selectors.BaseSelector, accepts
         _run_child(request, fds, connection, child_setup)
     for fd in fds:
         os.close(fd)
-    connection.sendall(f"{pid}\n".encode())
+    try:
+        connection.sendall(f"{pid}\n".encode())
+    except OSError:  # its client went while it was forked: the process it stood in for goes too
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        connection.close()
+        return
     selector.register(os.pidfd_open(pid), selectors.EVENT_READ, ("child", pid, connection))
     if request.get("end_with_client"):
         selector.register(connection, selectors.EVENT_READ, ("client", pid))
