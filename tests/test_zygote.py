@@ -2,6 +2,7 @@
 started them would: argv, __main__, sys.path[0], folder, environment, output, exit status,
 signals, sessions; and the commands it must not run are plain subprocesses."""
 
+import json
 import os
 import signal
 import subprocess
@@ -109,6 +110,36 @@ def test_a_client_gone_mid_request_leaves_the_zygote_serving(script, tmp_path):
                            timeout=120)
     assert zygote.Zygote.get() is served and served.process.poll() is None
     assert _seen(after)["preloaded"] and after.returncode == 3, zygote.Zygote.why_plain
+
+
+def test_a_child_and_its_client_ending_together_leave_the_zygote_serving(tmp_path):
+    """A child's end and its client's seen in one wake of the zygote (a worker that exits as
+    its raylet-side client goes): each handled once. Acting on the second ended the zygote,
+    and every later worker of its instance started plainly (seen in a full run)."""
+    import socket
+
+    served = zygote.Zygote.get()
+    brief = tmp_path / "brief.py"
+    brief.write_text("import time\ntime.sleep(1)\n")
+    devnull = os.open(os.devnull, os.O_RDWR)
+    body = json.dumps({"argv": [str(brief)], "env": dict(os.environ), "cwd": str(tmp_path), "new_session": False,
+                       "process_group": 0, "end_with_client": True}).encode()
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    client.connect(served.socket_path)
+    socket.send_fds(client, [f"{len(body):0{zygote.HEADER_BYTES}d}".encode()], [devnull] * 3)
+    client.sendall(body)
+    assert int(client.makefile("rb").readline())  # forked
+    os.close(devnull)
+    # The zygote held in another client's unfinished request while the child ends and its client goes.
+    holder = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    holder.connect(served.socket_path)
+    holder.sendall(b"0000")
+    time.sleep(2.5)
+    client.close()
+    time.sleep(0.5)
+    holder.close()  # now both ends are there at once
+    time.sleep(1.5)
+    assert served.process.poll() is None, open(served.log_path).read()[-2000:]
 
 
 def test_what_the_zygote_must_not_run_starts_plainly(script, monkeypatch):

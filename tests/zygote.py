@@ -80,6 +80,11 @@ def serve(socket_path: str, preload: tuple[str, ...] = PRELOAD, accepts=None, ch
     parent = os.getppid()
     while os.getppid() == parent:  # a test process that ended without stopping it (killed) ends it too
         for key, _ in selector.select(timeout=1.0):
+            if key.data is not None and selector.get_map().get(key.fd) is not key:
+                # Handled already in this batch: a child's end closes its client's connection,
+                # and a client's end kills its child. Acting again ended the zygote (KeyError:
+                # the fd unregistered), and every later command or worker then started plainly.
+                continue
             if key.data is None:
                 _fork_one(listener, selector, accepts, child_setup)
             elif key.data[0] == "client":  # its client closed the connection (or wrote, which it never does)
