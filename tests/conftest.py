@@ -14,6 +14,15 @@ from pathlib import Path
 
 import pytest
 
+# In the parallel pass (a pytest-xdist worker) two workers' trials share two cores, each
+# with as many OpenMP threads as there are cores. OpenMP's threads spin at every barrier
+# waiting for the one whose core the other worker holds: passive waiting took the same
+# tests 8-16% less CPU (benchmarks/results/test_suite.md, the tenth run). Set before
+# anything imports torch, so this process, its zygotes and every Ray instance it starts
+# read it; the serial pass (one test at a time, what a user's trial does) keeps spinning.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 from tests import shared_ray as shared_ray_instance
 from tests import worker_zygote, zygote
 
