@@ -10,6 +10,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export RAY_AUTH_MODE=disabled MLFLOW_DISABLE_TELEMETRY=true
+# Bytecode cached as Python caches it by default (__pycache__/, ignored by git), even where the
+# environment says not to (PYTHONDONTWRITEBYTECODE, set on this project's VMs): else each of
+# the suite's processes (drivers, trials, hundreds of them) compiles the package's modules
+# again, and each pytest process rewrites every test module's asserts (about 5 s). The quick
+# lane, this VM, one run after the other: 154 s with it set, 138 and 135 s without
+# (benchmarks/results/test_suite.md, the tenth run).
+unset PYTHONDONTWRITEBYTECODE
 WORKERS=(-n "${ACCELSWEEP_TEST_WORKERS:-2}" --dist loadfile)
 ALONE="host_timing or alone"
 # The serial pass (and the XLA lane) collects only the files that hold its tests
