@@ -44,8 +44,9 @@ PRELOAD = ("numpy", "pandas", "pyarrow", "ray", "ray.tune", "ray.train", "mlflow
 IMPORT_TIME_VARIABLES = ("RAY_", "PYTHON", "OMP_", "KMP_", "MKL_", "OPENBLAS_", "GOMP_", "MALLOC_", "LD_", "MPL",
                          "MATPLOTLIB", "TMPDIR", "HOME", "XDG_", "GRPC_", "LANG", "LC_")
 # Of those, read only when called, not when imported: what an in-process sweep leaves in a
-# test process's environment (Ray's breakpoint hook, Tune's output switch).
-READ_WHEN_CALLED = ("PYTHONBREAKPOINT", "RAY_AIR_NEW_OUTPUT")
+# test process's environment (Ray's breakpoint hook, Tune's output switch), and the cluster
+# a command joins (ray.init reads RAY_ADDRESS; Ray's modules only name it).
+READ_WHEN_CALLED = ("PYTHONBREAKPOINT", "RAY_AIR_NEW_OUTPUT", "RAY_ADDRESS")
 # What the preloaded libraries put in their own process's environment when imported, so in
 # a test's after its first in-process sweep: the zygote has them too (importing Ray sets
 # RAY_CLIENT_MODE=0, as good as unset; scikit-learn KMP_DUPLICATE_LIB_OK=True).
