@@ -188,6 +188,7 @@ def settled_peaks(tmp_path_factory):
         yield
 
 
+@pytest.mark.slow  # 5 s or more in the quick lane (its roofs measured first)
 @pytest.mark.host_timing
 def test_a_large_matmul_lands_under_the_compute_roof(settled_peaks):
     result = run_microbench(KernelConfig.make(op="matmul", impl="torch-matmul", m=1024, k=1024, n=1024,
@@ -204,6 +205,7 @@ def test_a_large_matmul_lands_under_the_compute_roof(settled_peaks):
     assert result["roofline_fraction"] == pytest.approx(result["compute_fraction"])
 
 
+@pytest.mark.slow  # 5 s or more in the quick lane (its roofs measured first)
 @pytest.mark.host_timing
 @pytest.mark.parametrize("n", [2 ** 24])  # 64 MiB per array, 192 MiB moved per call: far beyond the caches
 def test_a_vector_add_lands_under_the_bandwidth_slope(settled_peaks, n):

@@ -33,7 +33,9 @@ def two_sweeps(store, tmp_path_factory, shared_ray) -> list[str]:
          "--window-s", "0.3", "--seed", str(n), "--price-per-hour", str(0.357 * (n + 1)), *shared_ray.flags],
         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for n in range(2)]
     outputs = [sweep.communicate(timeout=600)[0] for sweep in sweeps]
-    assert [sweep.returncode for sweep in sweeps] == [0, 0], "\n\n".join(o[-3000:] for o in outputs)
+    # Each output's head too: a driver that died in Ray's C++ says why first, then a long stack.
+    assert [sweep.returncode for sweep in sweeps] == [0, 0], "\n\n".join(
+        o if len(o) < 5000 else f"{o[:2000]}\n[...]\n{o[-3000:]}" for o in outputs)
     parents, _ = mlflow_runs(store.tracking_uri, EXPERIMENT)
     assert len(parents) == 2, [p.info.run_name for p in parents]
     return [p.info.run_name for p in parents]

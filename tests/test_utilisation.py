@@ -136,6 +136,7 @@ def test_a_datasheet_peak_says_where_it_is_from_and_that_it_was_not_measured_her
         assert entry.source and all(v > 0 for v in entry.tflops.values()) and entry.bandwidth_gb_s > 0
 
 
+@pytest.mark.slow  # 5 s or more in the quick lane
 @pytest.mark.host_timing
 def test_the_cpu_peak_microbenchmark_repeats_within_5_percent_on_a_quiet_machine():
     """Three measurements back to back, as a trial takes one (1024, best of 5 runs of 0.4 s).

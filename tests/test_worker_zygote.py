@@ -26,6 +26,10 @@ if sys.argv[1] == "sleep":
 sys.exit(int(sys.argv[1]) if sys.argv[1].isdigit() else 0)
 """
 
+# Each test starts Ray instances and a worker zygote (imports torch, torchvision, timm):
+# 5-15 s each in the quick lane.
+pytestmark = pytest.mark.slow
+
 
 def worker_facts():
     import sys

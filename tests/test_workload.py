@@ -354,6 +354,7 @@ class Beside(Workload):
 '''
 
 
+@pytest.mark.slow  # 5 s or more in the quick lane
 def test_a_fresh_process_trial_imports_a_workload_from_the_driver_scripts_folder(tmp_path, monkeypatch):
     """A sweep script's own workload sits beside it; Ray puts that folder on its workers'
     path, and fresh_process_trainable's child must see it too (it once failed every trial

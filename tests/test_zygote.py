@@ -162,6 +162,7 @@ def test_a_test_marked_real_process_gets_plain_subprocesses(script):
     assert not _seen(done)["preloaded"] and done.returncode == 3
 
 
+@pytest.mark.slow  # 5 s or more in the quick lane
 def test_a_zygote_started_inside_a_test_that_changed_the_environment_serves_the_tests_after_it(script, monkeypatch,
                                                                                                tmp_path):
     """The zygote takes the session's import-time variables, not those of the test that
