@@ -5,7 +5,7 @@
 # (tests/conftest.py says what stays on one worker), then those run one at a time, with the
 # machine to themselves. Each pass ends with its 15 slowest tests.
 #   ./env/test.sh            the whole suite (what CI runs)
-#   ./env/test.sh --quick    the edit loop: the main lane's tests not marked slow (about 2.3 min)
+#   ./env/test.sh --quick    the edit loop: the main lane's tests not marked slow (about 1.5 min)
 # Other arguments go to pytest (a file, -k EXPR, -x).
 set -euo pipefail
 cd "$(dirname "$0")/.."
