@@ -156,6 +156,14 @@ def test_what_the_zygote_must_not_run_starts_plainly(script, monkeypatch):
     assert not _seen(done)["preloaded"] and done.returncode == 3
 
 
+
+def test_a_command_naming_its_cluster_in_ray_address_is_forked(script):
+    """RAY_ADDRESS is read by ray.init, not when Ray is imported: a `RAY_*` variable that
+    does not send the command to a plain subprocess (a test's sweep joining its cluster)."""
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "RAY_ADDRESS": "127.0.0.1:6390"})
+    assert _seen(done)["preloaded"] and done.returncode == 3, zygote.Zygote.why_plain
+
 @pytest.mark.real_process
 def test_a_test_marked_real_process_gets_plain_subprocesses(script):
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
