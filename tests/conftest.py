@@ -65,6 +65,28 @@ LONGEST_FILES = ("test_team_store_faults.py", "test_vs_plain_tune.py", "test_tra
                  "test_neuron_standin.py", "test_kernels.py", "test_train_loop.py", "test_team_store.py")
 
 
+# What a command that ran past its test's timeout had printed: subprocess.run kills it and
+# raises TimeoutExpired with the output, which pytest's report shows only as a cut repr. The
+# console's progress lines say where a hung sweep stood (what it waited for, which trial).
+TIMED_OUT_OUTPUT_CHARS = 6000
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    timed_out = call.excinfo.value if call.excinfo is not None else None
+    if not isinstance(timed_out, subprocess.TimeoutExpired):
+        return
+    report = outcome.get_result()
+    for stream, text in (("stdout", timed_out.output), ("stderr", timed_out.stderr)):
+        if isinstance(text, bytes):
+            text = text.decode(errors="replace")
+        if text:
+            shown = text if len(text) <= TIMED_OUT_OUTPUT_CHARS else \
+                text[:TIMED_OUT_OUTPUT_CHARS // 3] + "\n[...]\n" + text[-2 * TIMED_OUT_OUTPUT_CHARS // 3:]
+            report.sections.append((f"timed-out command's {stream} ({len(text)} chars)", shown))
+
+
 def pytest_sessionfinish(session, exitstatus):
     zygote.Zygote.stop()
     worker_zygote.stop_session_workers()
