@@ -367,3 +367,31 @@ def test_a_fresh_process_trial_imports_a_workload_from_the_driver_scripts_folder
     config = TrialConfig.make(workload="beside_my_sweep:Beside", **QUICK)
     results = list(run_in_fresh_process(config))
     assert len(results) == 2 and results[-1]["throughput_samples_per_s"] > 0
+
+
+def test_the_memory_baseline_collects_an_earlier_trials_cycles_but_walks_the_libraries_once():
+    """The first trial of a process freezes what is alive (the libraries' objects: a full
+    collection walked half a million of them per trial); a later trial's baseline still
+    frees what an earlier trial left in reference cycles. In a fresh process: the freeze is
+    process-wide."""
+    import subprocess
+    import sys
+
+    probe = """
+import gc, weakref
+import torch
+from accelsweep.trainables.platforms.cpu import CpuPlatform
+platform = CpuPlatform()
+platform.reset_peak_memory(torch.device("cpu"))
+frozen = gc.get_freeze_count()
+class Node:
+    pass
+left = Node(); left.cycle = left; left.weights = torch.zeros(1024)  # an earlier trial's model, in a cycle
+alive = weakref.ref(left)
+del left
+gc.disable()  # no automatic collection: only the baseline's may free it
+platform.reset_peak_memory(torch.device("cpu"))
+print(frozen, gc.get_freeze_count() == frozen, alive() is None)
+"""
+    said = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+    assert int(said[0]) > 100_000 and said[1:] == ["True", "True"], said
