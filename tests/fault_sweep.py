@@ -6,8 +6,9 @@ hang it or cut its tracking server at a chosen moment and check what it left.
     python -m tests.fault_sweep --tracking-uri sqlite:///m.db --storage-path ray \\
         --num-samples 8 --scheduler none --max-concurrent-trials 1 [--window-s 0.5] [--windows 2]
 
-Fault knobs, set in the environment of the driver (trials inherit them through Ray's
-runtime env, which this script sets):
+Fault knobs, set in the environment of the driver (the trials of its private instance
+inherit them; on a cluster it joins with --address, they travel in the job's runtime
+environment, which this script sets):
 
 - FAULT_SWEEP_HANG=<x>: the trial with knob ``x`` stops reporting after its first window
   and waits forever, after starting a child process that would outlive it
@@ -48,7 +49,25 @@ class FaultSweepConfig(DictConfig):
     window_s: float = 0.5
 
     def trial_env(self) -> dict[str, str]:
-        return {name: os.environ[name] for name in FAULT_VARIABLES if name in os.environ}
+        return fault_knobs()
+
+
+def fault_knobs() -> dict[str, str]:
+    return {name: os.environ[name] for name in FAULT_VARIABLES if name in os.environ}
+
+
+def carry_fault_knobs(address: Optional[str]) -> None:
+    """A trial on a cluster this driver joins runs in a worker started with the head's
+    environment, not this driver's: the knobs go in the job's runtime environment, where
+    ray.init reads a submitted job's (RAY_JOB_CONFIG_JSON_ENV_VAR, as `ray job submit`
+    sets it). Its env_vars name no variable read at import, so the test session's worker
+    zygote still forks those workers. A private instance's workers inherit the knobs."""
+    import json
+
+    from ray._private.runtime_env.constants import RAY_JOB_CONFIG_JSON_ENV_VAR
+
+    if address and fault_knobs():
+        os.environ[RAY_JOB_CONFIG_JSON_ENV_VAR] = json.dumps({"runtime_env": {"env_vars": fault_knobs()}})
 
 
 def _mark(kind: str, x: int) -> None:
@@ -104,6 +123,7 @@ def main() -> None:
     if args.dry_run:
         print(plan_sweep(sweep).describe())
     else:
+        carry_fault_knobs(args.address)
         run_sweep(sweep)
 
 

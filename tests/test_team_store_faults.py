@@ -190,26 +190,26 @@ def check_complete_record(store, experiment: str) -> list:
 
 
 @pytest.mark.slow
-def test_the_mlflow_server_restarted_mid_sweep_loses_nothing(store, tmp_path):
+def test_the_mlflow_server_restarted_mid_sweep_loses_nothing(store, tmp_path, shared_ray):
     started = time.monotonic()
 
     def restart():
         team_store.restart_mlflow(team_store.read(store.folder), down_s=2.0, say=lambda line: None)
 
-    output = run_with_fault(store, tmp_path, "mlflow-restart", restart)
+    output = run_with_fault(store, tmp_path, "mlflow-restart", restart, *shared_ray.flags)
     check_complete_record(store, "mlflow-restart")
     print(f"mlflow server restarted mid-sweep: {time.monotonic() - started:.0f} s; said:\n"
           + "\n".join(line for line in output.splitlines() if "answer" in line))
 
 
 @pytest.mark.slow
-def test_postgresql_restarted_mid_sweep_loses_nothing(store, tmp_path):
+def test_postgresql_restarted_mid_sweep_loses_nothing(store, tmp_path, shared_ray):
     started = time.monotonic()
 
     def restart():
         team_store.restart_postgres(store, down_s=2.0, say=lambda line: None)
 
-    output = run_with_fault(store, tmp_path, "postgres-restart", restart)
+    output = run_with_fault(store, tmp_path, "postgres-restart", restart, *shared_ray.flags)
     assert "could not be written" not in output, output[-6000:]  # the study was not given up
     check_complete_record(store, "postgres-restart")
     print(f"postgresql restarted mid-sweep: {time.monotonic() - started:.0f} s; said:\n"
@@ -244,7 +244,7 @@ def end_the_sweeps_connections(store, held: list) -> int:
 
 
 @pytest.mark.slow
-def test_a_database_refusing_new_connections_mid_sweep_loses_nothing(store, tmp_path):
+def test_a_database_refusing_new_connections_mid_sweep_loses_nothing(store, tmp_path, shared_ray):
     """Another client takes every connection PostgreSQL gives a non-superuser while the
     sweep runs, the connections the sweep's driver and the MLflow server held end, and for
     10 s every new one is refused; then the client lets go. The sweep finishes with its
@@ -258,7 +258,7 @@ def test_a_database_refusing_new_connections_mid_sweep_loses_nothing(store, tmp_
         threading.Timer(10.0, lambda: [connection.close() for connection in held]).start()
 
     try:
-        output = run_with_fault(store, tmp_path, "no-connections", exhaust)
+        output = run_with_fault(store, tmp_path, "no-connections", exhaust, *shared_ray.flags)
     finally:
         for connection in held:
             connection.close()
@@ -299,13 +299,13 @@ def test_a_database_refusing_new_connections_at_the_start_is_said_in_seconds(sto
 
 
 @pytest.mark.slow
-def test_postgresql_down_past_the_wait_stops_the_sweep_and_resume_completes_it(store, tmp_path):
+def test_postgresql_down_past_the_wait_stops_the_sweep_and_resume_completes_it(store, tmp_path, shared_ray):
     """PostgreSQL stopped mid-sweep and not back within --tracking-wait-s (3 s): the sweep
     stops by itself (exit 75) saying why and to --resume, nothing of it left RUNNING once
     the database is back and --resume has run, and the record complete."""
     started, markers = time.monotonic(), tmp_path / "markers"
     markers.mkdir()
-    command = sweep_command(store, tmp_path, "postgres-down", "--tracking-wait-s", "3")
+    command = sweep_command(store, tmp_path, "postgres-down", "--tracking-wait-s", "3", *shared_ray.flags)
     with open(tmp_path / "sweep.log", "w") as out:
         sweep = subprocess.Popen(command, cwd=REPO, env=sweep_env(store, markers), stdout=out,
                                  stderr=subprocess.STDOUT)

@@ -275,12 +275,12 @@ def check_every_trial_one_finished_run(uri: str) -> None:
 
 
 @pytest.mark.slow
-def test_a_server_back_within_the_wait_gets_every_write(server, tmp_path):
+def test_a_server_back_within_the_wait_gets_every_write(server, tmp_path, shared_ray):
     markers, log = tmp_path / "markers", tmp_path / "sweep.log"
     markers.mkdir()
+    command = [*sweep_command(server, tmp_path, wait_s=SWEEP_S, window_s=0.3), *shared_ray.flags]
     with open(log, "w") as out:
-        sweep = subprocess.Popen(sweep_command(server, tmp_path, wait_s=SWEEP_S, window_s=0.3), cwd=REPO,
-                                 env=sweep_env(markers), stdout=out, stderr=subprocess.STDOUT)
+        sweep = subprocess.Popen(command, cwd=REPO, env=sweep_env(markers), stdout=out, stderr=subprocess.STDOUT)
     try:
         wait_for_start(markers, sweep, 0, log)  # trial 1 runs, its run created
         killed_at = time.time_ns()
@@ -301,10 +301,10 @@ def test_a_server_back_within_the_wait_gets_every_write(server, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_server_gone_for_good_stops_the_sweep_and_resume_writes_what_it_kept(server, tmp_path):
+def test_a_server_gone_for_good_stops_the_sweep_and_resume_writes_what_it_kept(server, tmp_path, shared_ray):
     markers, log = tmp_path / "markers", tmp_path / "sweep.log"
     markers.mkdir()
-    command = sweep_command(server, tmp_path, wait_s=3, window_s=0.7)
+    command = [*sweep_command(server, tmp_path, wait_s=3, window_s=0.7), *shared_ray.flags]
     with open(log, "w") as out:
         sweep = subprocess.Popen(command, cwd=REPO, env=sweep_env(markers), stdout=out, stderr=subprocess.STDOUT)
     try:
@@ -335,7 +335,7 @@ def test_a_server_gone_for_good_stops_the_sweep_and_resume_writes_what_it_kept(s
 
 
 @pytest.mark.slow
-def test_a_stop_while_waiting_for_a_lost_server_is_honoured_in_seconds(server, tmp_path):
+def test_a_stop_while_waiting_for_a_lost_server_is_honoured_in_seconds(server, tmp_path, shared_ray):
     """The server gone after the last trial: the driver waits for it (up to the 600 s
     --tracking-wait-s). One SIGTERM ends that wait: exit 143 within 10 s, the kept writes
     on disk, the way to open the results said as a server's address; with the server
@@ -344,7 +344,7 @@ def test_a_stop_while_waiting_for_a_lost_server_is_honoured_in_seconds(server, t
 
     markers, log = tmp_path / "markers", tmp_path / "sweep.log"
     markers.mkdir()
-    command = sweep_command(server, tmp_path, wait_s=600, window_s=0.3)
+    command = [*sweep_command(server, tmp_path, wait_s=600, window_s=0.3), *shared_ray.flags]
     with open(log, "w") as out:
         sweep = subprocess.Popen(command, cwd=REPO, env=sweep_env(markers), stdout=out, stderr=subprocess.STDOUT)
     try:
