@@ -108,22 +108,30 @@ def cpu_capabilities(cpuinfo: str, cores: int, numa_node_count: int,
 _libraries_frozen = False
 
 
+def _runs_only_trials() -> bool:
+    """A Ray worker process (a Tune trial's actor): what is alive in it besides the trial is
+    the libraries' and Ray's. Not a driver, a notebook or a test process, whose own objects
+    are alive beside the trial's."""
+    ray_worker = sys.modules.get("ray._private.worker")
+    return ray_worker is not None and getattr(ray_worker.global_worker, "mode", None) == ray_worker.WORKER_MODE
+
+
 def _collect_trial_garbage() -> None:
-    """Free an earlier trial's objects held in reference cycles, without walking the
-    libraries' own. A process with torch, timm and Ray imported holds about half a million
-    objects; a full collection walks them all: 0.25 s here, 0.4-0.75 s in a worker forked
-    from a process that imported them (the walk writes to every object, so the child copies
-    every page). The first trial of a process has no earlier trial's objects: what is alive
-    is the libraries' (and what this trial built so far), so its recent garbage is collected
-    and the rest frozen (gc.freeze: left out of every later collection, and of the cyclic
-    collector's automatic ones). A later trial's collection walks only what came after."""
+    """Free an earlier trial's objects held in reference cycles, walking the libraries'
+    objects once per trial process. With torch, timm and Ray imported a process holds about
+    half a million objects; a full collection walks them all: 0.25 s here, 0.4-0.75 s in a
+    process forked from one that imported them (the walk writes to every object, so the
+    child copies every page it shares). In a trial process the first collection is followed
+    by gc.freeze(): what is left (the libraries' modules and state) is out of every later
+    collection, the automatic ones during timed windows included, and a later trial's (Tune
+    reusing the process) walks only what came after. Elsewhere nothing is frozen: a frozen
+    object that later becomes garbage in a cycle is never freed, and a notebook's or a
+    test's own objects are alive there too."""
     global _libraries_frozen
-    if _libraries_frozen:
-        gc.collect()
-        return
-    gc.collect(1)
-    gc.freeze()
-    _libraries_frozen = True
+    gc.collect()
+    if not _libraries_frozen and _runs_only_trials():
+        gc.freeze()
+        _libraries_frozen = True
 
 
 def _trim_c_heap() -> None:
