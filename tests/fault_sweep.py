@@ -66,8 +66,12 @@ def carry_fault_knobs(address: Optional[str]) -> None:
 
     from ray._private.runtime_env.constants import RAY_JOB_CONFIG_JSON_ENV_VAR
 
-    if address and fault_knobs():
-        os.environ[RAY_JOB_CONFIG_JSON_ENV_VAR] = json.dumps({"runtime_env": {"env_vars": fault_knobs()}})
+    if not address or address == "local" or not fault_knobs():
+        return
+    job = json.loads(os.environ.get(RAY_JOB_CONFIG_JSON_ENV_VAR) or "{}")  # a submitted job's own, kept
+    runtime_env = job.setdefault("runtime_env", {})
+    runtime_env["env_vars"] = {**runtime_env.get("env_vars", {}), **fault_knobs()}
+    os.environ[RAY_JOB_CONFIG_JSON_ENV_VAR] = json.dumps(job)
 
 
 def _mark(kind: str, x: int) -> None:
