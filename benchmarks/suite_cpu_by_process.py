@@ -45,8 +45,11 @@ def read_records(path: str) -> list[dict]:
     records = []
     for offset in range(0, len(data) - RECORD.size + 1, RECORD.size):
         fields = RECORD.unpack_from(data, offset)
-        records.append({"pid": fields[6], "ppid": fields[7], "cpu_s": (_comp_t(fields[10]) + _comp_t(fields[11])) /
-                        TICKS_PER_S, "name": fields[18].split(b"\0")[0].decode(errors="replace")})
+        if fields[1] & 0x0F != 3:  # another layout (a kernel without BSD_PROCESS_ACCT_V3): same size, other fields
+            raise SystemExit(f"{path}: acct record version {fields[1] & 0x0F}, not 3")
+        records.append({"pid": fields[6], "ppid": fields[7], "started": fields[8],
+                        "cpu_s": (_comp_t(fields[10]) + _comp_t(fields[11])) / TICKS_PER_S,
+                        "name": fields[18].split(b"\0")[0].decode(errors="replace")})
     return records
 
 
@@ -76,33 +79,49 @@ def kind_of(name: str, command: str, parent_command: str) -> str:
 
 
 def table(folder: str) -> list[tuple[str, float, int]]:
-    commands: dict[int, str] = {}
+    # A pid is used again by later processes (thousands start in a pass): a record's command
+    # line is the one of its pid's process that started closest to when the record says.
+    commands: dict[int, list[tuple[float, str]]] = collections.defaultdict(list)
     with open(os.path.join(folder, "commands.jsonl")) as lines:
         for line in lines:
-            pid, command = json.loads(line)
-            commands[pid] = command  # a pid used again: the later process's (close enough for a table)
+            pid, started, command = json.loads(line)
+            commands[pid].append((started, command))
+
+    def command_of(pid: int, started: float) -> str:
+        found = min(commands.get(pid, ()), key=lambda entry: abs(entry[0] - started), default=None)
+        return found[1] if found is not None and abs(found[0] - started) <= 2 else ""
+
     cpu, count = collections.Counter(), collections.Counter()
     for record in read_records(os.path.join(folder, "pacct")):
-        kind = kind_of(record["name"], commands.get(record["pid"], ""), commands.get(record["ppid"], ""))
+        # Its parent: the latest process of that pid started before it.
+        parents = [entry for entry in commands.get(record["ppid"], ()) if entry[0] <= record["started"] + 2]
+        parent = max(parents, default=(0.0, ""))[1]
+        kind = kind_of(record["name"], command_of(record["pid"], record["started"]), parent)
         cpu[kind] += record["cpu_s"]
         count[kind] += 1
     return [(kind, seconds, count[kind]) for kind, seconds in cpu.most_common()]
 
 
 def _poll_commands(path: str, stop: threading.Event) -> None:
+    booted = next(float(line.split()[1]) for line in open("/proc/stat") if line.startswith("btime "))
+    ticks = os.sysconf("SC_CLK_TCK")
     seen = set()
     with open(path, "a") as out:
         while not stop.wait(POLL_S):
             for entry in os.listdir("/proc"):
-                if not entry.isdigit() or int(entry) in seen:
+                if not entry.isdigit():
                     continue
                 try:
+                    # Field 22 of stat, after the name in parentheses: the start, in ticks since boot.
+                    since_boot = int(open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()[19])
+                    if (int(entry), since_boot) in seen:
+                        continue
                     command = open(f"/proc/{entry}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")
-                except OSError:
+                except (OSError, IndexError, ValueError):
                     continue
                 if command:
-                    seen.add(int(entry))
-                    out.write(json.dumps([int(entry), command[:300]]) + "\n")
+                    seen.add((int(entry), since_boot))
+                    out.write(json.dumps([int(entry), booted + since_boot / ticks, command[:300]]) + "\n")
             out.flush()
 
 
@@ -136,7 +155,8 @@ def main() -> None:
     folder = args.read or args.out
     if folder is None or (args.read is None and not args.command):
         parser.error("--out FOLDER -- COMMAND..., or --read FOLDER")
-    status = 0 if args.read else run(folder, [part for part in args.command if part != "--"])
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    status = 0 if args.read else run(folder, command)
     rows = table(folder)
     total = sum(seconds for _, seconds, _ in rows)
     print(f"{total:.0f} CPU-s in the records of {sum(n for _, _, n in rows)} processes")
