@@ -369,6 +369,7 @@ def test_a_fresh_process_trial_imports_a_workload_from_the_driver_scripts_folder
     assert len(results) == 2 and results[-1]["throughput_samples_per_s"] > 0
 
 
+@pytest.mark.slow  # 5 s or more in the quick lane: two fresh processes import torch
 def test_the_memory_baseline_collects_an_earlier_trials_cycles_but_walks_the_libraries_once():
     """In a trial process (a Ray worker), the first baseline collects everything, an old
     cycle included, then freezes what is left (a full collection walked half a million
