@@ -192,3 +192,30 @@ def test_keep_loopback_stops_ray_rewriting_a_loopback_address(monkeypatch):
     if ray._private.worker._global_node is None:  # else Ray answers with the running node's address
         assert services.resolve_ip_for_localhost("127.0.0.1") == "127.0.0.1"
     assert os.environ[ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR] == "0"  # for what this process starts
+
+
+@pytest.mark.slow
+def test_the_jobs_alive_include_this_driver(ray_session):
+    import ray
+
+    assert ray.get_runtime_context().get_job_id() in ray_adapter.live_job_ids()
+
+
+def test_tunes_loop_is_changed_only_inside_the_shared_cluster_context_and_put_back():
+    from ray.tune.execution.insufficient_resources_manager import _InsufficientResourcesManager
+    from ray.tune.execution.tune_controller import TuneController
+
+    names = ("_maybe_cache_trial_actor", "on_step_end", "_update_trial_queue")
+    before = [getattr(TuneController, name) for name in names]
+    warn_before = _InsufficientResourcesManager.on_no_available_trials
+    with ray_adapter.tune_sharing_a_cluster(lambda: False):
+        assert all(getattr(TuneController, name) is not original for name, original in zip(names, before))
+        # Tune's "insufficient resources" check, with no trial yet (the first waits for a seat): nothing.
+        assert _InsufficientResourcesManager.on_no_available_trials(object(), []) is None
+
+        class Controller:  # what the patched caching reads of Tune's controller
+            pass
+
+        assert TuneController._maybe_cache_trial_actor(Controller(), trial=None) is False  # reuse not allowed
+    assert [getattr(TuneController, name) for name in names] == before
+    assert _InsufficientResourcesManager.on_no_available_trials is warn_before

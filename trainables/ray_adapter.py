@@ -13,7 +13,9 @@ so that the worker-side code need not import the driver.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import time
 from typing import Any, Optional
 
 
@@ -420,3 +422,65 @@ def on_this_node() -> dict[str, Any]:
 
     return {"scheduling_strategy": NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(),
                                                                   soft=False)}
+
+
+# A resource only the head node has: an actor that must outlive every worker node asks a
+# sliver of it (worker nodes of an autoscaling cluster come and go).
+HEAD_NODE_RESOURCE = {"node:__internal_head__": 0.001}
+
+
+def live_job_ids() -> set:
+    """The hex ids of the cluster's jobs (drivers) still alive, from the GCS job table."""
+    import ray._private.state
+
+    return {job["JobID"] for job in ray._private.state.jobs() if not job.get("IsDead")}
+
+
+@contextlib.contextmanager
+def tune_sharing_a_cluster(reuse_allowed):
+    """Tune's loop, for a sweep that takes turns at a cluster's slots (fair_share.py):
+
+    - while ``reuse_allowed()`` is False, no ended trial's actor is kept for the sweep's
+      next trial, and one kept is given back: the actor holds the trial's resources, a
+      slot another sweep cannot have (TuneController._maybe_cache_trial_actor, and
+      on_step_end for one already kept);
+    - the loop never blocks waiting for the searcher's next trial. With no trial pending
+      or running Tune polls the searcher for up to 600 s without stepping its actors, so
+      an ended trial's actor, stopping, is never ended and keeps its slot: seen holding 2
+      CPUs for 100 s while the sweep waited for its turn (``_update_trial_queue``);
+    - no trial yet (the first waits for a seat) is not Tune's "insufficient resources"
+      case, which then fails on an empty list (``on_no_available_trials``)."""
+    from ray.tune.execution.insufficient_resources_manager import _InsufficientResourcesManager
+    from ray.tune.execution.tune_controller import TuneController
+
+    keep, step_end = TuneController._maybe_cache_trial_actor, TuneController.on_step_end
+    update_queue = TuneController._update_trial_queue
+
+    def maybe_cache(self, trial):
+        return keep(self, trial) if reuse_allowed() else False
+
+    def on_step_end(self):
+        step_end(self)
+        if self._actor_cache.num_cached_objects and not reuse_allowed():
+            self._cleanup_cached_actors(force_all=True)
+
+    def never_blocking(self, blocking: bool = False, timeout: int = 600):
+        added = update_queue(self, blocking=False, timeout=timeout)
+        if blocking and not added:
+            time.sleep(0.5)  # a pause between asks, as Tune's own wait has; then its actors are stepped
+        return added
+
+    no_trials = _InsufficientResourcesManager.on_no_available_trials
+
+    def no_trials_yet_is_waiting(self, all_trials):
+        return no_trials(self, all_trials) if all_trials else None
+
+    saved = (keep, step_end, update_queue)
+    TuneController._maybe_cache_trial_actor, TuneController.on_step_end = maybe_cache, on_step_end
+    TuneController._update_trial_queue = never_blocking
+    _InsufficientResourcesManager.on_no_available_trials = no_trials_yet_is_waiting
+    try:
+        yield
+    finally:
+        TuneController._maybe_cache_trial_actor, TuneController.on_step_end, TuneController._update_trial_queue = saved
+        _InsufficientResourcesManager.on_no_available_trials = no_trials

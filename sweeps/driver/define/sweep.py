@@ -216,3 +216,6 @@ class SweepResult:
     # confirmation phase's when it ran (``confirmations``: its trials), else the search's.
     verdict: Optional[Any] = None
     confirmations: list[TrialRecord] = field(default_factory=list)
+    # On a cluster other sweeps share: seconds it waited for a place with no trial running
+    # (not counted in its time budget; sweeps/driver/run/fair_share.py).
+    waited_s: float = 0.0

@@ -49,6 +49,7 @@ class TrialRecord:
     ordinal: int = 0  # among the trials that ran (not REUSED): how far the sweep's num_samples it is
     curves_logged: bool = False  # its per-window curves are in MLflow
     reported_at: float = 0.0  # time.monotonic() of its last result (0: none yet)
+    placed_at: Optional[float] = None  # time.monotonic() its process started (None: waiting for a place)
     # Ended, with its result, by a driver killed before Tune saved that: rebuilt from its
     # MLflow run on --resume (resumed_runs.py), not run again.
     recovered: bool = False

@@ -18,6 +18,7 @@ from ray.tune import Callback
 from ray.tune.result import AUTO_RESULT_KEYS
 
 from accelsweep.sweeps.driver.record.database_errors import database_unanswered
+from accelsweep.sweeps.driver.run import fair_share
 from accelsweep.sweeps.driver.run.deadline import TrialDeadline
 from accelsweep.sweeps.driver.define.first_guess import LABEL as GUESS_LABEL
 from accelsweep.sweeps.driver.record.trial_record import (CUT_BY_BUDGET, FAILED, FINISHED, INTERRUPTED, NOISE_METRICS,
@@ -280,10 +281,26 @@ class SweepCallback(Callback):
         except Exception:  # noqa: BLE001 - a busy or lost actor: the trials go on, said next time
             return
         for trial_id, record in sorted(quiet.items(), key=lambda item: item[1].number):
+            if getattr(record, "placed_at", True) is None:  # Tune holds it pending: no process yet
+                self._say(f"{self.label(record)} {self._waiting_for_a_place(record, now)}")
+                continue
             phase, since = phases.get(trial_id, ("starting (process, imports)", None))
             running_s = now - record.created_at
             in_phase = f", {time.time() - since:.0f} s in it" if since is not None else ""
             self._say(f"{self.label(record)} running {running_s:.0f} s: {phase}{in_phase}")
+
+    def _waiting_for_a_place(self, record: TrialRecord, now: float) -> str:
+        """What a trial with no process yet waits for, and who holds it when the cluster's
+        arbiter knows (fair_share.py): not "running", and not the tool's overhead."""
+        need = ", ".join(f"{amount:g} {name}" for name, amount in record.resources.items() if amount) or "its resources"
+        text = f"waiting {now - record.created_at:.0f} s for a place: {need}"
+        gate = fair_share.gate_of(self.sweep_token)
+        if gate is not None and gate.last is not None:
+            holding = [(label, n) for label, n in gate.last.others if n]
+            if holding:
+                text += (f"; the cluster's other trials are {len(holding)} other sweep(s)'s: "
+                         + ", ".join(f"{label} {n}" for label, n in holding))
+        return text
 
     def _take_output(self, record: TrialRecord) -> str:
         """The trial's output (trainables/trial_progress.py), kept in its run as
@@ -357,13 +374,18 @@ class SweepCallback(Callback):
         if self.deadline is not None:
             self.deadline.started(trial.trial_id)
         record = self.records.get(trial.trial_id) or self._record(trial)
+        gate = fair_share.gate_of(self.sweep_token)
+        if gate is not None:
+            gate.placed(trial.trial_id)
         if record.run_id is not None:
             # A restart (retry after a lost process or node, or --resume: also a trial the
             # killed driver started after Tune's last save, proposed again): same run.
             record.status, record.created_at = "running", time.monotonic()
+            record.placed_at = record.created_at
             self.tracker.reopen(record.run_id, tags={"status": "running", "retries": str(record.retries),
                                                      "trial_id": trial.trial_id})
             return
+        record.placed_at = time.monotonic()
         tags = {**self.trial_tags, "trial_id": trial.trial_id, "trial_number": str(record.number),
                 "searched": _searched_key(record.searched),
                 "baseline": str(record.is_baseline).lower(), "status": "running"}
@@ -467,11 +489,17 @@ class SweepCallback(Callback):
         self._record_reuses()
         # Trials still running at the end: the time budget ran out (keep what they
         # measured), or the sweep was interrupted (--resume will run them again).
-        out_of_time = self.time_budget_s is not None and time.time() - self.started_at >= self.time_budget_s * 0.98
+        out_of_time = self.time_budget_s is not None and self.budget_spent_s() >= self.time_budget_s * 0.98
         out_of_time = out_of_time or self.goal_reached is not None  # cut, like the budget's end: nothing to resume
         for record in self.records.values():
             if record.status == "running" and record.run_id is not None:
                 self._finish(record, CUT_BY_BUDGET if out_of_time else INTERRUPTED)
+
+    def budget_spent_s(self) -> float:
+        """The sweep's time so far, less what it waited for a place with no trial running
+        (its turn on a cluster other sweeps share, fair_share.py)."""
+        gate = fair_share.gate_of(self.sweep_token)
+        return time.time() - self.started_at - (gate.waited_s if gate is not None else 0.0)
 
     def _finish(self, record: TrialRecord, status: str) -> None:
         record.status = status
@@ -481,9 +509,13 @@ class SweepCallback(Callback):
             final = {k: v for k, v in final.items() if k not in self.curves}
         final["wall_s"] = record.wall_s
         final.update(self._window_figures(record))
+        # Its wait for a place (Tune holding it pending until its process started) is
+        # neither the tool's overhead nor time it held, and paid for, its resources.
+        wait_s = (getattr(record, "placed_at", None) or time.monotonic()) - record.created_at
+        final["wait_s"] = wait_s
         if "loop_s" in record.result:
-            final["overhead_s"] = record.wall_s - record.result["loop_s"]
-        final["trial_cost_usd"] = trial_cost_usd(self.hourly_rate(record), record.wall_s)
+            final["overhead_s"] = record.wall_s - wait_s - record.result["loop_s"]
+        final["trial_cost_usd"] = trial_cost_usd(self.hourly_rate(record), record.wall_s - wait_s)
         record.result.update(final)
         tags = {**result_tags(record.result), "status": status}
         if record.error:

@@ -12,12 +12,14 @@ import json
 import logging
 import math
 import os
+import socket
 import time
 import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping, Optional
 
 from accelsweep.sweeps.driver.run import local_ray
+from accelsweep.sweeps.driver.run import fair_share
 from accelsweep.sweeps.driver.run.callbacks import (
     FAILED,
     INTERRUPTED,
@@ -351,13 +353,15 @@ def _run(plan: Plan, started: float, stop: StopSignals) -> SweepResult:
         run = _start(plan, trainable, storage, tracker, concurrency,
                      search_budget_s(max(1.0, left) if left is not None else None, sweep.confirm_rounds))
     run.callback.board_name, run.callback._board = board_name, board
+    gate = _join_fair_share(plan, run.callback.sweep_token, say)
     run.callback._progress, run.callback.verbose = progress, sweep.verbose
     run.callback.deadline = deadline_for(sweep.trial_timeout_s)  # this run's flag, also on --resume
     watch = run.callback.storage_watch = StorageWatch(storage, sweep.print_line)  # stops it before the disk is full
     status = "FAILED"
     confirmation = None
     try:
-        with stop.through_tune(), tracker.buffer.stopping_tune(), watch.stopping_tune():
+        with stop.through_tune(), tracker.buffer.stopping_tune(), watch.stopping_tune(), \
+                (ray_adapter.tune_sharing_a_cluster(fair_share.reuse_ok) if gate else contextlib.nullcontext()):
             run.tuner.fit()  # stopped as it begins after a signal meanwhile: its state saved for --resume
         if not stop.requested:
             _drain(tracker, stop)  # MLflow writes kept while its store was away: written, or given up on
@@ -365,8 +369,10 @@ def _run(plan: Plan, started: float, stop: StopSignals) -> SweepResult:
         interrupted = stop.requested or tracker.buffer.gave_up or watch.tripped or any(
             r.status == INTERRUPTED for r in run.callback.records.values())
         if sweep.confirm_rounds and not interrupted:
-            seconds_left = sweep.time_budget_s - (time.monotonic() - started) if sweep.time_budget_s else None
-            with stop.through_tune(), tracker.buffer.stopping_tune(), watch.stopping_tune():
+            with fair_share.seat_for_confirmation(gate, lambda: stop.requested, sweep.time_budget_s), stop.through_tune(), \
+                    tracker.buffer.stopping_tune(), watch.stopping_tune():
+                seconds_left = (sweep.time_budget_s - (time.monotonic() - started - _waited_s(run))
+                                if sweep.time_budget_s else None)  # its wait for a seat not counted
                 # No board: a confirmation trial is measured whole, never rejected.
                 confirmation = run_confirmation(plan, run.callback,
                                                 functools.partial(_tune_trainable, plan, None, progress_name),
@@ -377,8 +383,15 @@ def _run(plan: Plan, started: float, stop: StopSignals) -> SweepResult:
         run.callback.on_experiment_end(trials=[])  # the trials still running end as interrupted
         status = "KILLED"
     finally:
+        if gate is not None:
+            gate.leave()
+            parent_metrics["waited_for_place_s"] = gate.waited_s  # not in the budget, not overhead
         result = _finish(plan, run, tracker, status, time.monotonic() - started, parent_metrics, confirmation)
+        result.waited_s = gate.waited_s if gate is not None else 0.0
     say(result.summary)
+    if result.waited_s >= 1.0:
+        say(f"waited for a place on the shared cluster: {result.waited_s:.0f} s with none of its trials running "
+            "(other sweeps' turns; counted neither in its time budget nor in its trials' overhead)")
     if not stop.requested:
         _drain(tracker, stop)  # the end's own writes (its report), should the store go away then
     if tracker.buffer.gave_up:
@@ -397,6 +410,24 @@ def _run(plan: Plan, started: float, stop: StopSignals) -> SweepResult:
                 f"{tracker.buffer.path}: --resume writes them once it answers")
         say(f"interrupted: run the same command with --resume to continue {run.experiment_dir}")
     return result
+
+
+def _on_a_cluster(sweep: Sweep) -> bool:
+    return sweep.address not in (None, "local")
+
+
+def _join_fair_share(plan: Plan, sweep_token: str, say: Callable[[str], None]) -> Optional[fair_share.Gate]:
+    """On a cluster other sweeps may share: this sweep's seat at its arbiter (fair_share.py)."""
+    sweep = plan.sweep
+    if not _on_a_cluster(sweep):
+        return None
+    label = f"{sweep.name} (pid {os.getpid()} on {socket.gethostname()})"
+    return fair_share.join(sweep_token, label, plan.resources_of(plan.baseline_point), say)
+
+
+def _waited_s(run: _Run) -> float:
+    gate = fair_share.gate_of(run.callback.sweep_token)
+    return gate.waited_s if gate is not None else 0.0
 
 
 def _drain(tracker, stop: StopSignals) -> None:
@@ -553,18 +584,30 @@ def _start(plan: Plan, trainable, storage: str, tracker, concurrency: int, time_
         tune_config=tune.TuneConfig(search_alg=_searcher(plan, callback.sweep_token, time_budget_s),
                                     scheduler=_scheduler(plan),
                                     num_samples=sweep.num_samples,
-                                    time_budget_s=time_budget_s,
+                                    # On a cluster, the sweep's own clock: its waits for a place do not count.
+                                    time_budget_s=None if _on_a_cluster(sweep) else time_budget_s,
                                     max_concurrent_trials=concurrency,
                                     reuse_actors=get_platform(sweep.base.platform).reuses_processes),
         run_config=tune.RunConfig(name=os.path.basename(experiment_dir), storage_path=storage,
                                   callbacks=[callback, *([cluster_watch] if cluster_watch else [])], verbose=0,
-                                  stop=watch_goal(callback) if sweep.stop_at_utilisation else None,
+                                  stop=_stoppers(callback, sweep, time_budget_s),
                                   failure_config=tune.FailureConfig(max_failures=sweep.retries)),
     )
     # After Tune's tuner.pkl: a sweep with a marker can always be resumed (resumed_runs.py).
     keep_tuner_file(experiment_dir)
     write_sweep_marker(experiment_dir, parent_run_id, "running", defines=defining_flags(plan))
     return _Run(tuner, callback, experiment_dir, parent_run_id, cluster_watch)
+
+
+def _stoppers(callback: SweepCallback, sweep: Sweep, time_budget_s: Optional[float]):
+    """What ends the search besides its trials: the utilisation goal, and on a cluster the
+    time budget less the waits for a place (Tune's own budget counts them)."""
+    from ray.tune.stopper import CombinedStopper
+
+    stoppers = [watch_goal(callback)] if sweep.stop_at_utilisation else []
+    if time_budget_s is not None and _on_a_cluster(sweep):
+        stoppers.append(fair_share.BudgetLessWaits(callback.sweep_token, time_budget_s))
+    return None if not stoppers else stoppers[0] if len(stoppers) == 1 else CombinedStopper(*stoppers)
 
 
 def _study(plan: Plan, storage: str, name: str) -> SweepStudy:

@@ -15,6 +15,7 @@ from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
 from accelsweep.sweeps.driver.record.resumed_runs import MeasuredRun, ResumeNews, resume_news, tell_resumed
+from accelsweep.sweeps.driver.run import fair_share
 from accelsweep.sweeps.driver.record.trial_record import config_key
 
 __all__ = ["FailureAwareOptunaSearch", "MAX_REPEATED_PROPOSALS", "MeasuredRun", "ResumeNews", "config_key",
@@ -165,6 +166,17 @@ class FailureAwareOptunaSearch(OptunaSearch):
         self._learn(resume_news(self.sweep_token))
         if self.budget is not None and self._returned + len(self._recovered) >= self.budget:
             return Searcher.FINISHED  # the recovered trials took the proposals left
+        # On a cluster other sweeps share, a trial is created only with a seat (fair_share.py):
+        # None until then, and Tune asks again.
+        gate = fair_share.gate_of(self.sweep_token)
+        if gate is not None and not gate.may_create(trial_id):
+            return None
+        config = self._suggest(trial_id)
+        if gate is not None and not isinstance(config, dict):
+            gate.release(trial_id)  # no trial after all: the seat back
+        return config
+
+    def _suggest(self, trial_id: str) -> Optional[dict]:
         self._step_from_leader()
         # Repeats answered on the way to this trial's config: recorded (once per config)
         # when it comes; repeats that end the search (its space used up) are not news.
@@ -303,6 +315,9 @@ class FailureAwareOptunaSearch(OptunaSearch):
         self._since_resume_was_added()
 
     def on_trial_complete(self, trial_id, result=None, error=False):
+        gate = fair_share.gate_of(self.sweep_token)
+        if gate is not None:  # Tune ends the trial's actor now: its seat is free
+            gate.release(trial_id)
         if trial_id not in self._ot_trials:
             return  # a trial Tune saved a moment after this searcher (a kill in the midst of a save)
         if result and result.get("trial_failed"):
