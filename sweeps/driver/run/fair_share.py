@@ -1,25 +1,16 @@
 """Several sweeps' drivers on one cluster take turns at its trial slots.
 
-Ray schedules placement groups, not sweeps: a driver that holds a slot when its trial ends
-starts its next trial there (Tune reuses the trial's actor and with it the slot), and a
-driver whose placement group waits in the queue may wait for the whole sweep. Seen on a
-hosts cluster (two 2-CPU workers, four smoke sweeps of 2-CPU trials): three sweeps ran
-trials, the fourth none in 120 s, its budget spent waiting.
-
-So every driver that joins a cluster asks one arbiter for a seat before Tune may create a
-trial, and gives it back when the trial ends. The arbiter (a detached actor with no CPU on
-the head node, one per cluster, in namespace ``accelsweep``) gives a freed seat to the
-sweep holding the fewest, the longest-waiting first, and no more seats than the cluster's
-resources hold now (a seat beyond them would wait in Ray's queue, where a newer request can
-overtake it: seen with four sweeps, one waited 66 s while newer ones were placed). With
-nothing held, one seat is given even on an empty cluster: the demand an autoscaler
-launches a node for. A sweep alone on the cluster is never held back: it asks as many
-trials as its concurrency allows, as before, and an autoscaler sees all of them. While
-another sweep waits, a sweep's ended trial gives its process back (``reuse_ok``), and the
-time a sweep waits with no trial running is not counted in its time budget (``waited_s``).
-
-``Seats`` is the rule (plain Python, tested alone); ``_Arbiter`` serves it from the
-cluster; ``Gate`` is one driver's side of it.
+Ray schedules placement groups, not sweeps, and Tune keeps an ended trial's actor (and its
+slot) for the same sweep's next trial: on a hosts cluster with two slots, four smoke
+sweeps started together, one ran no trial in 120 s. So a driver that joins a cluster asks
+the cluster's arbiter (a detached actor with no CPU on the head, one per cluster) for a
+seat before Tune may create a trial, and gives it back when Tune ends the trial. A freed
+seat goes to the sweep holding fewest, the one served longest ago first, and only where
+Ray has room now (a seat beyond it would wait in Ray's queue, where newer requests
+overtake it); with nothing held, one seat even on an empty cluster, for an autoscaler. A
+sweep alone is never held back. While another waits, no trial's process is kept
+(``reuse_ok``), and a sweep's time with none of its trials placed is not in its budget.
+``Seats`` is the rule (tested alone), ``_Arbiter`` serves it, ``Gate`` is a driver's side.
 """
 
 from __future__ import annotations
