@@ -153,12 +153,12 @@ def test_a_gate_counts_its_wait_only_while_none_of_its_trials_has_a_place_and_sa
     a.release("a1")
     clock.now += 1.0
     assert b.may_create("b1")
+    assert b.waited_s == 4.0  # up to its seat
     clock.now += 5.0
     b.placed("b1")
-    assert b.waited_s == 3.0 + 1.0 + 5.0  # given a seat, its trial had no place yet: still waiting
     clock.now += 10.0
     b.refresh()
-    assert b.waited_s == 9.0  # placed: its trial's time is the budget's
+    assert b.waited_s == 4.0  # its trial's placement and process start are its wait_s; then the budget's
 
 
 def test_a_trials_process_is_reused_only_while_no_other_sweep_waits():

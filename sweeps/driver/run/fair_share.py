@@ -253,11 +253,11 @@ class Gate:
                  "A cluster of your own: ray up cluster.yaml")
 
     def _tick(self, now: float) -> None:
-        """Counts the time since the last tick as waiting when this sweep wants a trial
-        (asked in vain, or was given a seat whose trial has no place yet) and none of its
-        trials has a place."""
+        """Counts the time since the last tick as waiting when this sweep asked for a seat
+        in vain and none of its trials has a place. Not the time a seated trial takes to
+        be placed and start its process: a sweep alone takes that too (the trial's wait_s)."""
         last, self._ticked_at = getattr(self, "_ticked_at", None), now
-        if last is not None and not self.started and (self._denied_at is not None or self.running):
+        if last is not None and not self.started and self._denied_at is not None:
             self.waited_s += min(now - last, LONGEST_COUNTED_GAP_S)
 
     def placed(self, trial_id: str) -> None:
