@@ -179,12 +179,6 @@ def _arbiter_class():
         def leave(self, token) -> None:
             self.seats.leave(token)
 
-        def table(self) -> list[dict]:
-            """Every sweep's seats now (for a look at the cluster, and tests)."""
-            now = time.monotonic()
-            return [{"token": t, "label": s.label, "job": s.job, "held": sorted(s.held), "unplaced": sorted(s.unplaced),
-                     "asking": self.seats._asking(s, now)} for t, s in self.seats.sweeps.items()]
-
         def status(self, token) -> Answer:
             self._forget_ended_jobs()
             return self.seats.status(token, self._capacity())
@@ -206,6 +200,8 @@ class Gate:
         self.last: Optional[Answer] = None
         self._denied_at: Optional[float] = None
         self._said_at = float("-inf")
+        self._ticked_at: Optional[float] = None
+        self._refreshed_at = float("-inf")
 
     def _call(self, method: str, *args, timeout: float = 10.0):
         import ray
@@ -256,7 +252,7 @@ class Gate:
         """Counts the time since the last tick as waiting when this sweep asked for a seat
         in vain and none of its trials has a place. Not the time a seated trial takes to
         be placed and start its process: a sweep alone takes that too (the trial's wait_s)."""
-        last, self._ticked_at = getattr(self, "_ticked_at", None), now
+        last, self._ticked_at = self._ticked_at, now
         if last is not None and not self.started and self._denied_at is not None:
             self.waited_s += min(now - last, LONGEST_COUNTED_GAP_S)
 
@@ -276,7 +272,7 @@ class Gate:
     def refresh(self) -> None:
         """The arbiter's view now (at most every ASK_EVERY_S): whether another sweep waits."""
         now = self.clock()
-        if self.arbiter is None or now - getattr(self, "_refreshed_at", float("-inf")) < ASK_EVERY_S:
+        if self.arbiter is None or now - self._refreshed_at < ASK_EVERY_S:
             return
         self._refreshed_at = now
         self._tick(now)
