@@ -38,6 +38,8 @@ DEFAULT_DIR = os.path.join(os.environ.get("XDG_DATA_HOME") or os.path.expanduser
 ROLE = "accelsweep"
 DATABASES = ("mlflow", "optuna")
 SERVER_WORKERS = 2
+# uvicorn's HTTP protocol with TCP_NODELAY set: without it every request waits 40 ms (server_protocol.py).
+UVICORN_OPTS = f"--http {__package__}.server_protocol:NoDelayHTTPProtocol"
 POOL_SIZE, MAX_OVERFLOW = 4, 2  # each SQLAlchemy engine of the server (MLflow's variables)
 # The engines an MLflow 3.17 server worker opens on its store: tracking, model registry,
 # workspace, jobs, trace roll-up (mlflow/store/*/sqlalchemy_store.py). So the server holds
@@ -308,7 +310,8 @@ def _start_mlflow(store: TeamStore, say, stop_postgres_on_failure: bool = True) 
         process = subprocess.Popen(
             [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", store.database_uri("mlflow"),
              "--serve-artifacts", "--artifacts-destination", artifacts, "--host", store.host,
-             "--port", str(store.mlflow_port), "--workers", str(SERVER_WORKERS), "--app-name", "basic-auth"],
+             "--port", str(store.mlflow_port), "--workers", str(SERVER_WORKERS), "--app-name", "basic-auth",
+             "--uvicorn-opts", UVICORN_OPTS],
             cwd=store.folder, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True)
     store = TeamStore(store.folder, store.host, store.pg_port, store.mlflow_port, process.pid)
