@@ -73,6 +73,7 @@ from accelsweep.sweeps.driver.define.cli import main_guard  # noqa: E402
 from accelsweep.sweeps.driver.ops import team_store  # noqa: E402
 from accelsweep.sweeps.driver.ops.team_store import _answers, _stop_group  # noqa: E402
 from accelsweep.sweeps.driver.record.optuna_study import SweepStudy, default_study_storage, shared_storage  # noqa: E402
+from accelsweep.sweeps.driver.record import tracking  # noqa: E402
 from accelsweep.sweeps.driver.record.tracking import SweepTracker, mlflow_client, open_tracker  # noqa: E402
 from accelsweep.sweeps.driver.record.tracking_buffer import TrackingBuffer  # noqa: E402
 from accelsweep.sweeps.driver.run.callbacks import SweepCallback  # noqa: E402
@@ -264,7 +265,8 @@ def open_store(kind: str, folder: str, say: Callable[[str], None]) -> Store:
         log = open(os.path.join(folder, "server.log"), "ab")
         process = subprocess.Popen(
             [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{folder}/server.db",
-             "--host", "127.0.0.1", "--port", str(port), "--workers", str(SERVER_WORKERS)],
+             "--host", "127.0.0.1", "--port", str(port), "--workers", str(SERVER_WORKERS),
+             "--uvicorn-opts", team_store.UVICORN_OPTS],
             cwd=folder, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
             env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
         uri = f"http://127.0.0.1:{port}"
@@ -286,6 +288,8 @@ def open_store(kind: str, folder: str, say: Callable[[str], None]) -> Store:
         started = time.monotonic()
         store = team_store.up(folder, pg_port=free_port(), mlflow_port=free_port(), say=lambda line: say("  " + line))
         os.environ["PGPASSFILE"] = store.credentials  # as a user exports it: libpq reads the password there
+        # The server's login, as a team member exports it (the URI carries none).
+        os.environ["MLFLOW_TRACKING_USERNAME"], os.environ["MLFLOW_TRACKING_PASSWORD"] = store.mlflow_login()
         say(f"  team store up ({time.monotonic() - started:.1f} s)")
         return Store(kind, store.tracking_uri, lambda name: store.study_storage,
                      pids=lambda: [store.mlflow_pid, *_postmaster_pid(folder)],
@@ -355,6 +359,7 @@ def measure_writes(store: Store, concurrency: int, trials: int, windows: int, sc
         def hook(method, *args, **kwargs) -> None:  # Tune would end the sweep on one; counted here
             try:
                 method(0, [], *args, **kwargs)
+                tracker.flush_due()  # as the callback's step does between Tune's events
             except Exception as error:  # noqa: BLE001 - a failed write is a figure
                 hook_errors.append(f"{method.__name__}: {type(error).__name__}: {str(error)[:200]}")
 
@@ -608,7 +613,18 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
     parser.add_argument("--out", default=None, help="the JSON file (default: benchmarks/data/recording_cost_"
                                                     "<machine>.json; --quick: the temporary directory)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch folder (stores, Ray results)")
+    # What each of the two changes of 2026-11 buys, side by side in one run (docs/team-store.md).
+    parser.add_argument("--server-http", choices=("nodelay", "uvicorn"), default="nodelay",
+                        help="the servers' HTTP protocol: the team store's, with TCP_NODELAY (default), or "
+                             "uvicorn's own, without it (as before)")
+    parser.add_argument("--hold-s", type=float, default=None,
+                        help=f"how long a trial's params and windows are held for its next write (default "
+                             f"{tracking.HOLD_S:g}; 0: each is its own write, as before)")
     args = parser.parse_args(argv)
+    if args.server_http == "uvicorn":
+        team_store.UVICORN_OPTS = "--http auto"
+    if args.hold_s is not None:
+        tracking.HOLD_S = args.hold_s
     stores = [s.strip() for s in args.stores.split(",") if s.strip()]
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     for value, allowed, flag in ((stores, STORES, "--stores"), (modes, MODES, "--modes")):
@@ -625,7 +641,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
     started = time.monotonic()
     machine = describe()
     report: dict[str, Any] = {"format": FORMAT, "command": " ".join(["benchmarks/recording_cost.py", *(argv or [])]),
-                              "quick": args.quick, "counts": dataclasses.asdict(counts), "machine": machine,
+                              "quick": args.quick, "server_http": args.server_http, "hold_s": tracking.HOLD_S, "counts": dataclasses.asdict(counts), "machine": machine,
                               "started_utc": machine["date_utc"], "target_trials_per_s": TARGET_TRIALS_PER_S}
     # Under /tmp itself: as root, PostgreSQL runs as postgres, which must reach the folder.
     scratch = tempfile.mkdtemp(prefix="recording_cost-", dir="/tmp" if os.path.isdir("/tmp") else None)

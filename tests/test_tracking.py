@@ -40,3 +40,40 @@ def test_parent_and_nested_runs(tmp_path):
     assert run.data.metrics["throughput_samples_per_s"] == 10.0
     assert "device" not in run.data.metrics  # strings are not metrics
     assert run.info.status == "FINISHED"
+
+
+def test_a_trials_params_and_windows_go_out_with_its_next_write(tmp_path, monkeypatch):
+    """Held (tracking.HOLD_S): a trial's params and window results wait for its next write
+    (three requests a short trial, not six); held longer than HOLD_S, the step sends them;
+    the sweep's end sends everything held, and every value arrives."""
+    from accelsweep.sweeps.driver.record import tracking
+
+    tracker = SweepTracker(f"sqlite:///{tmp_path}/m.db", "exp")
+    parent = tracker.start_sweep("sweep", {"seed": 0}, {"kind": "sweep"})
+    sent: list[str] = []
+    apply = tracker.buffer._apply
+    monkeypatch.setattr(tracker.buffer, "_apply", lambda op: (sent.append(op["op"]), apply(op))[1])
+
+    short = tracker.start_trial("trial-001", {"batch_size": 8}, {"status": "running"})
+    tracker.log_metrics(short, {"throughput_samples_per_s": 10.0}, step=1)
+    tracker.log_metrics(short, {"throughput_samples_per_s": 12.0}, step=2)
+    tracker.flush_due()  # within HOLD_S: nothing goes out
+    assert sent == ["create_run"]
+    tracker.finish(short, "FINISHED", metrics={"throughput_samples_per_s": 12.0, "wall_s": 3.0}, step=2,
+                   tags={"status": "finished"})
+    assert sent == ["create_run", "log_batch", "set_terminated"]
+    history = tracker.client.get_metric_history(short, "throughput_samples_per_s")
+    assert sorted((m.step, m.value) for m in history)[:2] == [(1, 10.0), (2, 12.0)]
+    assert tracker.client.get_run(short).data.params["batch_size"] == "8"
+
+    sent.clear()
+    long = tracker.start_trial("trial-002", {"batch_size": 16}, {"status": "running"})
+    monkeypatch.setattr(tracking, "HOLD_S", 0.0)  # its params have waited long enough
+    tracker.flush_due()
+    assert sent == ["create_run", "log_batch"]
+    assert tracker.client.get_run(long).data.params["batch_size"] == "16"  # seen in the UI while it runs
+    monkeypatch.setattr(tracking, "HOLD_S", 600.0)
+    tracker.log_metrics(long, {"throughput_samples_per_s": 20.0}, step=1)
+    tracker.finish(parent, "KILLED")  # the sweep ends (stopped): what the trial held goes out first
+    assert [m.value for m in tracker.client.get_metric_history(long, "throughput_samples_per_s")] == [20.0]
+    assert sent[-2:] == ["log_batch", "set_terminated"] and sent.count("log_batch") == 2

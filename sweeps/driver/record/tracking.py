@@ -5,7 +5,8 @@ has one writer and trial processes never open it. Every param and
 tag passes ``secrets.scrub`` on its way out: no credential from the
 environment, and no URI password, reaches the store. Its writes go through a
 TrackingBuffer (tracking_buffer.py): kept in order, and saved, while the store does not
-answer.
+answer. A trial's params and window results are held up to ``HOLD_S`` and go out with its
+next write: one request instead of several.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import argparse
 import math
 import os
 import re
+import time
 from typing import Any, Callable, Mapping, Optional
 from urllib.parse import urlparse
 
@@ -36,6 +38,12 @@ TRACKING_SCHEMES = ("sqlite", "http", "https", "postgresql", "mysql", "mssql", "
 RUN_STATUSES = ("FINISHED", "FAILED", "KILLED")
 _MAX_PARAM_LENGTH = 6000
 _MAX_TAG_LENGTH = 8000
+# How long a trial's params and window results may wait to go out with its next write
+# (the cut of Tune's loop, the callback's step, sends them at the latest). Each write
+# to an MLflow server is a request of ~20 ms of the server's time (docs/team-store.md):
+# a short trial's six writes (run, params, two results, final figures, end) held a
+# driver below 10 trials/s; merged, they are three. In the UI a window shows a second late.
+HOLD_S = 1.0
 
 
 def validate_tracking_uri(uri: str) -> str:
@@ -107,6 +115,7 @@ class SweepTracker:
                                                           artifact_location(self.tracking_uri))
         self.experiment = experiment
         self.parent_run_id: Optional[str] = None
+        self._held: dict[str, _Held] = {}  # run id -> what waits for its next write
         # Every write goes through it: kept in order while the store does not answer.
         self.buffer = TrackingBuffer(self.client, redact_uri(self.tracking_uri))
 
@@ -118,17 +127,19 @@ class SweepTracker:
     def start_trial(self, name: str, params: Mapping[str, Any], tags: Mapping[str, str]) -> str:
         tags = {"mlflow.parentRunId": self.parent_run_id, **tags}
         run_id = self.buffer.create_run(self.experiment_id, name, scrub(tags))
-        self._log(run_id, params=params)
+        self._hold(run_id, params=params)
         return run_id
 
     def reopen(self, run_id: str, tags: Mapping[str, str] = ()) -> None:
         """A run that goes on (a resumed sweep or a restarted trial): RUNNING again."""
+        self.flush(run_id)
         self.buffer.update_run(run_id, "RUNNING")
         self._log(run_id, tags=dict(tags))
 
     def trial_runs(self, only_running: bool = False) -> dict[str, dict[str, str]]:
         """This sweep's trial runs (run id -> tags); ``only_running``: those still
         RUNNING, of which none may be left when the sweep ends."""
+        self.flush()
         query = f"tags.mlflow.parentRunId = '{self.parent_run_id}'"
         if only_running:
             query += " and attributes.status = 'RUNNING'"
@@ -136,6 +147,7 @@ class SweepTracker:
         return {run.info.run_id: dict(run.data.tags) for run in runs}
 
     def log_artifact(self, run_id: str, path: str, artifact_path: Optional[str] = None) -> None:
+        self.flush(run_id)
         self.buffer.log_artifact(run_id, path, artifact_path)
 
     def log_text(self, run_id: str, text: str, name: str) -> None:
@@ -152,27 +164,54 @@ class SweepTracker:
         self.log_artifact(run_id, path)
 
     def log_metrics(self, run_id: str, metrics: Mapping[str, Any], step: int = 0) -> None:
-        self._log(run_id, metrics=metrics, step=step)
+        """A window's figures: held, to go out with the run's next write (``HOLD_S``)."""
+        self._hold(run_id, metrics=metrics, step=step)
 
     def finish(self, run_id: str, status: str, metrics: Mapping[str, Any] = (),
                tags: Mapping[str, str] = (), step: int = 0) -> None:
-        """End a run; its final figures are logged at ``step`` (a trial's last window)."""
+        """End a run; its final figures are logged at ``step`` (a trial's last window).
+        The parent's end is the sweep's: every run's held writes go out before it."""
         assert status in RUN_STATUSES, status
+        if run_id == self.parent_run_id:
+            self.flush()
         self._log(run_id, metrics=dict(metrics), tags=dict(tags), step=step)
         self.buffer.set_terminated(run_id, status)
 
+    def flush(self, run_id: Optional[str] = None) -> None:
+        """Send what is held, for ``run_id`` or for every run."""
+        for held_run in [run_id] if run_id is not None else list(self._held):
+            if held_run in self._held:
+                self._log(held_run)
+
+    def flush_due(self) -> None:
+        """Send what has been held ``HOLD_S`` or longer (the callback calls this each step)."""
+        now = time.monotonic()
+        for run_id in [run for run, held in self._held.items() if now - held.since >= HOLD_S]:
+            self._log(run_id)
+
+    def _hold(self, run_id: str, params: Mapping[str, Any] = (), metrics: Mapping[str, Any] = (),
+              step: int = 0) -> None:
+        held = self._held.setdefault(run_id, _Held(time.monotonic()))
+        held.add(self._batch(params=params, metrics=metrics, step=step))
+
     def _log(self, run_id: str, params: Mapping[str, Any] = (), metrics: Mapping[str, Any] = (),
              tags: Mapping[str, str] = (), step: int = 0) -> None:
-        import time
+        """One log_batch: what is held for the run, then these; none when both are empty."""
+        batch = self._held.pop(run_id, _Held(0.0))
+        batch.add(self._batch(params=params, metrics=metrics, tags=tags, step=step))
+        if batch.metrics or batch.params or batch.tags:
+            self.buffer.log_batch(run_id, metrics=list(batch.metrics.values()), params=list(batch.params.values()),
+                                  tags=list(batch.tags.values()))
 
+    def _batch(self, params: Mapping[str, Any] = (), metrics: Mapping[str, Any] = (),
+               tags: Mapping[str, str] = (), step: int = 0) -> "_Held":
         entities = self._entities
         now = int(time.time() * 1000)
-        self.buffer.log_batch(
-            run_id,
-            metrics=[entities.Metric(k, v, now, step) for k, v in _metrics(dict(metrics)).items()],
-            params=[entities.Param(k, param_value(v)) for k, v in scrub(dict(params)).items()],
-            tags=[entities.RunTag(k, str(v)[:_MAX_TAG_LENGTH]) for k, v in scrub(dict(tags)).items()],
-        )
+        batch = _Held(0.0)
+        batch.metrics = {(k, step, now): entities.Metric(k, v, now, step) for k, v in _metrics(dict(metrics)).items()}
+        batch.params = {k: entities.Param(k, param_value(v)) for k, v in scrub(dict(params)).items()}
+        batch.tags = {k: entities.RunTag(k, str(v)[:_MAX_TAG_LENGTH]) for k, v in scrub(dict(tags)).items()}
+        return batch
 
     def ui_command(self) -> str:
         return ui_command(self.tracking_uri)
@@ -199,6 +238,22 @@ def artifact_location(tracking_uri: str) -> Optional[str]:
         return None
     database = os.path.abspath(tracking_uri[len("sqlite:///"):])
     return "file://" + os.path.join(os.path.dirname(database), "mlartifacts")
+
+
+class _Held:
+    """A run's writes not sent yet, keyed so that one batch never names a param or tag twice,
+    nor a metric twice at one step and instant (MLflow refuses those); the later value wins."""
+
+    def __init__(self, since: float):
+        self.since = since  # monotonic: when the first of them was held
+        self.metrics: dict[tuple[str, int, int], Any] = {}
+        self.params: dict[str, Any] = {}
+        self.tags: dict[str, Any] = {}
+
+    def add(self, other: "_Held") -> None:
+        self.metrics.update(other.metrics)
+        self.params.update(other.params)
+        self.tags.update(other.tags)
 
 
 def open_tracker(tracking_uri: str, experiment: str, wait_s: float = DEFAULT_WAIT_S,

@@ -258,8 +258,10 @@ class SweepCallback(Callback):
             self.storage_watch.check()
         self._say_phases()
         # MLflow writes kept while its store does not answer: tried again here too, which
-        # Tune's loop passes while no trial reports (tracking_buffer.py).
+        # Tune's loop passes while no trial reports (tracking_buffer.py); a trial's held
+        # params and windows go out here at the latest (tracking.HOLD_S).
         self.tracker.buffer.retry()
+        self.tracker.flush_due()
         self.adopt_run_ids()
         self.write_pending_study()
 
