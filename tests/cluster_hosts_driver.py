@@ -5,6 +5,7 @@ JSON line last.
 
     ip netns exec asw-head python -m tests.cluster_hosts_driver nodes <head address> <host> ...
     ip netns exec asw-head python -m tests.cluster_hosts_driver dp <head address> <tracking uri> <storage> [PACK]
+    ip netns exec asw-head python -m tests.cluster_hosts_driver jobs <head address>
 """
 
 from __future__ import annotations
@@ -59,14 +60,27 @@ def data_parallel(head_address: str, tracking_uri: str, storage: str, placement:
             "lines": lines}
 
 
+def jobs(head_address: str) -> dict:
+    """The cluster's job table, every field of every entry (what `ray list jobs` and the
+    dashboard show), as text."""
+    import ray
+    import ray._private.state as state
+
+    ray.init(address=head_address, logging_level=logging.ERROR, log_to_driver=False)
+    table = state.state.job_table()
+    return {"jobs": len(table), "text": json.dumps(table, default=repr)}
+
+
 def main(argv: list[str]) -> None:
     command, head_address, *rest = argv
     if command == "nodes":
         found = nodes(head_address, rest)
     elif command == "dp":
         found = data_parallel(head_address, *rest)
+    elif command == "jobs":
+        found = jobs(head_address)
     else:
-        raise SystemExit(f"unknown command {command!r}: nodes or dp")
+        raise SystemExit(f"unknown command {command!r}: nodes, dp or jobs")
     print(json.dumps(found), flush=True)
 
 

@@ -1,7 +1,7 @@
 """A real ``mlflow server`` for the tests that need one (the UI in a browser, a server lost
-mid-sweep, a server behind basic auth): on a free port of 127.0.0.1, in a session of its
-own (so that it and its workers stop together), started and stopped as often as a test
-needs on the same port."""
+mid-sweep, a server behind basic auth): on a free port of 127.0.0.1 (or of a test host's
+address), in a session of its own (so that it and its workers stop together), started and
+stopped as often as a test needs on the same port."""
 
 from __future__ import annotations
 
@@ -41,9 +41,9 @@ class MlflowServer:
     3-4x slower start on 2 cores). ``ready(uri)`` says when it serves (default: /health)."""
 
     def __init__(self, folder: Path, backend_store_uri: Optional[str] = None, extra_args: Sequence[str] = (),
-                 env: Mapping[str, str] = (), ready: Callable[[str], bool] = answers_health):
-        self.folder, self.port = Path(folder), free_port()
-        self.uri = f"http://127.0.0.1:{self.port}"
+                 env: Mapping[str, str] = (), ready: Callable[[str], bool] = answers_health, host: str = "127.0.0.1"):
+        self.folder, self.port, self.host = Path(folder), free_port(), host
+        self.uri = f"http://{host}:{self.port}"
         self.backend_store_uri = backend_store_uri or f"sqlite:///{self.folder}/m.db"
         self.extra_args, self.env, self.ready = list(extra_args), dict(env), ready
         self.process: Optional[subprocess.Popen] = None
@@ -52,7 +52,7 @@ class MlflowServer:
         with open(self.folder / "server.log", "ab") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", self.backend_store_uri,
-                 "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1", *self.extra_args],
+                 "--host", self.host, "--port", str(self.port), "--workers", "1", *self.extra_args],
                 cwd=self.folder, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                 env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
                      **self.env})

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -103,24 +104,37 @@ def test_a_two_worker_trial_runs_one_rank_per_host_over_gloo(cluster, tmp_path):
 SWEEP_TIMEOUT_S = 420  # two smoke sweeps taking turns at two slots, on 2 busy cores
 
 
-def start_sweep(cluster, name: str, tmp_path, samples: int) -> subprocess.Popen:
+def start_sweep(cluster, name: str, tmp_path, samples: int, tracking_uri: str = "") -> subprocess.Popen:
     """The main job (--smoke, CPU trials of 2 CPUs) as a user on the head starts it."""
     argv = [sys.executable, "sweeps/neuron_vit.py", "--smoke", "--platform", "cpu", "--address", cluster.head_address,
             "--num-samples", str(samples), "--scheduler", "none", "--no-reject", "--confirm-rounds", "0",
-            "--tracking-uri", f"sqlite:///{tmp_path}/{name}.db", "--storage-path", str(tmp_path / name)]
+            "--tracking-uri", tracking_uri or f"sqlite:///{tmp_path}/{name}.db", "--storage-path", str(tmp_path / name)]
     return subprocess.Popen(cluster.command(cluster.head.name, argv), cwd=REPO, text=True, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, env={**cluster_hosts._clean_env(), **cluster.driver_env})
 
 
-def trial_starts(tracking_uri: str) -> list[float]:
-    """When each trial of the store's sweep started (its MLflow run), in order."""
+def sweep_runs(tracking_uri: str) -> list:
+    """Every MLflow run of the store: the sweep's parent and its trials."""
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri)
     experiments = [e.experiment_id for e in client.search_experiments()]
-    runs = client.search_runs(experiments, max_results=100)
-    return sorted(r.info.start_time / 1000 for r in runs  # not a repeated proposal answered from a result
-                  if "trial_number" in r.data.tags and r.data.tags.get("status") != "reused")
+    return client.search_runs(experiments, max_results=100)
+
+
+def trial_starts(tracking_uri: str) -> list[float]:
+    """When each trial of the store's sweep started (its MLflow run), in order."""
+    return sorted(r.info.start_time / 1000 for r in sweep_runs(tracking_uri)  # not a repeated proposal answered
+                  if "trial_number" in r.data.tags and r.data.tags.get("status") != "reused")  # from a result
+
+
+def read_until(process: subprocess.Popen, lines: list[str], done) -> None:
+    """The process's output lines into ``lines`` until one satisfies ``done``."""
+    for line in process.stdout:
+        lines.append(line)
+        if done(line):
+            return
+    raise AssertionError("the sweep ended first:\n" + "".join(lines)[-3000:])
 
 
 def test_two_sweeps_on_one_cluster_take_turns_at_its_slots(cluster, tmp_path):
@@ -130,10 +144,7 @@ def test_two_sweeps_on_one_cluster_take_turns_at_its_slots(cluster, tmp_path):
     it: now the second's first trial starts before the first's last (fair_share.py)."""
     first = start_sweep(cluster, "first", tmp_path, samples=6)
     lines: list[str] = []
-    for line in first.stdout:  # the first sweep's first result: it holds the slots now
-        lines.append(line)
-        if line.startswith("[trial 1/") and "->" in line:
-            break
+    read_until(first, lines, first_result)  # the first sweep's first result: it holds the slots now
     second = start_sweep(cluster, "second", tmp_path, samples=3)
     try:
         second_out, _ = second.communicate(timeout=SWEEP_TIMEOUT_S)
@@ -147,6 +158,71 @@ def test_two_sweeps_on_one_cluster_take_turns_at_its_slots(cluster, tmp_path):
     assert len(firsts) >= 5 and len(seconds) >= 2, (firsts, seconds)  # TPE may repeat a config: answered, not run
     assert seconds[0] < firsts[-1], ("the second sweep waited for the whole first one", firsts, seconds)
     assert "sharing the cluster with 1 other sweep(s)" in second_out, second_out[-3000:]
+
+
+def first_result(line: str) -> bool:
+    return line.startswith("[trial 1/") and "->" in line
+
+
+PASSWORD = "Hunter2" + "OnTheCluster"  # split: no process's own text names it
+
+
+def test_one_drivers_ctrl_c_ends_only_its_sweep_and_no_node_holds_the_others_password(cluster, tmp_path):
+    """Two users' sweeps on one cluster; the second records to an MLflow server on another
+    host (the machine's bridge address) with a password in its --tracking-uri. Ctrl-C of the
+    first, while both have trials, ends only the first (exit 130, nothing of it left
+    running); the second measures every trial. Meanwhile neither the cluster's job table nor
+    any process on any of its hosts holds the password (the second's driver aside: its
+    command line is the user's own)."""
+    from tests.mlflow_server import MlflowServer
+
+    server = MlflowServer(tmp_path, host=cluster_hosts.BRIDGE_ADDRESS).start()
+    stopped = start_sweep(cluster, "stopped", tmp_path, samples=6)
+    kept = None
+    try:
+        stopped_lines: list[str] = []
+        read_until(stopped, stopped_lines, first_result)
+        kept = start_sweep(cluster, "kept", tmp_path, samples=3,
+                           tracking_uri=server.uri.replace("http://", f"http://alice:{PASSWORD}@"))
+        kept_lines: list[str] = []
+        read_until(kept, kept_lines, first_result)  # both sweeps have trials on the cluster now
+        stopped.send_signal(signal.SIGINT)  # a terminal's Ctrl-C, to the driver (no group: see stop_signals.py)
+        stopped_out = "".join(stopped_lines) + stopped.communicate(timeout=120)[0]
+        assert stopped.returncode == 130, stopped_out[-3000:]
+
+        jobs = run_driver(cluster, "jobs", cluster.head_address, timeout=NODES_TIMEOUT_S)
+        assert jobs["jobs"] >= 3 and "neuron_vit.py" in jobs["text"]  # both drivers' entries (and this one)
+        assert PASSWORD not in jobs["text"]
+        ray_processes = {}
+        for host, pids in cluster.processes().items():
+            seen = []
+            for pid in set(pids) - {kept.pid}:
+                try:
+                    with open(f"/proc/{pid}/cmdline", "rb") as cmdline, open(f"/proc/{pid}/environ", "rb") as env:
+                        command, environ = cmdline.read().decode(errors="replace"), env.read().decode(errors="replace")
+                except OSError:
+                    continue  # ended meanwhile
+                assert PASSWORD not in command + environ, (host, command.replace("\0", " ")[:300])
+                seen.append(command)
+            ray_processes[host] = sum("ray" in command for command in seen)
+        assert all(ray_processes.values()) and len(ray_processes) == 3, ray_processes  # every host was scanned
+
+        kept_out = "".join(kept_lines) + kept.communicate(timeout=SWEEP_TIMEOUT_S)[0]
+    finally:
+        for process in (stopped, kept):
+            if process is not None:
+                process.kill()
+        server.stop()
+    assert kept.returncode == 0, kept_out[-3000:]
+    assert PASSWORD not in kept_out
+    kept_runs = sweep_runs(server.backend_store_uri)
+    kept_trials = [r for r in kept_runs if "trial_number" in r.data.tags]
+    assert len(kept_trials) == 3 and all(r.info.status == "FINISHED" for r in kept_runs), [
+        (r.info.run_name, r.info.status, r.data.tags.get("status")) for r in kept_runs]
+    assert sum(r.data.tags.get("status") == "finished" for r in kept_trials) >= 2  # TPE may repeat one: answered
+    stopped_runs = sweep_runs(f"sqlite:///{tmp_path}/stopped.db")
+    assert not [r for r in stopped_runs if r.info.status == "RUNNING"], "the stopped sweep left a run open"
+    assert [r.info.status for r in stopped_runs if "trial_number" not in r.data.tags] == ["KILLED"]
 
 
 def test_a_second_up_is_refused_and_leaves_the_first_alone(cluster):
