@@ -43,23 +43,42 @@ def test_a_freed_seat_goes_to_the_sweep_holding_fewest_not_to_the_one_that_freed
     assert ask(seats, "b", "b1", free={"CPU": 2.0}).granted
 
 
-def test_of_two_holding_as_few_the_one_served_longer_ago_goes_first():
+def test_of_two_holding_as_few_the_one_whose_seats_were_held_for_less_time_goes_first():
+    """Slot time, not turns: a sweep of short trials is served as often as its trials are
+    short, so each sweep gets about an equal share of the slots' time (a's trial held its
+    seat 10 s, b's 2 s: b goes first, though a was served earlier)."""
     clock = Clock()
     seats = Seats(clock)
-    ask(seats, "a", "a1")  # alone: served at 100
+    assert ask(seats, "a", "a1").granted  # alone: at 100
     seats.placed("a", "a1")
     clock.now += 1
-    assert ask(seats, "b", "b1", free={"CPU": 2.0}).granted  # holds none: served at 101
+    assert ask(seats, "b", "b1", free={"CPU": 2.0}).granted  # joins level with a; holds none: at 101
     seats.placed("b", "b1")
-    clock.now += 1
-    assert not ask(seats, "c", "c1", free={"CPU": 0.0}).granted  # never served
-    seats.release("a", "a1"), seats.release("b", "b1")
-    clock.now += 1
-    assert not ask(seats, "b", "b2", free=CLUSTER).granted  # c, never served, first
-    assert not ask(seats, "a", "a2", free=CLUSTER).granted
-    assert ask(seats, "c", "c1", free=CLUSTER).granted
-    seats.placed("c", "c1")
-    assert not ask(seats, "b", "b2", free={"CPU": 2.0}).granted  # a was served longer ago than b
+    clock.now += 2
+    seats.release("b", "b1")  # b: 2 s
+    assert not ask(seats, "b", "b2", free={"CPU": 0.0}).granted  # Ray has not freed it yet
+    clock.now += 7
+    seats.release("a", "a1")  # a: 10 s
+    answer = ask(seats, "a", "a2", free={"CPU": 0.0})
+    assert not answer.granted and "B holds fewer seats or has held them for less time" in answer.why
+    assert ask(seats, "b", "b2", free=CLUSTER).granted
+    seats.placed("b", "b2")
+    assert ask(seats, "a", "a2", free={"CPU": 2.0}).granted  # a holds none, b one
+
+
+def test_a_sweep_that_joins_late_starts_level_and_does_not_take_every_seat():
+    """Two sweeps have held seats for 50 s each; a third that joins now is not owed 50 s: of
+    two holding none, the one that asked first goes first."""
+    clock = Clock()
+    seats = Seats(clock)
+    for token in ("a", "b"):
+        assert ask(seats, token, f"{token}1", free={"CPU": 2.0}).granted
+        seats.placed(token, f"{token}1")
+    clock.now += 50
+    seats.release("a", "a1")  # a: 50 s; b holds its seat (50 s so far)
+    assert not ask(seats, "a", "a2", free={"CPU": 0.0}).granted  # a asks first (c is not here yet)
+    assert not ask(seats, "c", "c1", free={"CPU": 0.0}).granted  # c joins level: 50 s, as a and b
+    assert not ask(seats, "c", "c1", free={"CPU": 2.0}).granted  # a asked before c
     assert ask(seats, "a", "a2", free={"CPU": 2.0}).granted
 
 

@@ -5,7 +5,8 @@ slot) for the same sweep's next trial: on a hosts cluster with two slots, four s
 sweeps started together, one ran no trial in 120 s. So a driver that joins a cluster asks
 the cluster's arbiter (a detached actor with no CPU on the head, one per cluster) for a
 seat before Tune may create a trial, and gives it back when Tune ends the trial. A freed
-seat goes to the sweep holding fewest, the one served longest ago first, and only where
+seat goes to the sweep holding fewest, then to the one whose seats were held for the least
+time (so sweeps of short trials get their share of the slots' time), and only where
 Ray has room now (a seat beyond it would wait in Ray's queue, where newer requests
 overtake it); with nothing held, one seat even on an empty cluster, for an autoscaler. A
 sweep alone is never held back. While another waits, no trial's process is kept
@@ -60,7 +61,12 @@ class _Sweep:
     unplaced: set = field(default_factory=set)  # trial ids granted whose trial has not started
     asking_since: Optional[float] = None
     asked_at: float = float("-inf")
-    granted_at: float = float("-inf")  # its last seat: of two holding as few, the one served longer ago goes first
+    since: dict[str, float] = field(default_factory=dict)  # trial id -> when its seat was given
+    used_s: float = 0.0  # seat-seconds of the seats it gave back (and its start level: Seats.ask)
+
+    def used(self, now: float) -> float:
+        """Its seats' time so far: of two holding as few, the one with less goes first."""
+        return self.used_s + sum(now - given for given in self.since.values())
 
 
 class Seats:
@@ -73,7 +79,12 @@ class Seats:
     def ask(self, token: str, label: str, job: str, trial_id: str, shape: Mapping[str, float],
             capacity: Mapping[str, float], free: Mapping[str, float]) -> Answer:
         now = self.clock()
-        me = self.sweeps.setdefault(token, _Sweep(label, job))
+        if token not in self.sweeps:
+            # A sweep that joins late starts level with the least served of the others, so it
+            # does not take every freed seat until its slot time has caught up with theirs.
+            self.sweeps[token] = _Sweep(label, job, used_s=min((s.used(now) for s in self.sweeps.values()),
+                                                               default=0.0))
+        me = self.sweeps[token]
         me.asked_at = now
         if me.asking_since is None:
             me.asking_since = now
@@ -81,9 +92,9 @@ class Seats:
         if not any(s.held or self._asking(s, now) for s in others.values()):
             return self._grant(me, token, trial_id, shape, capacity, "alone on the cluster")
         first = min((s for s in self.sweeps.values() if self._asking(s, now)),
-                    key=lambda s: (len(s.held), s.granted_at, s.asking_since))
+                    key=lambda s: (len(s.held), s.used(now), s.asking_since))
         if first is not me:
-            return self._deny(token, capacity, f"{first.label} waited longer or holds fewer seats")
+            return self._deny(token, capacity, f"{first.label} holds fewer seats or has held them for less time")
         # Free is what Ray has free now, less the seats given whose trials have no place yet
         # (Ray does not know them yet). Ray's own count sees what no seat stands for: a
         # confirmation's trials, an actor Tune is still stopping, another tool's work.
@@ -102,6 +113,9 @@ class Seats:
         if sweep is not None:
             sweep.held.pop(trial_id, None)
             sweep.unplaced.discard(trial_id)
+            given = sweep.since.pop(trial_id, None)
+            if given is not None:
+                sweep.used_s += self.clock() - given
 
     def leave(self, token: str) -> None:
         self.sweeps.pop(token, None)
@@ -139,7 +153,8 @@ class Seats:
     def _grant(self, me: _Sweep, token: str, trial_id: str, shape, capacity, why: str) -> Answer:
         me.held[trial_id] = dict(shape)
         me.unplaced.add(trial_id)
-        me.asking_since, me.granted_at = None, self.clock()
+        me.since[trial_id] = self.clock()
+        me.asking_since = None
         return Answer(True, self._others(token), self._waiting(token), dict(capacity), why)
 
     def _deny(self, token: str, capacity, why: str) -> Answer:
