@@ -1,17 +1,21 @@
 """The team store's MLflow server sets TCP_NODELAY on each connection
 (sweeps/driver/ops/server_protocol.py): uvicorn's own socket of several workers has
 protocol number 0, on which asyncio does not set it, and every request then waited 40 ms
-(Nagle's algorithm against the client's delayed ACK)."""
+(Nagle's algorithm against the client's delayed ACK). A server of the user's own that
+stalls so is named before the sweep, with the way out."""
 
 from __future__ import annotations
 
 import asyncio
 import socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from uvicorn.config import Config
 from uvicorn.importer import import_from_string
 from uvicorn.server import ServerState
 
+from accelsweep.sweeps.driver.define import store_checks
 from accelsweep.sweeps.driver.ops import team_store
 
 
@@ -79,3 +83,45 @@ def test_the_team_store_serves_with_it(monkeypatch, tmp_path):
     team_store._start_mlflow(store, say=lambda line: None)
     (argv,) = started
     assert argv[argv.index("--uvicorn-opts") + 1] == team_store.UVICORN_OPTS
+
+
+def json_server(nodelay: bool) -> ThreadingHTTPServer:
+    """An HTTP/1.1 server that answers every GET with MLflow's empty search (headers, then
+    the body: two writes), its connections with or without TCP_NODELAY."""
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = nodelay
+
+        def do_GET(self) -> None:
+            body = b'{"experiments": []}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def test_a_server_whose_replies_stall_is_named_with_the_way_out():
+    """The note a sweep prints before its trials (store_checks.check_tracking_store): a server
+    without TCP_NODELAY (a reply's body waits for the client's delayed ACK, 40 ms) is named,
+    with the options that fix it; one with it is not."""
+    for nodelay in (False, True):
+        server = json_server(nodelay)
+        try:
+            note = store_checks.check_tracking_store(f"http://127.0.0.1:{server.server_address[1]}")
+        finally:
+            server.shutdown()
+            server.server_close()
+        if nodelay:
+            assert note is None
+        else:
+            assert note is not None and "answers a kept connection" in note
+            assert f"--uvicorn-opts '{team_store.UVICORN_OPTS}'" in note

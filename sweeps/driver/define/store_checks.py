@@ -20,6 +20,7 @@ import errno
 import os
 import shutil
 import socket
+import time
 import threading
 from typing import Any, Callable, Optional
 from urllib.parse import urlsplit, urlunsplit
@@ -51,6 +52,12 @@ DEFAULT_PORTS = {"postgresql": 5432, "mysql": 3306, "mssql": 1433}
 INSTALL_HINTS = {"postgresql": "pip install \"psycopg[binary]\" (SQLAlchemy 2.1's postgresql:// driver)", "mysql": "pip install pymysql",
                  "mssql": "pip install pyodbc (and an ODBC driver for SQL Server)"}
 SQLITE_HEADER = b"SQLite format 3\x00"
+# A server's reply whose body waits for the client's delayed ACK (Nagle's algorithm on the
+# server's side: `mlflow server` on uvicorn with more than one worker, MLflow 3's default)
+# is ~40 ms late on Linux; a reply on a new connection is not (its first ACK is at once).
+STALLED_REPLY_S = 0.025
+# uvicorn's options for an MLflow server with TCP_NODELAY on (the team store's: ops/server_protocol.py).
+NODELAY_UVICORN_OPTS = "--http accelsweep.sweeps.driver.ops.server_protocol:NoDelayHTTPProtocol"
 
 
 def _mib(count: int) -> str:
@@ -256,7 +263,7 @@ def check_tracking_store(uri: str) -> Optional[str]:
         check_sqlite_database("tracking_uri", uri, "the MLflow store")
         check_sqlite_is_ours("tracking_uri", uri, "an MLflow store", MLFLOW_TABLES)
     elif scheme in ("http", "https"):
-        _check_mlflow_server(uri)
+        return _check_mlflow_server(uri)
     elif scheme in DEFAULT_PORTS:
         _check_database_server("tracking_uri", uri)
     else:
@@ -275,10 +282,10 @@ def check_study_storage(url: str) -> None:
         _check_database_server("study_storage", url)
 
 
-def _check_mlflow_server(uri: str) -> None:
+def _check_mlflow_server(uri: str) -> Optional[str]:
     """MLflow's REST API at ``uri`` answers one search of experiments, sent with the
     credentials MLflow would send, within CONNECT_TIMEOUT_S to connect and ANSWER_TIMEOUT_S
-    to answer."""
+    to answer. Returns a note when its replies stall (``stalled_replies_note``)."""
     import requests
 
     parts = urlsplit(uri)
@@ -346,6 +353,38 @@ def _check_mlflow_server(uri: str) -> None:
         raise ConfigError("tracking_uri", allowed, shown,
                           f"It answered {shown_endpoint} with something other than JSON: not an MLflow server?") \
             from None
+    return stalled_replies_note(endpoint, options, shown)
+
+
+def stalled_replies_note(endpoint: str, options: dict[str, Any], shown: str, tries: int = 3) -> Optional[str]:
+    """A note when the server's replies on a kept-alive connection (as MLflow's client keeps
+    one) come STALLED_REPLY_S or more later than on a new connection: each of a sweep's
+    writes, three a trial, then waits that long for nothing. None when they do not, or
+    when the probe itself fails (the check above has said what matters)."""
+    import requests
+
+    def timed(get) -> float:
+        started = time.perf_counter()
+        get(endpoint, **options)
+        return time.perf_counter() - started
+
+    def probe() -> tuple[float, float]:
+        new = min(timed(requests.get) for _ in range(tries))
+        with requests.Session() as session:
+            session.get(endpoint, **options)  # the connection, kept
+            kept = min(timed(session.get) for _ in range(tries))
+        return new, kept
+
+    try:
+        new, kept = _bounded(probe)
+    except (requests.RequestException, OSError):
+        return None
+    if kept - new < STALLED_REPLY_S:
+        return None
+    return (f"note: the MLflow server at {shown} answers a kept connection {kept * 1000:.0f} ms late, a new one in "
+            f"{new * 1000:.0f} ms: its replies wait for the client's delayed ACK (TCP_NODELAY off on its side, as "
+            "`mlflow server` on uvicorn with more than one worker), and each write of the sweep with them. Start it "
+            f"with --uvicorn-opts '{NODELAY_UVICORN_OPTS}' (as `accelsweep team-store up` does), or with --workers 1")
 
 
 def _answer_text(answer, limit: int = 300) -> str:

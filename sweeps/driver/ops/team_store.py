@@ -31,6 +31,7 @@ import urllib.request
 from dataclasses import asdict, dataclass
 from typing import Optional, Sequence
 
+from accelsweep.sweeps.driver.define.store_checks import NODELAY_UVICORN_OPTS
 from accelsweep.trainables.errors import ConfigError
 
 DEFAULT_DIR = os.path.join(os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share"),
@@ -39,7 +40,7 @@ ROLE = "accelsweep"
 DATABASES = ("mlflow", "optuna")
 SERVER_WORKERS = 2
 # uvicorn's HTTP protocol with TCP_NODELAY set: without it every request waits 40 ms (server_protocol.py).
-UVICORN_OPTS = f"--http {__package__}.server_protocol:NoDelayHTTPProtocol"
+UVICORN_OPTS = NODELAY_UVICORN_OPTS
 POOL_SIZE, MAX_OVERFLOW = 4, 2  # each SQLAlchemy engine of the server (MLflow's variables)
 # The engines an MLflow 3.17 server worker opens on its store: tracking, model registry,
 # workspace, jobs, trace roll-up (mlflow/store/*/sqlalchemy_store.py). So the server holds
