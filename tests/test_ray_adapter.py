@@ -201,6 +201,16 @@ def test_the_jobs_alive_include_this_driver(ray_session):
     assert ray.get_runtime_context().get_job_id() in ray_adapter.live_job_ids()
 
 
+def test_the_names_folder_is_in_the_session_where_tune_stages_a_drivers_files(ray_session, tmp_path):
+    from ray.train._internal.storage import StorageContext
+
+    staging = StorageContext(str(tmp_path), "sweep-1").experiment_driver_staging_path
+    names = ray_adapter.session_names_dir()
+    session = os.path.dirname(names)
+    assert os.path.basename(names) == "accelsweep-experiments" and os.path.isdir(session)
+    assert staging.startswith(session + os.sep) and staging.endswith(os.sep.join(("sweep-1", "driver_artifacts")))
+
+
 def test_tunes_loop_is_changed_only_inside_the_shared_cluster_context_and_put_back():
     from ray.tune.execution.insufficient_resources_manager import _InsufficientResourcesManager
     from ray.tune.execution.tune_controller import TuneController

@@ -184,6 +184,19 @@ def test_sweeps_of_one_name_in_one_second_get_their_own_study_and_experiment_fol
     assert claim_experiment_dir(str(tmp_path / "ray"), "sweep-1") == str(tmp_path / "ray" / "sweep-1-2")
 
 
+def test_two_drivers_on_one_host_claim_names_of_their_own_across_their_storage_paths(tmp_path):
+    """Each user's own storage path, one cluster head: Tune stages both drivers' files in
+    the head's Ray session under the experiment's name, so the name is claimed there too."""
+    from accelsweep.sweeps.driver.define.store_checks import claim_experiment_dir
+
+    names = str(tmp_path / "session" / "accelsweep-experiments")
+    alice = claim_experiment_dir(str(tmp_path / "alice"), "sweep-1", names)
+    bob = claim_experiment_dir(str(tmp_path / "bob"), "sweep-1", names)
+    assert (alice, bob) == (str(tmp_path / "alice" / "sweep-1"), str(tmp_path / "bob" / "sweep-1-2"))
+    assert not (tmp_path / "bob" / "sweep-1").exists()  # claimed on bob's path, given back when taken on the host
+    assert sorted(os.listdir(names)) == ["sweep-1", "sweep-1-2"]
+
+
 # --- tracking stores that cannot take a sweep's writes ----------------------------------
 
 class _Answering(http.server.BaseHTTPRequestHandler):

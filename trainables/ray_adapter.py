@@ -429,6 +429,14 @@ def on_this_node() -> dict[str, Any]:
 HEAD_NODE_RESOURCE = {"node:__internal_head__": 0.001}
 
 
+def session_names_dir() -> str:
+    """A folder in this host's Ray session (where Tune stages each driver's files, under
+    its experiment's name) in which drivers on this host claim their experiments' names."""
+    import ray._private.worker
+
+    return os.path.join(ray._private.worker._global_node.get_session_dir_path(), "accelsweep-experiments")
+
+
 def live_job_ids() -> set:
     """The hex ids of the cluster's jobs (drivers) still alive, from the GCS job table."""
     import ray._private.state

@@ -435,16 +435,23 @@ def _check_database_server(field: str, url: str) -> None:
         engine.dispose()
 
 
-def claim_experiment_dir(storage: str, name: str) -> str:
+def claim_experiment_dir(storage: str, name: str, host_names: Optional[str] = None) -> str:
     """``storage/name``, made now, or ``name-2``, ``-3``, ... when another sweep has it:
     two sweeps of one name started in the same second on one storage path would otherwise
-    write one Tune experiment."""
+    write one Tune experiment. ``host_names``: a folder where every driver on this host
+    claims its experiment's name too (the Ray session's: ray_adapter.session_names_dir).
+    Tune stages a driver's files in the Ray session's folder under the experiment's name
+    and the second it started: two drivers on one cluster head, each with its own storage
+    path, that started a sweep of one name in one second shared it, and each uploaded
+    the other's trials and saved state into its own storage (seen with four drivers)."""
     os.makedirs(storage, exist_ok=True)
+    if host_names is not None:
+        os.makedirs(host_names, exist_ok=True)
     for suffix in range(1, 1000):
-        candidate = os.path.join(storage, name if suffix == 1 else f"{name}-{suffix}")
+        candidate_name = name if suffix == 1 else f"{name}-{suffix}"
+        candidate = os.path.join(storage, candidate_name)
         try:
             os.mkdir(candidate)
-            return candidate
         except FileExistsError:
             continue
         except OSError as error:
@@ -452,4 +459,11 @@ def claim_experiment_dir(storage: str, name: str) -> str:
                 raise ConfigError("storage_path", "a writable folder (--storage-path; default ~/ray_results)",
                                   storage, f"{candidate} could not be made: {error.strerror}.") from None
             raise
+        if host_names is None:
+            return candidate
+        try:
+            os.mkdir(os.path.join(host_names, candidate_name))
+            return candidate
+        except FileExistsError:  # another driver on this host has the name: both move on
+            os.rmdir(candidate)
     raise RuntimeError(f"999 sweeps named {name}-* under {storage} already")

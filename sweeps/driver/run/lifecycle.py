@@ -577,7 +577,9 @@ def _start(plan: Plan, trainable, storage: str, tracker, concurrency: int, time_
                              sweep_token=f"{sweep.name}-{stamp}-{uuid.uuid4().hex[:8]}", study=study)
     callback.stop_at_utilisation = sweep.stop_at_utilisation
     cluster_watch = ClusterWatch() if sweep.address not in (None, "local") else None
-    experiment_dir = claim_experiment_dir(storage, study.name)  # another sweep's of the same second not shared
+    # Another sweep's of the same second not shared: on this storage path, nor in Ray's
+    # staging folder of this host (a cluster head's drivers share one).
+    experiment_dir = claim_experiment_dir(storage, study.name, ray_adapter.session_names_dir())
     tracker.buffer.keep_in(experiment_dir)  # where MLflow writes are kept if its store stops answering
     tuner = tune.Tuner(
         trainable,
