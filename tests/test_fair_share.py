@@ -197,3 +197,28 @@ def test_a_trials_process_is_reused_only_while_no_other_sweep_waits():
         assert not fair_share.reuse_ok()
     finally:
         fair_share._GATES.pop("a", None)
+
+
+def test_waits_stop_a_sweep_only_when_none_of_its_trials_ever_had_a_place(monkeypatch):
+    """The budget stopper on a cluster: the sweep's own clock, less its waits. Waits alone
+    reaching the budget stop a sweep that never got a place (nothing to wait for longer),
+    not one that runs trials between its turns (four sweeps on two slots each wait about
+    half their time)."""
+    clock = Clock()
+    seats = Seats(clock)
+    gates = {}
+    monkeypatch.setattr(fair_share, "_GATES", gates)
+    wall = [1000.0]
+    monkeypatch.setattr(fair_share.time, "time", lambda: wall[0])
+    for token in ("ran", "never"):
+        gates[token] = gate_on(seats, token, {"CPU": 0.0}, clock, [])
+    assert gates["ran"].may_create("r1")  # alone: a seat
+    gates["ran"].placed("r1")
+    stoppers = {token: fair_share.BudgetLessWaits(token, budget_s=100.0) for token in gates}
+    for gate in gates.values():
+        gate.waited_s = 100.0  # as long as the budget, in turns
+    wall[0] += 150.0  # 50 s of the sweep's own clock
+    assert not stoppers["ran"].stop_all()
+    assert stoppers["never"].stop_all()
+    wall[0] += 50.0  # 100 s of its own clock: the budget's end
+    assert stoppers["ran"].stop_all()

@@ -210,6 +210,7 @@ class Gate:
         self.shape, self.say, self.clock = dict(shape), say, clock
         self.running: set = set()  # trial ids holding a seat
         self.started: set = set()  # those of them whose trial has a place (its process started)
+        self.ever_placed = False  # a trial of this sweep has had a place
         self._told_sharing = False
         self.waited_s = 0.0  # waiting for a seat with no trial of this sweep holding one
         self.last: Optional[Answer] = None
@@ -274,6 +275,7 @@ class Gate:
     def placed(self, trial_id: str) -> None:
         self._tick(self.clock())
         self.started.add(trial_id)
+        self.ever_placed = True
         self._tell("placed", trial_id)
 
     def release(self, trial_id: str) -> None:
@@ -365,8 +367,11 @@ def reuse_ok() -> bool:
 
 class BudgetLessWaits(Stopper):
     """A Tune stopper: the sweep's time budget on its own clock, which stops while the
-    sweep waits for a seat with no trial running. A sweep that waited its whole budget for
-    a seat stops too (it says so: cli.py ``nothing_measured``)."""
+    sweep waits for a seat with no trial running. A sweep that waited its whole budget with
+    no trial ever placed stops too (it says so: cli.py ``nothing_measured``); one that has
+    run trials goes on however long its waits add up to (four sweeps on two slots each
+    wait about half their time: their waits reached their budgets, and three were stopped
+    mid-search with most of their budgets unspent)."""
 
     def __init__(self, sweep_token: str, budget_s: float):
         self.sweep_token, self.budget_s = sweep_token, budget_s
@@ -378,5 +383,6 @@ class BudgetLessWaits(Stopper):
     def stop_all(self) -> bool:
         gate = gate_of(self.sweep_token)
         waited = gate.waited_s if gate is not None else 0.0
-        return time.time() - self.started - waited >= self.budget_s or waited >= self.budget_s
+        never_placed = gate is not None and not gate.ever_placed
+        return time.time() - self.started - waited >= self.budget_s or (never_placed and waited >= self.budget_s)
 
