@@ -46,24 +46,26 @@ def test_a_freed_seat_goes_to_the_sweep_holding_fewest_not_to_the_one_that_freed
 def test_of_two_holding_as_few_the_one_whose_seats_were_held_for_less_time_goes_first():
     """Slot time, not turns: a sweep of short trials is served as often as its trials are
     short, so each sweep gets about an equal share of the slots' time (a's trial held its
-    seat 10 s, b's 2 s: b goes first, though a was served earlier)."""
+    seat 11 s, b's 2 s: b goes first, though a asked first)."""
     clock = Clock()
     seats = Seats(clock)
-    assert ask(seats, "a", "a1").granted  # alone: at 100
+    assert ask(seats, "c", "c1").granted  # c holds a seat throughout
+    seats.placed("c", "c1")
+    assert ask(seats, "a", "a1", free={"CPU": 2.0}).granted  # at 100
     seats.placed("a", "a1")
-    clock.now += 1
-    assert ask(seats, "b", "b1", free={"CPU": 2.0}).granted  # joins level with a; holds none: at 101
+    clock.now += 2
+    assert ask(seats, "b", "b1", free={"CPU": 2.0}).granted  # joins level with a (2 s): at 102
     seats.placed("b", "b1")
     clock.now += 2
-    seats.release("b", "b1")  # b: 2 s
-    assert not ask(seats, "b", "b2", free={"CPU": 0.0}).granted  # Ray has not freed it yet
+    seats.release("b", "b1")  # b: 2 + 2 = 4 s
     clock.now += 7
-    seats.release("a", "a1")  # a: 10 s
-    answer = ask(seats, "a", "a2", free={"CPU": 0.0})
+    seats.release("a", "a1")  # a: 11 s
+    assert not ask(seats, "a", "a2", free={"CPU": 0.0}).granted  # a asks first; Ray has not freed a1 yet
+    clock.now += 0.5
+    assert not ask(seats, "b", "b2", free={"CPU": 0.0}).granted
+    answer = ask(seats, "a", "a2", free={"CPU": 2.0})
     assert not answer.granted and "B holds fewer seats or has held them for less time" in answer.why
-    assert ask(seats, "b", "b2", free=CLUSTER).granted
-    seats.placed("b", "b2")
-    assert ask(seats, "a", "a2", free={"CPU": 2.0}).granted  # a holds none, b one
+    assert ask(seats, "b", "b2", free={"CPU": 2.0}).granted
 
 
 def test_a_sweep_that_joins_late_starts_level_and_does_not_take_every_seat():
