@@ -613,7 +613,8 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
     parser.add_argument("--out", default=None, help="the JSON file (default: benchmarks/data/recording_cost_"
                                                     "<machine>.json; --quick: the temporary directory)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch folder (stores, Ray results)")
-    # What each of the two changes of 2026-11 buys, side by side in one run (docs/team-store.md).
+    # What each of the two changes to recording buys (the server's TCP_NODELAY, writes held for a
+    # trial's next one), side by side in one run (docs/team-store.md).
     parser.add_argument("--server-http", choices=("nodelay", "uvicorn"), default="nodelay",
                         help="the servers' HTTP protocol: the team store's, with TCP_NODELAY (default), or "
                              "uvicorn's own, without it (as before)")

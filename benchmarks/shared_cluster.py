@@ -3,8 +3,8 @@
 Several drivers run the main job on one cluster at once, each recording to its own sqlite
 store; this reads the stores afterwards. For each sweep: its trials, the time they held a
 slot (a trial's ``wall_s`` less its ``wait_s``: from its process's start to its end), and
-the wall time a fair share would give it, ``slot time / (slots / sweeps)`` (issue 50's
-"trials x mean trial time / its share of the slots"), against its parent run's wall time.
+the wall time a fair share would give it, ``slot time / (slots / sweeps)`` ("trials x mean
+trial time / its share of the slots"), against its parent run's wall time.
 A ratio above 1 is a sweep that got less than its share; the time before its first trial
 (Ray's connection, planning) and after its last (the report) are shown apart.
 

@@ -39,10 +39,11 @@ RUN_STATUSES = ("FINISHED", "FAILED", "KILLED")
 _MAX_PARAM_LENGTH = 6000
 _MAX_TAG_LENGTH = 8000
 # How long a trial's params and window results may wait to go out with its next write
-# (the cut of Tune's loop, the callback's step, sends them at the latest). Each write
-# to an MLflow server is a request of ~20 ms of the server's time (docs/team-store.md):
-# a short trial's six writes (run, params, two results, final figures, end) held a
-# driver below 10 trials/s; merged, they are three. In the UI a window shows a second late.
+# (the cut of Tune's loop, the callback's step, sends them at the latest). A short
+# trial's six writes (run, params, two results, final figures, end) become three: 10-20%
+# less of the driver's time through an MLflow server on sqlite, none measurable on the
+# team store, whose cost is each request's database work (docs/team-store.md). In the
+# UI a window shows a second late.
 HOLD_S = 1.0
 
 
