@@ -77,3 +77,36 @@ def test_a_trials_params_and_windows_go_out_with_its_next_write(tmp_path, monkey
     tracker.finish(parent, "KILLED")  # the sweep ends (stopped): what the trial held goes out first
     assert [m.value for m in tracker.client.get_metric_history(long, "throughput_samples_per_s")] == [20.0]
     assert sent[-2:] == ["log_batch", "set_terminated"] and sent.count("log_batch") == 2
+
+
+def test_outside_databricks_mlflow_stops_asking_before_each_request_whether_it_runs_there():
+    from mlflow.tracking.request_header import registry
+    from mlflow.tracking.request_header.databricks_request_header_provider import DatabricksRequestHeaderProvider
+
+    from accelsweep.sweeps.driver.record.tracking import drop_databricks_probe
+
+    providers = registry._request_header_provider_registry._registry
+    kept = list(providers)
+    try:
+        assert any(isinstance(p, DatabricksRequestHeaderProvider) for p in providers)
+        drop_databricks_probe()
+        assert not any(isinstance(p, DatabricksRequestHeaderProvider) for p in providers)
+        assert "User-Agent" in registry.resolve_request_headers()  # MLflow's own headers still sent
+    finally:
+        providers[:] = kept
+
+
+def test_on_databricks_its_request_headers_are_kept(monkeypatch):
+    from mlflow.tracking.request_header import registry
+    from mlflow.tracking.request_header.databricks_request_header_provider import DatabricksRequestHeaderProvider
+
+    from accelsweep.sweeps.driver.record.tracking import drop_databricks_probe
+
+    monkeypatch.setattr(DatabricksRequestHeaderProvider, "in_context", lambda self: True)
+    providers = registry._request_header_provider_registry._registry
+    kept = list(providers)
+    try:
+        drop_databricks_probe()
+        assert any(isinstance(p, DatabricksRequestHeaderProvider) for p in providers)
+    finally:
+        providers[:] = kept

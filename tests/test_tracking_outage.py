@@ -379,3 +379,81 @@ def test_a_stop_while_waiting_for_a_lost_server_is_honoured_in_seconds(server, t
     assert f"open {server.uri}" in output, output[-3000:]  # a server is opened at its own address
     check_every_trial_one_finished_run(server.uri)
     assert kept_writes(tmp_path / "ray")[1] == []
+
+
+class SlowStore(FakeStore):
+    """A server that takes ``delay_s`` to answer each write to a run."""
+
+    def __init__(self, delay_s: float):
+        super().__init__()
+        self.delay_s = delay_s
+
+    def log_batch(self, run_id, metrics=(), params=(), tags=()):
+        time.sleep(self.delay_s)
+        super().log_batch(run_id, metrics, params, tags)
+
+    def set_terminated(self, run_id, status=None, end_time=None):
+        time.sleep(self.delay_s)
+        super().set_terminated(run_id, status, end_time)
+
+
+def behind_buffer(store: FakeStore, lines: list, tmp_path) -> TrackingBuffer:
+    buffer = TrackingBuffer(store, "http://127.0.0.1:9", behind=True)
+    buffer.say = lines.append
+    buffer.keep_in(str(tmp_path))
+    return buffer
+
+
+def test_a_servers_writes_to_a_run_go_out_behind_the_driver_in_order(tmp_path):
+    store, lines = SlowStore(0.2), []
+    buffer = behind_buffer(store, lines, tmp_path)
+    run = buffer.create_run("1", "trial-001", {})
+    started = time.monotonic()
+    buffer.log_batch(run, metrics=[metric("m", 1.0)])
+    buffer.set_terminated(run, "FINISHED")
+    assert time.monotonic() - started < 0.15  # the driver did not wait for the server's 0.4 s
+    assert [call[0] for call in store.calls] == ["create_run"]
+    assert buffer.answering  # waits for them: the store can be read
+    assert time.monotonic() - started >= 0.35
+    assert [call[:2] for call in store.calls] == [("create_run", "run1"), ("log_batch", "run1"),
+                                                  ("set_terminated", "run1")]
+    assert lines == []
+
+
+def test_writes_behind_a_store_that_stops_answering_are_kept_ahead_of_later_ones_and_written_in_order(tmp_path):
+    store, lines = SlowStore(0.1), []
+    buffer = behind_buffer(store, lines, tmp_path)
+    run = buffer.create_run("1", "trial-001", {})
+    store.up = False  # before the sender reaches them
+    buffer.log_batch(run, metrics=[metric("m", 1.0)])
+    buffer.set_terminated(run, "FINISHED")
+    buffer.settle()
+    assert [op["op"] for op in buffer.pending] == ["log_batch", "set_terminated"]
+    assert "did not answer" in lines[0] and "kept in order" in lines[0]
+    other = buffer.create_run("1", "trial-002", {})  # kept too (it comes after them)
+    assert other.startswith(PLACEHOLDER_PREFIX)
+    saved = [json.loads(line)["op"] for line in (tmp_path / BUFFER_DIR / WRITES_FILE).read_text().splitlines()
+             if "op" in json.loads(line)]
+    assert saved == ["log_batch", "set_terminated", "create_run"]  # on disk, for a killed driver's --resume
+    store.up = True
+    buffer.retry(force=True)
+    assert [call[:2] for call in store.calls] == [("create_run", "run1"), ("log_batch", "run1"),
+                                                  ("set_terminated", "run1"), ("create_run", "run2")]
+    assert not buffer.pending
+
+
+def test_a_write_refused_behind_the_driver_is_said_and_dropped_and_the_rest_are_written(tmp_path):
+    store, lines = FakeStore(), []
+    buffer = behind_buffer(store, lines, tmp_path)
+    store.refuse = {"gone"}
+    buffer.log_batch("gone", metrics=[metric("m", 1.0)])
+    buffer.set_terminated("run7", "FINISHED")
+    buffer.settle()
+    assert store.calls == [("set_terminated", "run7", "FINISHED")] and not buffer.pending
+    assert any("refused a write" in line and "no to gone" in line for line in lines)
+
+
+def test_only_a_server_is_written_behind_the_driver(tmp_path):
+    from accelsweep.sweeps.driver.record.tracking import SweepTracker
+
+    assert SweepTracker(f"sqlite:///{tmp_path}/m.db", "e").buffer.behind is False

@@ -7,6 +7,11 @@ a 502/503/504 from a proxy, a database that is down), that write and every one a
 are kept, in order and on disk, and the trials go on; the store is tried again every few
 seconds, and the kept writes are written in order once it answers. After ``wait_s``
 without an answer the buffer gives up and the sweep stops, to be resumed.
+
+Through a server, the writes to a run that exists (its batches, its end) go out behind
+the driver, on a thread of their own, in order: the driver goes on to the next trial's run
+and the study's write while the server answers. Anything that reads the store, or writes
+other than those, waits for them first (``settle``).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections import deque
 from typing import Any, Callable, Iterator, Optional
 
 from accelsweep.trainables import ray_adapter
@@ -51,6 +57,13 @@ RETRY_EVERY_S = 5.0
 # retry still absorbs a dropped connection; 20 s is ample for a small batch or a plot.
 MLFLOW_REQUEST_SETTINGS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
                            "MLFLOW_HTTP_REQUEST_TIMEOUT": "20"}
+
+# The writes sent behind the driver where the store is a server (``behind``): they need no
+# answer (a run's creation does: its id), and none is read before ``settle``.
+BEHIND_OPS = ("log_batch", "update_run", "set_terminated")
+# Writes waiting to go out behind the driver, at most: one that makes them faster than the
+# store takes them waits for room, so memory stays bounded (a few trials' worth).
+BEHIND_MAX = 256
 
 # MLflow's REST client wraps every failure to get an answer (refused, reset, timed out,
 # retries on 5xx exhausted) as "API request to <url> failed with [timeout] exception ...".
@@ -133,9 +146,10 @@ class TrackingBuffer:
     MLflow takes a repeated metric, param, tag or status as the same write; a run created
     twice would be a duplicate (seen only when a create_run times out)."""
 
-    def __init__(self, client, store: str):
+    def __init__(self, client, store: str, behind: bool = False):
         self.client = client
         self.store = store  # the tracking URI as it may be shown (secrets.redact_uri)
+        self.behind = behind  # BEHIND_OPS go out on a thread of their own (a server's store)
         self.wait_s = DEFAULT_WAIT_S
         self.say: Callable[[str], None] = lambda line: print(line, flush=True)
         self.pending: list[dict[str, Any]] = []  # kept writes, oldest first
@@ -147,6 +161,12 @@ class TrackingBuffer:
         self._next_try = 0.0
         self._staging: Optional[str] = None  # copies of files to log, before keep_in
         self._interrupt: Optional[Callable[[], None]] = None  # set while Tune's loop runs
+        # Writes on their way behind the driver, oldest first (the first is being sent);
+        # the lock guards them, ``pending`` and the file, between the driver and the sender.
+        self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)
+        self._behind: deque = deque()
+        self._sender: Optional[threading.Thread] = None
 
     # The tracker's writes. Each returns the run's id (for create_run: a placeholder
     # while the store does not answer).
@@ -177,14 +197,34 @@ class TrackingBuffer:
 
     @property
     def answering(self) -> bool:
-        """No writes are kept: the store answered the last one (it can be read)."""
+        """No writes are kept: the store answered the last one (it can be read). Waits for
+        the writes on their way (``settle``)."""
+        self.settle()
         return not self.pending
+
+    def settle(self) -> None:
+        """Wait until the writes sent behind the driver are written, or kept (the store
+        did not answer one: it and those after it, in order)."""
+        with self._changed:
+            while self._behind:
+                self._changed.wait()
 
     @property
     def path(self) -> Optional[str]:
         return os.path.join(self.folder, WRITES_FILE) if self.folder else None
 
     def _write(self, op: dict[str, Any]) -> str:
+        if self.behind and op["op"] in BEHIND_OPS:
+            with self._changed:
+                if not self.pending and not self.gave_up:
+                    while len(self._behind) >= BEHIND_MAX:
+                        self._changed.wait()
+                    self._behind.append(op)
+                    self._start_sender()
+                    self._changed.notify_all()
+                    return op["run_id"]
+        elif op["op"] != "create_run":  # a new run's creation cannot come before its own writes
+            self.settle()
         if not self.pending and not self.gave_up:
             try:
                 return self._apply(op)
@@ -195,6 +235,41 @@ class TrackingBuffer:
         self._keep(op)
         self.retry()
         return op["run_id"]
+
+    def _start_sender(self) -> None:
+        if self._sender is None or not self._sender.is_alive():
+            self._sender = threading.Thread(target=self._send_behind, name="accelsweep-mlflow-writes", daemon=True)
+            self._sender.start()
+
+    def _send_behind(self) -> None:
+        """The sender: each write in turn. One the store did not answer is kept with every
+        write after it, ahead of those kept since (they are newer); a refused one is said
+        and dropped, as a refused kept write is (``retry``)."""
+        while True:
+            with self._changed:
+                while not self._behind:
+                    self._changed.wait()
+                op = self._behind[0]
+            try:
+                self._apply(op)
+            except Exception as error:  # noqa: BLE001 - sorted below, as _write and retry sort them
+                with self._changed:
+                    if unanswered(error):
+                        self.pending[:0] = [_clean(kept) for kept in self._behind]
+                        self._behind.clear()
+                        if self.down_since is None:
+                            self._lost(error)
+                        self._save()
+                    else:
+                        self._behind.popleft()
+                        self.say(f"warning: MLflow refused a write ({op['op']} of run {op['run_id']}): "
+                                 f"{said_of(error)}; it is dropped")
+                    self._changed.notify_all()
+                continue
+            with self._changed:
+                if self._behind and self._behind[0] is op:
+                    self._behind.popleft()
+                self._changed.notify_all()
 
     def _apply(self, op: dict[str, Any]) -> str:
         """Send one write to MLflow; the run's id."""
@@ -246,11 +321,12 @@ class TrackingBuffer:
             op["copy"] = os.path.join("artifacts", f"{uuid.uuid4().hex[:8]}-{os.path.basename(op['path'])}")
             os.makedirs(os.path.join(self._files(), "artifacts"), exist_ok=True)
             shutil.copy2(op["path"], os.path.join(self._files(), op["copy"]))
-        self.pending.append(op)
-        if self.folder:
-            os.makedirs(self.folder, exist_ok=True)
-            with open(self.path, "a") as saved:
-                saved.write(json.dumps(op) + "\n")
+        with self._lock:
+            self.pending.append(op)
+            if self.folder:
+                os.makedirs(self.folder, exist_ok=True)
+                with open(self.path, "a") as saved:
+                    saved.write(json.dumps(op) + "\n")
 
     def _files(self) -> str:
         if self.folder:
@@ -267,6 +343,7 @@ class TrackingBuffer:
     def retry(self, force: bool = False) -> None:
         """Write the kept writes if the store answers again (tried at most every few
         seconds, unless ``force``); give up when it has not answered for ``wait_s``."""
+        self.settle()
         if not self.pending or self.gave_up or self.halted:
             return
         if not force and time.monotonic() < self._next_try:
@@ -317,6 +394,7 @@ class TrackingBuffer:
     def drain(self) -> None:
         """At the end of the trials: wait for the store (what is left of ``wait_s``) and
         write the kept writes, or give up."""
+        self.settle()
         if self.pending and not self.gave_up:
             left = self.wait_s - (time.monotonic() - (self.down_since or time.monotonic()))
             self.say(f"the trials are done; waiting up to {max(left, 0):.0f} s for the MLflow tracking store "
@@ -367,6 +445,7 @@ class TrackingBuffer:
         folder = os.path.join(experiment_dir, BUFFER_DIR)
         if folder == self.folder:
             return
+        self.settle()
         earlier = self._load(folder)
         if self._staging is not None:  # files kept before the experiment dir existed
             shutil.copytree(self._staging, folder, dirs_exist_ok=True)
@@ -401,6 +480,10 @@ class TrackingBuffer:
         """The file as it stands: the placeholders' ids, then the writes still kept."""
         if not self.folder:
             return
+        with self._lock:
+            self._save_now()
+
+    def _save_now(self) -> None:
         os.makedirs(self.folder, exist_ok=True)
         partial = self.path + ".tmp"
         with open(partial, "w") as saved:
