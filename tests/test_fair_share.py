@@ -116,6 +116,33 @@ def test_with_nothing_held_one_seat_is_given_on_an_empty_cluster_for_the_autosca
     assert not seats.ask("a", "A", "job-a", "a1", TWO_CPUS, none, none).granted
 
 
+def test_sweeps_sharing_an_autoscaling_cluster_get_seats_in_what_it_can_still_add_and_no_more():
+    """Four sweeps on a head with no worker up, whose autoscaler may add 4 CPUs: two trials
+    of two sweeps get seats (their demand makes it add the nodes), the others wait, and no
+    seat is given past what it can add."""
+    clock = Clock()
+    seats = Seats(clock)
+    none: dict = {}
+    room = {"CPU": 4.0}
+
+    def ask_room(token, trial, free=none, can_add=room):
+        clock.now += 1
+        return seats.ask(token, token.upper(), f"job-{token}", trial, TWO_CPUS, none, free, can_add)
+
+    assert ask_room("a", "a1").granted  # alone
+    assert ask_room("b", "b1").granted  # 4 CPUs can be added, 2 are promised to a1
+    assert not ask_room("c", "c1").granted  # 4 promised, none placed: no more
+    assert not ask_room("d", "d1").granted
+    # a1's node is up: 2 CPUs there, all a1's; the autoscaler can add 2 more, promised to b1.
+    seats.placed("a", "a1")
+    up = {"CPU": 2.0}
+    assert not seats.ask("c", "C", "job-c", "c1", TWO_CPUS, up, {"CPU": 0.0}, {"CPU": 2.0}).granted
+    # Without the autoscaler's room only the one seat for its demand is given (as before).
+    plain = Seats(Clock())
+    assert plain.ask("a", "A", "job-a", "a1", TWO_CPUS, none, none).granted
+    assert not plain.ask("b", "B", "job-b", "b1", TWO_CPUS, none, none).granted
+
+
 def test_a_dead_drivers_seats_are_freed():
     clock = Clock()
     seats = Seats(clock)

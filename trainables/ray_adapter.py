@@ -18,6 +18,8 @@ import os
 import time
 from typing import Any, Optional
 
+from accelsweep.trainables.processes import command_line, process_table
+
 
 def restored_callbacks(tuner) -> list:
     """The callbacks of a Tuner made by ``Tuner.restore``: the ones the sweep started
@@ -435,6 +437,54 @@ def session_names_dir() -> str:
     import ray._private.worker
 
     return os.path.join(ray._private.worker._global_node.get_session_dir_path(), "accelsweep-experiments")
+
+
+def autoscaler_node_groups() -> Optional[list[tuple[str, dict[str, float], int]]]:
+    """The worker node types an autoscaler v2 reported to the GCS: (name, resources, the
+    most nodes of it), as Ray Train and Ray Data read them. None where none was reported
+    (autoscaler v1, which ``ray up`` starts, does not), or this Ray cannot say."""
+    try:
+        import ray._private.state
+
+        config = ray._private.state.state.get_cluster_config()
+    except Exception:  # noqa: BLE001 - a Ray without it, or a GCS that did not answer: nothing known
+        return None
+    if config is None or not config.node_group_configs:
+        return None
+    return [(group.name, {k: float(v) for k, v in group.resources.items()}, int(group.max_count))
+            for group in config.node_group_configs if group.max_count != 0]
+
+
+AUTOSCALER_V1 = "autoscaler/_private/monitor.py"
+CONFIG_FLAG = "--autoscaling-config="
+
+
+def autoscaler_config_path(gcs_address: str) -> Optional[str]:
+    """The config file of the autoscaler v1 of the cluster at ``gcs_address`` where it runs
+    on this host (its head: ``ray up``'s ``~/ray_bootstrap_config.yaml``, a local
+    cluster's own), from its command line. Its GCS port tells it from another cluster's."""
+    port = gcs_address.rsplit(":", 1)[-1]
+    for pid in process_table(include_zombies=False):
+        arguments = command_line(pid) or []
+        if not any(argument.endswith(AUTOSCALER_V1) for argument in arguments):
+            continue
+        flags = dict(argument.split("=", 1) for argument in arguments if argument.startswith("--") and "=" in argument)
+        if flags.get("--gcs-address", "").rsplit(":", 1)[-1] == port and CONFIG_FLAG[:-1] in flags:
+            return os.path.expanduser(flags[CONFIG_FLAG[:-1]])
+    return None
+
+
+def gcs_address() -> str:
+    import ray
+
+    return ray.get_runtime_context().gcs_address
+
+
+def nodes_up() -> list[dict[str, float]]:
+    """Each live node's resources (the head's marked ``node:__internal_head__``)."""
+    import ray
+
+    return [dict(node["Resources"]) for node in ray.nodes() if node.get("Alive")]
 
 
 def live_job_ids() -> set:

@@ -9,7 +9,7 @@ node types on demand, each node a set of processes here.
 The autoscaler is Ray's, unchanged; only its node provider is the fake multi-node one Ray
 ships for testing (local_node_provider.py): where the AWS provider would boot an EC2
 instance, it starts a raylet here with the resources that instance would report
-(``node_resources``), for cluster.yaml's node types (read here, so the two cannot drift).
+(placement.node_resources), for cluster.yaml's node types (read here, so the two cannot drift).
 What it does not show: boot and setup time, memory limits, and speed: every node shares
 this machine's cores, so a trial's throughput here says nothing of that instance type's.
 """
@@ -30,7 +30,7 @@ from accelsweep.sweeps.driver.run.local_ray import instance_processes, stop_proc
 from accelsweep.trainables.cost import PRICE_TABLE
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.peaks import cache_file
-from accelsweep.trainables.placement import node_type_of
+from accelsweep.trainables.placement import node_resources, node_type_of
 from accelsweep.trainables.processes import command_line, process_table
 
 LOOPBACK = "127.0.0.1"
@@ -47,44 +47,6 @@ CLUSTER_ENV = {"RAY_FAKE_CLUSTER": "1", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"
 def repository_cluster_yaml() -> str:
     """cluster.yaml at the repository root (this file is sweeps/driver/ops/local_cluster.py)."""
     return str(Path(__file__).resolve().parents[3] / "cluster.yaml")
-
-
-def ec2_description(instance_type: str) -> dict[str, Any]:
-    """What EC2's DescribeInstanceTypes says of ``instance_type``, the fields Ray's AWS
-    node provider reads (vCPUs, GPUs), from the instance table."""
-    facts = PRICE_TABLE[instance_type]
-    description: dict[str, Any] = {"InstanceType": instance_type, "VCpuInfo": {"DefaultVCpus": facts.vcpus}}
-    gpus = facts.accelerators.get("GPU")
-    if gpus:
-        description["GpuInfo"] = {"Gpus": [{"Name": facts.gpu_model, "Count": gpus}]}
-    return description
-
-
-def node_resources(instance_type: str, declared: Mapping[str, float]) -> dict[str, float]:
-    """The resources a node of ``instance_type`` reports in a Ray cluster on AWS: what Ray's
-    AWS provider fills in (fillout_available_node_types_resources, with Ray's own
-    accelerator managers) merged with what cluster.yaml ``declared`` for it (the
-    ``instance_type:<type>`` markers). That is its vCPUs, and its accelerators as Ray counts
-    them: ``neuron_cores`` from Ray's Neuron map, ``GPU`` and ``accelerator_type:<model>``
-    from the GPU the type has (trainables/cost.py's instance table stands in for EC2's
-    DescribeInstanceTypes)."""
-    from ray._private.accelerators import get_all_accelerator_managers
-
-    if instance_type not in PRICE_TABLE:
-        raise ConfigError("InstanceType", f"one of {', '.join(PRICE_TABLE)} (the instance table in "
-                                          "trainables/cost.py)", instance_type,
-                          "A local cluster gives each node the resources of its EC2 type.")
-    instances = {instance_type: ec2_description(instance_type)}
-    resources: dict[str, float] = {"CPU": float(PRICE_TABLE[instance_type].vcpus)}
-    for manager in get_all_accelerator_managers():
-        count = manager.get_ec2_instance_num_accelerators(instance_type, instances)
-        if count:
-            resources[manager.get_resource_name()] = float(count)
-            model = manager.get_ec2_instance_accelerator_type(instance_type, instances)
-            if model:
-                resources[f"accelerator_type:{model}"] = 1.0
-    resources.update({name: float(amount) for name, amount in declared.items()})
-    return resources
 
 
 def autoscaling_config(cluster: Mapping[str, Any], port: int, idle_timeout_s: float) -> dict[str, Any]:

@@ -7,9 +7,9 @@ the cluster's arbiter (a detached actor with no CPU on the head, one per cluster
 seat before Tune may create a trial, and gives it back when Tune ends the trial. A freed
 seat goes to the sweep holding fewest, then to the one whose seats were held for the least
 time (so sweeps of short trials get their share of the slots' time), and only where
-Ray has room now (a seat beyond it would wait in Ray's queue, where newer requests
-overtake it); with nothing held, one seat even on an empty cluster, for an autoscaler. A
-sweep alone is never held back. While another waits, no trial's process is kept
+Ray has room now or the autoscaler can still add it (cluster_room.py; a seat beyond both
+waits in Ray's queue, where newer requests overtake it); with nothing held, one seat even
+where there is no room, for an autoscaler. A sweep alone is never held back. While another waits, no trial's process is kept
 (``reuse_ok``), and a sweep's time with none of its trials placed is not in its budget.
 ``Seats`` is the rule (tested alone), ``_Arbiter`` serves it, ``Gate`` is a driver's side.
 """
@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterator, Mapping, Optional
 
 from ray.tune.stopper import Stopper
 
+from accelsweep.sweeps.driver.run import cluster_room
 from accelsweep.trainables import ray_adapter
 
 __all__ = ["Answer", "BudgetLessWaits", "Gate", "Seats", "gate_of", "join", "reuse_ok"]
@@ -40,6 +41,8 @@ ASK_FRESH_S = 10.0
 ASK_EVERY_S = 0.5
 # How often the arbiter reads which jobs (drivers) are alive: a killed driver's seats are freed.
 JOBS_EVERY_S = 2.0
+# How often the arbiter reads the autoscaler's limits again (a config a restarted head changed).
+LIMITS_EVERY_S = 30.0
 # A wait longer than this between two asks is the driver's own pause, not waiting for a seat.
 LONGEST_COUNTED_GAP_S = 5.0
 
@@ -77,7 +80,8 @@ class Seats:
         self.sweeps: dict[str, _Sweep] = {}
 
     def ask(self, token: str, label: str, job: str, trial_id: str, shape: Mapping[str, float],
-            capacity: Mapping[str, float], free: Mapping[str, float]) -> Answer:
+            capacity: Mapping[str, float], free: Mapping[str, float], room: Mapping[str, float] = ()) -> Answer:
+        """``room``: what the cluster's autoscaler can still add to ``capacity``."""
         now = self.clock()
         if token not in self.sweeps:
             # A sweep that joins late starts level with the least served of the others, so it
@@ -95,11 +99,14 @@ class Seats:
                     key=lambda s: (len(s.held), s.used(now), s.asking_since))
         if first is not me:
             return self._deny(token, capacity, f"{first.label} holds fewer seats or has held them for less time")
-        # Free is what Ray has free now, less the seats given whose trials have no place yet
-        # (Ray does not know them yet). Ray's own count sees what no seat stands for: a
+        # Free is what Ray has free now and what the autoscaler can still add, less the seats
+        # given whose trials have no place yet (Ray does not know them yet, or waits for the
+        # nodes they asked for). Ray's own count sees what no seat stands for: a
         # confirmation's trials, an actor Tune is still stopping, another tool's work.
         promised = self._held(unplaced_only=True)
-        fits = all(amount <= free.get(r, 0.0) - promised.get(r, 0.0) + 1e-9 for r, amount in shape.items())
+        room = dict(room)
+        fits = all(amount <= free.get(r, 0.0) + room.get(r, 0.0) - promised.get(r, 0.0) + 1e-9
+                   for r, amount in shape.items())
         if fits or not any(self._held().values()):  # nothing held: one trial, the demand an autoscaler answers
             return self._grant(me, token, trial_id, shape, capacity, "its turn")
         return self._deny(token, capacity, "every seat is held")
@@ -171,9 +178,21 @@ def _arbiter_class():
         def __init__(self):
             self.seats = Seats()
             self.jobs_read_at = float("-inf")
+            self.autoscaling = None  # cluster_room.Autoscaling, read every LIMITS_EVERY_S
+            self.autoscaling_read_at = float("-inf")
 
         def _capacity(self) -> dict[str, float]:
             return {k: v for k, v in ray.cluster_resources().items() if not k.startswith("node:")}
+
+        def _room(self, shape: Mapping[str, float]) -> dict[str, float]:
+            """What the autoscaler can still add for trials of ``shape``: their resources."""
+            if time.monotonic() - self.autoscaling_read_at >= LIMITS_EVERY_S:
+                self.autoscaling_read_at = time.monotonic()
+                self.autoscaling = cluster_room.read_autoscaling()
+            if self.autoscaling is None:
+                return {}
+            slots = cluster_room.slots_to_add(shape, self.autoscaling, ray_adapter.nodes_up())
+            return {name: amount * slots for name, amount in shape.items()}
 
         def _forget_ended_jobs(self) -> None:
             if time.monotonic() - self.jobs_read_at < JOBS_EVERY_S:
@@ -183,7 +202,8 @@ def _arbiter_class():
 
         def ask(self, token, label, job, trial_id, shape) -> Answer:
             self._forget_ended_jobs()
-            return self.seats.ask(token, label, job, trial_id, shape, self._capacity(), ray.available_resources())
+            return self.seats.ask(token, label, job, trial_id, shape, self._capacity(), ray.available_resources(),
+                                  self._room(shape))
 
         def placed(self, token, trial_id) -> None:
             self.seats.placed(token, trial_id)

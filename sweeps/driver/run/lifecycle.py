@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterator, Mapping, Optional
 
 from accelsweep.sweeps.driver.run import local_ray
 from accelsweep.sweeps.driver.run import fair_share
+from accelsweep.sweeps.driver.run import cluster_room
 from accelsweep.sweeps.driver.run.callbacks import (
     FAILED,
     INTERRUPTED,
@@ -121,22 +122,27 @@ def connect_ray(address: Optional[str], verbose: bool = False) -> str:
 
 
 def concurrency_for(per_trial: Mapping[str, float], sweep: Sweep) -> tuple[int, str]:
-    """How many trials fit at once in the cluster's current resources."""
+    """How many trials fit at once in the cluster's resources and in the nodes its
+    autoscaler may still add (cluster_room.py): Tune may create that many, and their
+    demand is what makes the autoscaler add the nodes. On a cluster other sweeps share,
+    each trial still waits for its seat (fair_share.py)."""
     import ray
 
     if sweep.max_concurrent_trials:
         return sweep.max_concurrent_trials, "as asked"
-    total = ray.cluster_resources()
-    fits = []
-    for resource, amount in per_trial.items():
-        if amount <= 0:
-            continue
-        if total.get(resource, 0) < amount:
-            return 1, (f"the cluster has {total.get(resource, 0):g} {resource} now and a trial needs {amount:g}: "
-                       "running one trial at a time while the autoscaler adds nodes")
-        fits.append(int(total[resource] // amount))
-    slots = max(1, min(fits) if fits else 1)
-    return min(slots, sweep.num_samples), f"{slots} trial(s) fit in the cluster's resources"
+    now = ray.cluster_resources()
+    counted = [(resource, amount) for resource, amount in per_trial.items() if amount > 0]
+    fit_now = min((int(now.get(resource, 0) // amount) for resource, amount in counted), default=1)
+    autoscaling = cluster_room.read_autoscaling() if _on_a_cluster(sweep) else None
+    more = cluster_room.slots_to_add(per_trial, autoscaling, ray_adapter.nodes_up()) if autoscaling else 0
+    slots = fit_now + more
+    if slots < 1:
+        resource, amount = next((r, a) for r, a in counted if now.get(r, 0) < a)
+        return 1, (f"the cluster has {now.get(resource, 0):g} {resource} now and a trial needs {amount:g}: "
+                   "running one trial at a time while the autoscaler adds nodes")
+    where = (f"the nodes up ({fit_now}) and the nodes its autoscaler may add ({more}: {autoscaling.describe(per_trial)})"
+             if more else "the cluster's resources")
+    return min(slots, sweep.num_samples), f"{slots} trial(s) fit in {where}"
 
 
 def _searcher(plan: Plan, sweep_token: str = "", time_budget_s: Optional[float] = None):
