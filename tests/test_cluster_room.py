@@ -78,3 +78,19 @@ def test_a_sweep_on_an_autoscaling_cluster_is_sized_to_the_nodes_up_and_those_it
         2, "2 trial(s) fit in the cluster's resources")  # a local instance: no autoscaler
     assert concurrency_for(C7I_2XL, SimpleNamespace(**{**vars(on_cluster), "max_concurrent_trials": 3})) == (
         3, "as asked")
+
+
+def test_an_autoscaler_v2s_node_types_are_read_as_ray_reads_them(monkeypatch):
+    import ray._private.state
+    from ray.core.generated import autoscaler_pb2
+
+    config = autoscaler_pb2.ClusterConfig()
+    group = config.node_group_configs.add()
+    group.name, group.min_count, group.max_count = "c7i-2xlarge", 0, 2
+    group.resources["CPU"], group.resources["instance_type:c7i.2xlarge"] = 8, 1
+    config.node_group_configs.add(name="off", max_count=0).resources["CPU"] = 4
+    monkeypatch.setattr(ray._private.state.state, "get_cluster_config", lambda: config)
+    limits = cluster_room.read_autoscaling()
+    assert [(t.name, dict(t.resources), t.max_workers) for t in limits.types] == [
+        ("c7i-2xlarge", {"CPU": 8.0, "instance_type:c7i.2xlarge": 1.0}, 2)]
+    assert slots_to_add(C7I_2XL, limits, []) == 4
