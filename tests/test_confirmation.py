@@ -21,7 +21,8 @@ from accelsweep import Objective, Sweep, SweepConfig, declare_metrics, run_sweep
 from accelsweep.sweeps.driver.run.confirm import (NEAR_BEST, at_typical_speed, candidates, config_key, fitted, judge,
                                              knobs_changed, round_orders, search_budget_s)
 from accelsweep.sweeps.driver.record.trial_record import FINISHED, TrialRecord
-from accelsweep.sweeps.driver.reporting.verdict import EQUAL_WITHIN, confirmed_verdict, verdict
+from accelsweep.sweeps.driver.reporting.summary import summary
+from accelsweep.sweeps.driver.reporting.verdict import EQUAL_WITHIN, confirmed_verdict, sweep_answer, verdict
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.metrics import Metric, MetricSet
 
@@ -122,6 +123,41 @@ def test_the_knobs_a_config_changes_are_read_from_its_searched_values():
     assert knobs_changed(search[0], confirmations)[config_key(twin)] == ("batch_size", "patch_embed", "precision")
     judged = judge(search, confirmations, "score", "max")
     assert judged.verdict.subject == "trial 2" and "changes more knobs (3 to its 2: patch_embed)" in judged.verdict.text
+
+
+def test_the_summary_table_utilisation_and_answer_name_the_verdicts_config_the_leader_beside_it():
+    """Issue 51's run 1: its table and utilisation line said "best (trial 2)", its verdict
+    "trial 9". One answer: the confirmation's pick; the search's leader shown as such."""
+    base = {"batch_size": 16, "precision": "fp32", "patch_embed": "conv"}
+    twin = {"batch_size": 64, "precision": "bf16", "patch_embed": "linear"}
+    simple = {"batch_size": 64, "precision": "bf16", "patch_embed": "conv"}
+    flops = {"model_tflops": 1.0, "mfu": 0.2, "peak_tflops": 5.0, "peak_dtype": "bf16"}
+    search = [trial(1, base, baseline=True, score=180.0, **flops), trial(2, simple, score=352.0, **flops),
+              trial(14, twin, score=371.0, **flops)]
+
+    def confirmed(figures):
+        return [trial(20 + 3 * index + column, config, baseline=name == "base", score=float(value),
+                      confirm_round=index + 1)
+                for column, (name, config) in enumerate((("base", base), ("twin", twin), ("simple", simple)))
+                for index, value in enumerate(figures[name])]
+
+    tied = confirmed({"base": (180, 185, 182), "twin": (362, 345, 390), "simple": (352, 360, 356)})
+    answer = sweep_answer(search, tied, "score", "max")
+    assert (answer.best.number, answer.leader.number, answer.confirmed) == (2, 14, True)
+    text = summary("s", search, "score", "max", list(base), "", "ui", 1.0, confirmations=tied)
+    assert "confirmed best (trial 2)" in text and "best (trial 14)" not in text, text
+    assert "search's leader: trial 14 at 371 score (one trial per config); the confirmation's rounds name trial 2" \
+        in text
+    assert "utilisation: best (trial 2) at" in text and "verdict: confirmed: trial 2's config" in text
+    # The rounds decide that nothing beats the baseline: the baseline is the answer.
+    level = confirmed({"base": (180, 181, 182), "twin": (181, 180, 183), "simple": (180, 182, 181)})
+    answer = sweep_answer(search, level, "score", "max")
+    assert answer.best.is_baseline and not answer.judgement.verdict.beats_baseline and answer.judgement.verdict.decided
+    assert "confirmed best (trial 1)" in summary("s", search, "score", "max", list(base), "", "ui", 1.0,
+                                                 confirmations=level)
+    # No confirmation: the search's leader, as before.
+    assert sweep_answer(search, [], "score", "max").best.number == 14
+    assert "best (trial 14)" in summary("s", search, "score", "max", list(base), "", "ui", 1.0)
 
 
 def test_for_a_minimised_objective_lower_is_the_gain():
@@ -369,6 +405,15 @@ def test_a_disturbed_trial_is_tagged_contended_and_no_confident_wrong_verdict_is
     assert judged.confirmed
     # The confirmed verdict is right, or says it cannot tell: never "the baseline is as good".
     assert judged.beats_baseline or not judged.decided, result.summary
+    # One answer: the search's leader is the baseline (the fast config measured contended);
+    # the summary's table, the parent run's tags and SweepResult.best name the verdict's config.
+    if judged.beats_baseline:
+        assert result.best is fast and result.search_leader is not fast, result.summary
+    parent = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db").get_run(result.parent_run_id).data
+    assert parent.tags["best_trial"] == str(result.best.number)
+    assert parent.tags["search_leader_trial"] == str(result.search_leader.number)
+    assert f"confirmed best (trial {result.best.number})" in result.summary
+    assert parent.metrics["best_samples_per_s"] == result.best.metric("samples_per_s")
     search_line = next(line for line in result.summary.splitlines() if line.startswith("search (one trial"))
     assert "contended" in search_line and "no config beat the baseline" not in search_line.split(":")[1]
     assert math.isfinite(fast.metric("max_contention_cpus")) and fast.metric("max_contention_cpus") > 0.5

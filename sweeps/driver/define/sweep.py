@@ -201,7 +201,9 @@ class SweepResult:
     """What ``run_sweep`` returns. Each record's ``run_id`` is its trial's MLflow run."""
 
     records: list[TrialRecord]
-    best: Optional[TrialRecord]  # the best measured trial by the first objective
+    # The sweep's answer: the trial of the config the confirmation's verdict names when one
+    # ran and judged, else the best measured trial by the first objective (``search_leader``).
+    best: Optional[TrialRecord]
     baseline: Optional[TrialRecord]
     parent_run_id: str
     experiment_id: str
@@ -219,3 +221,5 @@ class SweepResult:
     # On a cluster other sweeps share: seconds it waited for a place with no trial running
     # (not counted in its time budget; sweeps/driver/run/fair_share.py).
     waited_s: float = 0.0
+    # The search's best measured trial by the first objective (one trial per config).
+    search_leader: Optional[TrialRecord] = None

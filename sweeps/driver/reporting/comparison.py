@@ -29,6 +29,7 @@ from typing import Any, Mapping, Optional, Sequence
 from accelsweep.sweeps.driver.record.trial_record import TrialRecord
 from accelsweep.sweeps.driver.record.history import SweepHistory, load_sweep
 from accelsweep.sweeps.driver.reporting.summary import Block, Table, best_record, html, markdown, ranked
+from accelsweep.sweeps.driver.reporting.verdict import sweep_answer
 from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.cost import price_advice
 from accelsweep.trainables.errors import ConfigError
@@ -46,7 +47,8 @@ MAX_LISTED = 6  # differing base fields named in the workload note; the rest are
 
 @dataclass(frozen=True)
 class Entry:
-    """One sweep of a comparison: its history and its best trial by its first objective."""
+    """One sweep of a comparison: its history and its answer (verdict.sweep_answer: the
+    confirmation's pick, else its best trial by its first objective)."""
 
     history: SweepHistory
     best: Optional[TrialRecord]
@@ -129,7 +131,8 @@ def _metric_names(history: SweepHistory) -> tuple[Optional[str], Optional[str]]:
 
 def entry(history: SweepHistory) -> Entry:
     throughput, cost = _metric_names(history)
-    return Entry(history, best_record(history.records, *history.objectives[0]), throughput, cost)
+    answer = sweep_answer(history.records, history.confirmations, *history.objectives[0])
+    return Entry(history, answer.best, throughput, cost)
 
 
 def _money(value: float) -> str:

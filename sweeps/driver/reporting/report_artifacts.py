@@ -25,7 +25,8 @@ from accelsweep.sweeps.driver.record.optuna_study import quiet_optuna, shared_st
 from accelsweep.sweeps.driver.reporting import plots
 from accelsweep.sweeps.driver.reporting.plots import PlotStamp
 from accelsweep.sweeps.driver.reporting.roofline_plot import roofline_plot
-from accelsweep.sweeps.driver.reporting.summary import best_record, html, markdown, ranked, summary_blocks
+from accelsweep.sweeps.driver.reporting.summary import html, markdown, ranked, summary_blocks
+from accelsweep.sweeps.driver.reporting.verdict import sweep_answer
 from accelsweep.trainables.loop.failures import one_line
 
 __all__ = ["PLOTS_DIR", "REPORT_FILES", "build_report", "knob_importances", "log_report"]
@@ -41,7 +42,7 @@ def is_kernel_sweep(history: SweepHistory) -> bool:
 
 
 def _stamp(history: SweepHistory):
-    best = best_record(history.records, *history.objectives[0])
+    best = sweep_answer(history.records, history.confirmations, *history.objectives[0]).best
     machine = history.tags.get("hardware") or (
         f"{history.tags.get('host.machine', 'unknown machine')}, {history.tags.get('host.cpus', '?')} CPUs")
     date = datetime.datetime.fromtimestamp(history.started_ms / 1000).strftime("%Y-%m-%d %H:%M")
@@ -138,8 +139,8 @@ def build_report(history: SweepHistory, out_dir: str, study_url: Optional[str] =
         drawn.append(plots.curves_plot(curves, at("curves.png"), stamp, label=labels.get(curve_metric, curve_metric),
                                        top=TOP_CURVES))
         if "mfu" in history.metrics.names:  # a training sweep: how far each trial is from the hardware's limit
-            drawn.append(plots.utilisation_plot(history.records, best_record(history.records, metric, mode),
-                                                at("utilisation.png"), stamp))
+            answer = sweep_answer(history.records, history.confirmations, metric, mode)
+            drawn.append(plots.utilisation_plot(history.records, answer.best, at("utilisation.png"), stamp))
     blocks = summary_blocks(history.title, history.records, metric, mode, history.knobs, history.cost_note,
                             history.ui_command, history.elapsed_s, metrics=history.metrics,
                             objectives=history.objectives, planned_trials=history.planned_trials,

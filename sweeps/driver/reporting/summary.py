@@ -21,7 +21,8 @@ from typing import Iterable, Mapping, Optional, Sequence, Union
 from accelsweep.kernels.registry import get_op
 from accelsweep.sweeps.driver.record.trial_record import CUT_BY_BUDGET, REJECTED, REUSED, TrialRecord, ranked
 from accelsweep.sweeps.driver.reporting.changes import describe_change
-from accelsweep.sweeps.driver.reporting.verdict import Judgement, config_key, judge, measurements, verdict
+from accelsweep.sweeps.driver.reporting.verdict import (Judgement, best_record, config_key, measurements,
+                                                        sweep_answer, verdict)
 from accelsweep.trainables.roofline import roofline_phrase
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.metrics import TRAINING_METRICS, MetricSet
@@ -39,14 +40,6 @@ __all__ = ["OVERHEAD_MEANING", "Table", "best_record", "dominates", "html", "ker
 
 def _format(template: str, value: float) -> str:
     return template.format(value) if isinstance(value, (int, float)) and math.isfinite(value) else "n/a"
-
-
-def best_record(records: Iterable[TrialRecord], metric: str, mode: str) -> Optional[TrialRecord]:
-    measured = ranked(records, metric)
-    if not measured:
-        return None
-    pick = max if mode == "max" else min
-    return pick(measured, key=lambda r: r.metric(metric))
 
 
 def op_keys(record: TrialRecord) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -207,13 +200,15 @@ def summary_blocks(title: str, records: Sequence[TrialRecord], metric: str, mode
     objectives = list(objectives) or [(metric, mode)]
     declared = metrics or TRAINING_METRICS
     baseline = next((r for r in records if r.is_baseline), None)
-    best = best_record(records, metric, mode)
+    # One answer: the confirmation's pick when it judged, the search's leader beside it.
+    answer = sweep_answer(records, confirmations, metric, mode)
+    best, leader, confirmed = answer.best, answer.leader, answer.judgement
     # A kernel grid over several shapes: the baseline is set against the best at its own
     # shape; every shape is ranked against its own baseline below (_per_shape_lines).
     shapes = kernel_shapes(records, metric) if "impl" in knobs else {}
     at_baseline_shape = len(shapes) > 1 and baseline is not None and baseline.measured(metric)
-    if at_baseline_shape:
-        best = best_record(shapes.get(kernel_shape(baseline), [baseline]), metric, mode)
+    if at_baseline_shape and not answer.confirmed:
+        best = leader = best_record(shapes.get(kernel_shape(baseline), [baseline]), metric, mode)
     outcomes = Counter(r.status for r in records)
     lines = [f"== {title}: {len(records)} trials in {elapsed_s:.0f} s ("
              + ", ".join(f"{n} {status}" for status, n in sorted(outcomes.items())) + ") =="]
@@ -239,8 +234,12 @@ def summary_blocks(title: str, records: Sequence[TrialRecord], metric: str, mode
         lines.append(f"No trial produced a measurement of {metric} (the first objective).")
     else:
         base = baseline if baseline is not None and baseline.measured(metric) else None
-        best_heading = f"best at the baseline's shape (trial {best.number})" if at_baseline_shape else \
-            f"best (trial {best.number})"
+        if answer.confirmed:
+            best_heading = f"confirmed best (trial {best.number})"
+        elif at_baseline_shape:
+            best_heading = f"best at the baseline's shape (trial {best.number})"
+        else:
+            best_heading = f"best (trial {best.number})"
         rows = [["", "baseline" + ("" if base else " (no measurement)"), best_heading, "change"]]
         for knob in knobs:
             base_value = str(base.config.get(knob, "")) if base else ""
@@ -252,8 +251,12 @@ def summary_blocks(title: str, records: Sequence[TrialRecord], metric: str, mode
             rows.append([label, _format(fmt, base_value), _format(fmt, best_value),
                          describe_change(base_value, best_value, fmt=fmt)])
         lines += ["", Table(tuple(map(tuple, rows))), ""]
-        judged = verdict(base, best, metric, mode, records)
-        confirmed = judge(records, confirmations, metric, mode) if confirmations else None
+        judged = verdict(base, leader, metric, mode, records)  # the search's, on its own leader
+        if answer.confirmed and leader is not None and leader is not best:
+            lines.append(f"search's leader: trial {leader.number} at "
+                         f"{_format(_fmt(declared, metric), leader.metric(metric))} {metric} (one trial per config); "
+                         f"the confirmation's rounds name trial {best.number}"
+                         + (" (the baseline)" if best.is_baseline else ""))
         if confirmed is not None:
             if judged is not None:
                 lines.append(f"search (one trial per config): {judged.text}")
@@ -305,10 +308,14 @@ def utilisation_lines(best: TrialRecord, baseline: Optional[TrialRecord]) -> lis
     return lines
 
 
+def _fmt(metrics: MetricSet, metric: str) -> str:
+    return metrics[metric].fmt if metric in metrics.names else "{:.4g}"
+
+
 def _confirmation_lines(judged: Judgement, search: Sequence[TrialRecord], confirmations: Sequence[TrialRecord],
                         metric: str, mode: str, metrics: MetricSet) -> list[Block]:
     """The confirmation's rounds beside the search's figures, and the sweep's verdict."""
-    fmt = metrics[metric].fmt if metric in metrics.names else "{:.4g}"
+    fmt = _fmt(metrics, metric)
     contended = sum(r.contended for r in confirmations)
     # From the first trial's start to the last one's end (trials that take turns run at once).
     timed = [r for r in confirmations if math.isfinite(r.wall_s)]

@@ -14,17 +14,26 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from dataclasses import dataclass
-from typing import Mapping, Optional, Sequence
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Optional, Sequence
 
-from accelsweep.sweeps.driver.record.trial_record import FAILED, TrialRecord, host_slowdown
+from accelsweep.sweeps.driver.record.trial_record import FAILED, TrialRecord, host_slowdown, ranked
 from accelsweep.sweeps.driver.reporting.changes import describe_change, is_relative
 from accelsweep.trainables.timing.windows import HOST_LOADED
 from accelsweep.trainables.turns import turn_key
 
-__all__ = ["EQUAL_WITHIN", "HOST_LOADED", "Judgement", "RoundsJudged", "TURN_FIGURES", "Verdict", "config_key",
-           "confirmed_verdict", "host_slowdown", "judge", "judge_rounds", "knobs_changed", "measurements",
-           "simplest_of_tied", "verdict"]
+__all__ = ["Answer", "EQUAL_WITHIN", "HOST_LOADED", "Judgement", "RoundsJudged", "TURN_FIGURES", "Verdict",
+           "best_record", "config_key", "confirmed_verdict", "host_slowdown", "judge", "judge_rounds",
+           "knobs_changed", "measurements", "simplest_of_tied", "sweep_answer", "verdict"]
+
+
+def best_record(records: Iterable[TrialRecord], metric: str, mode: str) -> Optional[TrialRecord]:
+    """The measured trial with the best ``metric``: the search's leader (one trial per config)."""
+    measured = ranked(records, metric)
+    if not measured:
+        return None
+    pick = max if mode == "max" else min
+    return pick(measured, key=lambda r: r.metric(metric))
 
 
 @dataclass(frozen=True)
@@ -248,6 +257,16 @@ class Judgement:
     names: dict[str, str]  # config key -> "trial N" (the search's best trial of that config), "the baseline"
     baseline_key: str
     rounds: int
+    trials: dict[str, int] = field(default_factory=dict)  # config key -> N of its "trial N" (baseline's too)
+
+    @property
+    def answer_key(self) -> Optional[str]:
+        """The config the verdict recommends: the baseline's when it decided that none beats
+        it; else the one it names (a confirmed gain, or the undecided best candidate); None
+        when no round could be judged (then the search's leader stands)."""
+        if self.verdict.decided and not self.verdict.beats_baseline:
+            return self.baseline_key
+        return next((key for key, name in self.names.items() if name == self.verdict.subject), None)
 
 
 def judge(search: Sequence[TrialRecord], confirmations: Sequence[TrialRecord], metric: str,
@@ -258,7 +277,10 @@ def judge(search: Sequence[TrialRecord], confirmations: Sequence[TrialRecord], m
     if base is None:
         return None
     baseline_key = config_key(base.searched)
-    names = {}
+    names, trials = {}, {}
+    searched_baseline = next((r for r in search if r.is_baseline), None)
+    if searched_baseline is not None:
+        trials[baseline_key] = searched_baseline.number
     for record in confirmations:
         key = config_key(record.searched)
         if key != baseline_key and key not in names:
@@ -266,9 +288,42 @@ def judge(search: Sequence[TrialRecord], confirmations: Sequence[TrialRecord], m
                    [r for r in search if config_key(r.searched) == key]
             best = max(same, key=lambda r: r.metric(metric) if mode == "max" else -r.metric(metric), default=None)
             names[key] = f"trial {best.number}" if best else "a config"
+            if best is not None:
+                trials[key] = best.number
     rounds = measurements(confirmations, metric)
     verdict, judged = confirmed_verdict(rounds, baseline_key, names, mode, knobs_changed(base, confirmations))
-    return Judgement(verdict, judged, {baseline_key: "the baseline", **names}, baseline_key, len(rounds))
+    return Judgement(verdict, judged, {baseline_key: "the baseline", **names}, baseline_key, len(rounds), trials)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The sweep's one answer, which its summary table, utilisation line, parent run's tags
+    and ``SweepResult.best`` all name: the confirmation's verdict's config when a
+    confirmation ran and judged, else the search's leader. ``leader``: the search's own best
+    trial (one trial per config), shown beside it when they differ."""
+
+    best: Optional[TrialRecord]
+    leader: Optional[TrialRecord]
+    judgement: Optional[Judgement]  # the confirmation's; None when none ran
+
+    @property
+    def confirmed(self) -> bool:
+        """The answer is the confirmation's pick (not the search's leader by default)."""
+        return self.judgement is not None and self.judgement.answer_key is not None and self.best is not None
+
+
+def sweep_answer(search: Sequence[TrialRecord], confirmations: Sequence[TrialRecord], metric: str,
+                 mode: str) -> Answer:
+    """The search's leader by ``metric``, and the config the sweep recommends (``Answer``).
+    Why not always the leader: the leader is the maximum of one noisy trial per config; the
+    confirmation measured the candidates again side by side and may call another (a simpler
+    tied config, or the baseline itself), and a summary that names two answers is read wrong."""
+    leader = best_record(search, metric, mode)
+    judgement = judge(search, confirmations, metric, mode) if confirmations else None
+    key = judgement.answer_key if judgement is not None else None
+    number = judgement.trials.get(key) if key is not None else None
+    chosen = next((r for r in search if r.number == number), None) if number is not None else None
+    return Answer(chosen or leader, leader, judgement)
 
 
 def knobs_changed(baseline: TrialRecord, records: Sequence[TrialRecord]) -> dict[str, tuple[str, ...]]:

@@ -28,7 +28,7 @@ from accelsweep.sweeps.driver.run.callbacks import (
     REUSED,
     SweepCallback,
 )
-from accelsweep.sweeps.driver.run.confirm import Confirmation, judge, run_confirmation, search_budget_s
+from accelsweep.sweeps.driver.run.confirm import Confirmation, run_confirmation, search_budget_s
 from accelsweep.sweeps.driver.run.deadline import deadline_for
 from accelsweep.sweeps.driver.record.history import (
     CONFIRM_NOTE_TAG,
@@ -86,7 +86,7 @@ from accelsweep.sweeps.driver.record.optuna_study import SweepStudy, default_stu
 from accelsweep.sweeps.driver.define.sweep import Sweep, SweepResult
 from accelsweep.sweeps.driver.define.warm_start import unique_points, warm_trials
 from accelsweep.sweeps.driver.reporting.report_artifacts import log_report
-from accelsweep.sweeps.driver.reporting.verdict import verdict
+from accelsweep.sweeps.driver.reporting.verdict import sweep_answer, verdict
 from accelsweep.trainables import ray_adapter
 from accelsweep.trainables.environment import environment_tags
 from accelsweep.trainables.environment_variables import (environment_snapshot, restore_environment,
@@ -660,10 +660,12 @@ def _finish(plan: Plan, run: _Run, tracker, status: str, elapsed_s: float,
     records = sorted(run.callback.records.values(), key=lambda r: r.number)
     records = [r for r in records if r.run_id is not None]
     first_metric, first_mode = plan.objectives[0]
-    best = best_record(records, first_metric, first_mode)
     baseline = next((r for r in records if r.is_baseline), None)
     pareto = pareto_set(records, plan.objectives)
     confirmed_records = confirmation.records if confirmation is not None else []
+    # One answer (verdict.sweep_answer): the one the summary's table names.
+    answer = sweep_answer(records, confirmed_records, first_metric, first_mode)
+    best = answer.best
     confirm_note = ""
     if sweep.confirm_rounds and not confirmed_records:
         confirm_note = (confirmation.skipped if confirmation is not None and confirmation.skipped
@@ -683,16 +685,16 @@ def _finish(plan: Plan, run: _Run, tracker, status: str, elapsed_s: float,
                "rejected_s": sum(r.wall_s for r in records if r.status == REJECTED and math.isfinite(r.wall_s)),
                "reused_proposals": sum(r.status == REUSED for r in records),
                "mean_overhead_s": mean_overhead_s(records), "pareto_trials": len(pareto)}
-    judged = verdict(baseline, best, first_metric, first_mode, records)
-    confirmed = judge(records, confirmed_records, first_metric, first_mode) if confirmed_records else None
+    judged = verdict(baseline, answer.leader, first_metric, first_mode, records)
+    confirmed = answer.judgement
     if confirmed is not None:
         judged = confirmed.verdict
         figures["confirmation_s"] = confirmation.seconds
         figures["confirmation_rounds"] = confirmed.rounds
     if judged is not None:
         figures.update(judged.figures())
-    for metric, mode in plan.objectives:  # each objective's own best, and the baseline's
-        best_of_it = best_record(records, metric, mode)
+    for metric, mode in plan.objectives:  # each objective's own best (the first's: the answer), and the baseline's
+        best_of_it = best if metric == first_metric else best_record(records, metric, mode)
         if best_of_it is not None:
             figures[f"best_{metric}"] = best_of_it.metric(metric)
         if baseline is not None and baseline.measured(metric):
@@ -700,6 +702,7 @@ def _finish(plan: Plan, run: _Run, tracker, status: str, elapsed_s: float,
     tracker.finish(run.parent_run_id, status, metrics=figures,
                    tags={"status": "interrupted" if status == "KILLED" else status.lower(),
                          "best_trial": str(best.number) if best else "none",
+                         "search_leader_trial": str(answer.leader.number) if answer.leader else "none",
                          "pareto_trials": ", ".join(str(r.number) for r in pareto) or "none",
                          "verdict": judged.text if judged is not None else "none: no baseline or best measured",
                          "verdict_subject": judged.subject if judged is not None else "none",
@@ -714,4 +717,4 @@ def _finish(plan: Plan, run: _Run, tracker, status: str, elapsed_s: float,
     return SweepResult(records=records, best=best, baseline=baseline, parent_run_id=run.parent_run_id,
                        experiment_id=tracker.experiment_id, summary=text, pareto=pareto,
                        tracking_uri=tracker.tracking_uri, mean_overhead_s=mean_overhead_s(records),
-                       verdict=judged, confirmations=confirmed_records)
+                       verdict=judged, confirmations=confirmed_records, search_leader=answer.leader)
