@@ -19,7 +19,8 @@ import pytest
 
 from accelsweep import Objective, Sweep, SweepConfig, declare_metrics, run_sweep
 from accelsweep.sweeps.driver.run.confirm import (NEAR_BEST, at_typical_speed, candidates, config_key, fitted, judge,
-                                             knobs_changed, round_orders, search_budget_s)
+                                                  knobs_changed, one_candidate, ranked_candidates, round_orders,
+                                                  search_budget_s)
 from accelsweep.sweeps.driver.record.trial_record import FINISHED, TrialRecord
 from accelsweep.sweeps.driver.reporting.summary import summary
 from accelsweep.sweeps.driver.reporting.verdict import EQUAL_WITHIN, confirmed_verdict, sweep_answer, verdict
@@ -251,6 +252,32 @@ def test_the_confirmation_fits_the_budget_left_one_candidate_before_fewer_rounds
     chosen, rounds, why = fitted(base, [first, second], records, 3, 50.0)
     assert rounds == 0 and why.startswith("50 s were left of the time budget, and a round of the baseline and the "
                                           "best config takes about 30 s: 2 rounds do not fit")
+
+
+def test_the_simplest_near_best_is_confirmed_when_one_candidate_fits():
+    """Issue 51: the first guess (b64, bf16, channels_last, no compile) searched within a
+    few percent of trial 9 (the same with a loader worker, inductor and a linear patch
+    embed), beat it in a plain loop in 4 of 4 rounds, and was not confirmed: only one
+    candidate fit, and it was the leader."""
+    base = {"batch_size": 16, "num_workers": 0, "precision": "fp32", "channels_last": False,
+            "torch_compile": "none", "patch_embed": "conv"}
+    guess = {**base, "batch_size": 64, "precision": "bf16", "channels_last": True}
+    leader = {**guess, "num_workers": 1, "torch_compile": "inductor", "patch_embed": "linear"}
+    search = [trial(1, base, baseline=True, score=150.4), trial(2, guess, score=160.0),
+              trial(9, leader, score=165.5), trial(5, {**guess, "num_workers": 1}, score=158.0)]
+    for one, wall_s in zip(search, (10.0, 20.0, 25.0, 20.0)):
+        one.wall_s = wall_s
+    chosen, simplest = ranked_candidates(search, "score", "max", count=2)
+    assert [r.number for r in chosen] == [9, 2] and simplest is search[1]
+    assert fitted(search[0], chosen, search, 3, 200.0, simplest) == (chosen, 3, "")  # both fit
+    assert fitted(search[0], chosen, search, 3, 70.0, simplest) == ([search[1]], 2, "")  # one fits: the simpler
+    turns, _ = ranked_candidates(search, "score", "max", count=3)
+    assert one_candidate(turns, simplest) is search[1]
+    # The simpler config far below the best (beyond NEAR_BEST) is no candidate for the tie: the leader.
+    search[1].result["score"], search[3].result["score"] = 165.5 * (1 - NEAR_BEST) - 1, 140.0
+    chosen, simplest = ranked_candidates(search, "score", "max", count=2)
+    assert simplest is search[2] and one_candidate(chosen, simplest) is search[2]
+    assert fitted(search[0], chosen, search, 3, 70.0, simplest)[0] == [search[2]]
 
 
 def test_confirm_rounds_must_pair_at_least_twice():

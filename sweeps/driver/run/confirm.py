@@ -34,8 +34,8 @@ from accelsweep.trainables.turns import TurnBaton, drain_steps
 
 __all__ = ["CANDIDATES", "CONFIRMATION", "CONFIRM_BUDGET_SHARE", "Confirmation", "Judgement", "NEAR_BEST",
            "PHASE_TAG", "TURN_CANDIDATES", "at_typical_speed", "candidates", "config_key", "fitted", "judge",
-           "knobs_changed", "measurements", "round_orders", "run_confirmation", "search_budget_s",
-           "simplest_near_best"]
+           "knobs_changed", "measurements", "one_candidate", "ranked_candidates", "round_orders", "run_confirmation",
+           "search_budget_s", "simplest_near_best"]
 
 CANDIDATES = 2  # the search's best configs confirmed against the baseline
 # In turns a config costs one window per round, not a trial: one more candidate fits.
@@ -63,7 +63,14 @@ def search_budget_s(time_budget_s: Optional[float], confirm_rounds: int) -> Opti
 
 
 def candidates(records: Sequence[TrialRecord], metric: str, mode: str, count: int = CANDIDATES) -> list[TrialRecord]:
-    """The best ``count`` configs of the search by ``metric`` other than the baseline's, one
+    """``ranked_candidates``' list alone."""
+    return ranked_candidates(records, metric, mode, count)[0]
+
+
+def ranked_candidates(records: Sequence[TrialRecord], metric: str, mode: str,
+                      count: int = CANDIDATES) -> tuple[list[TrialRecord], Optional[TrialRecord]]:
+    """(candidates, the simplest config near the best or None). The candidates: the best
+    ``count`` configs of the search by ``metric`` other than the baseline's, one
     trial each (its best): trials whose figure is not from contended windows first, then
     the rest (a contended figure may be the only one a config has). Figures are taken at
     the host's typical speed where every trial probed it (``at_typical_speed``). Second
@@ -85,7 +92,7 @@ def candidates(records: Sequence[TrialRecord], metric: str, mode: str, count: in
     simplest = simplest_near_best(ranked, figures, baseline, mode) if baseline and count >= 2 else None
     if simplest is not None and simplest not in picked[:2]:  # second: the last is dropped first when short of time
         picked = [picked[0], simplest, *[r for r in picked[1:] if r is not simplest]][:count]
-    return picked
+    return picked, simplest
 
 
 def simplest_near_best(ranked: Sequence[TrialRecord], figures: Mapping[str, float], baseline: TrialRecord,
@@ -107,6 +114,16 @@ def simplest_near_best(ranked: Sequence[TrialRecord], figures: Mapping[str, floa
     changed = knobs_changed(baseline, near)
     sign = -1 if mode == "max" else 1
     return min(near, key=lambda r: (len(changed[config_key(r.searched)]), sign * figures[r.trial_id]))
+
+
+def one_candidate(chosen: Sequence[TrialRecord], simplest: Optional[TrialRecord]) -> TrialRecord:
+    """The candidate confirmed when only one fits: the simplest config near the search's
+    best (``simplest_near_best``, which ``candidates`` puts second) when it is among the
+    first two, else the leader. Why not always the leader: the search cannot separate the
+    two (within NEAR_BEST), and the verdict's tie rule (``verdict.simplest_of_tied``) would
+    call the simpler one; confirming the leader alone leaves that rule nothing to choose
+    from, and the user pays for knobs (a compile, loader processes) that may buy nothing."""
+    return simplest if simplest is not None and simplest in chosen[:2] else chosen[0]
 
 
 def at_typical_speed(records: Sequence[TrialRecord], metric: str, mode: str) -> dict[str, float]:
@@ -228,7 +245,7 @@ def run_confirmation(plan, search: SweepCallback, trainable_for: Callable[..., A
     metric, mode = plan.objectives[0]
     records = list(search.records.values())
     baseline = next((r for r in records if r.is_baseline and r.measured(metric)), None)
-    chosen = candidates(records, metric, mode, count=TURN_CANDIDATES)
+    chosen, simplest = ranked_candidates(records, metric, mode, count=TURN_CANDIDATES)
     confirmation = Confirmation(rounds_planned=rounds)
     if baseline is None or not chosen:
         confirmation.skipped = ("the baseline was not measured" if baseline is None
@@ -237,11 +254,11 @@ def run_confirmation(plan, search: SweepCallback, trainable_for: Callable[..., A
     refused = turns_refused(plan, [baseline, *chosen], metric)
     if not refused:
         return _run_turns(plan, search, trainable_for, storage, experiment_dir, rounds, seconds_left, say,
-                          baseline, chosen, confirmation)
-    chosen = chosen[:CANDIDATES]
+                          baseline, chosen, simplest, confirmation)
+    chosen, leader = chosen[:CANDIDATES], chosen[0]
     if plan.sweep.verbose:
         say(f"confirmation in rounds of trials, not in turns: {refused}")
-    chosen, rounds, confirmation.skipped = fitted(baseline, chosen, records, rounds, seconds_left)
+    chosen, rounds, confirmation.skipped = fitted(baseline, chosen, records, rounds, seconds_left, simplest)
     if confirmation.skipped:
         return confirmation
     pair_s = _round_seconds([baseline, *chosen], records)
@@ -249,10 +266,19 @@ def run_confirmation(plan, search: SweepCallback, trainable_for: Callable[..., A
     points = [dict(confirmation.stands_for[key].searched) for order in orders for key in order]
     callback = ConfirmationCallback(search, orders, confirmation.stands_for, confirmation.baseline_key,
                                     time_budget_s=seconds_left)
-    say(f"confirming: the baseline and {', '.join(f'trial {r.number}' for r in chosen)} measured again in {rounds} "
+    say(f"confirming: the baseline and {', '.join(f'trial {r.number}' for r in chosen)}{_left_out(leader, chosen)} "
+        f"measured again in {rounds} "
         f"interleaved rounds ({len(points)} trials, one at a time, about {pair_s * rounds:.0f} s)")
     return _fit(confirmation, trainable_for(), points, callback, storage, experiment_dir, seconds_left,
                 concurrency=1, reuse_actors=get_platform(plan.sweep.base.platform).reuses_processes)
+
+
+def _left_out(leader: TrialRecord, chosen: Sequence[TrialRecord]) -> str:
+    """Why the search's leader is not confirmed, when it is not ('' when it is)."""
+    if leader in chosen:
+        return ""
+    return (f" (one candidate fits: trial {chosen[0].number}, the simplest config within {NEAR_BEST:.0%} of the "
+            f"search's leader, trial {leader.number}, which changes more knobs)")
 
 
 def _planned(confirmation: Confirmation, baseline: TrialRecord, chosen: Sequence[TrialRecord],
@@ -343,16 +369,17 @@ def _turn_seconds(record: TrialRecord) -> float:
 
 def _run_turns(plan, search: SweepCallback, trainable_for, storage: str, experiment_dir: str, rounds: int,
                seconds_left: Optional[float], say: Callable[[str], None], baseline: TrialRecord,
-               chosen: list[TrialRecord], confirmation: Confirmation) -> Confirmation:
+               chosen: list[TrialRecord], simplest: Optional[TrialRecord], confirmation: Confirmation) -> Confirmation:
     """The confirmation in turns (trainables/turns.py): the baseline and the candidates
     each in a trial of its own, all alive, measuring a window each in rotated rounds."""
     import uuid
 
     records = list(search.records.values())
+    leader = chosen[0]
     windows = int(baseline.config.get("windows", 3) or 3)
     turns = turn_rounds([baseline, *chosen], records, windows, rounds, seconds_left)
     while turns < 2 * MIN_ROUNDS and len(chosen) > 1:  # fewer candidates, each measured more often
-        chosen = chosen[:-1]
+        chosen = chosen[:-1] if len(chosen) > 2 else [one_candidate(chosen, simplest)]
         turns = turn_rounds([baseline, *chosen], records, windows, rounds, seconds_left)
     if turns < MIN_ROUNDS:
         confirmation.skipped = (f"{seconds_left:.0f} s were left of the time budget: too little for the baseline "
@@ -367,7 +394,8 @@ def _run_turns(plan, search: SweepCallback, trainable_for, storage: str, experim
     callback = TurnsCallback(search, keys, confirmation.stands_for, confirmation.baseline_key, turns, baton_name,
                              time_budget_s=seconds_left)
     window_s = baseline.metric("measured_s") / max(1.0, baseline.metric("windows_done"))
-    say(f"confirming: the baseline and {', '.join(f'trial {r.number}' for r in chosen)} take turns: each alive in "
+    say(f"confirming: the baseline and {', '.join(f'trial {r.number}' for r in chosen)}{_left_out(leader, chosen)} "
+        f"take turns: each alive in "
         f"a trial of its own, one {window_s:.2g} s window at a time, {turns} rotated rounds (the host's speed "
         f"drifts; each round compares them within seconds)")
     try:  # all alive at once, each in a process of its own
@@ -465,10 +493,10 @@ class InOrder(Searcher):
 
 
 def fitted(baseline: TrialRecord, chosen: Sequence[TrialRecord], records: Sequence[TrialRecord], rounds: int,
-           seconds_left: Optional[float]) -> tuple[list[TrialRecord], int, str]:
-    """(candidates, rounds, why none) within ``seconds_left``: the best candidate alone
-    before fewer rounds (two rounds give a t interval 3x as wide as three), and fewer
-    rounds before none."""
+           seconds_left: Optional[float], simplest: Optional[TrialRecord] = None) -> tuple[list[TrialRecord], int, str]:
+    """(candidates, rounds, why none) within ``seconds_left``: one candidate alone (the
+    simpler of the first two: ``one_candidate``) before fewer rounds (two rounds give a t
+    interval 3x as wide as three), and fewer rounds before none."""
     def rounds_that_fit(configs: Sequence[TrialRecord]) -> int:
         seconds = _round_seconds([baseline, *configs], records)
         if seconds_left is None or not (math.isfinite(seconds) and seconds > 0):
@@ -478,7 +506,7 @@ def fitted(baseline: TrialRecord, chosen: Sequence[TrialRecord], records: Sequen
     chosen = list(chosen)
     if rounds_that_fit(chosen) >= rounds:
         return chosen, rounds, ""
-    chosen = chosen[:1]
+    chosen = [one_candidate(chosen, simplest)]
     fit = rounds_that_fit(chosen)
     if fit < MIN_ROUNDS:
         return chosen, 0, (f"{seconds_left:.0f} s were left of the time budget, and a round of the baseline and the "
