@@ -175,6 +175,13 @@ TRAINING_METRICS = MetricSet(
         # compute dtype; speed_probe_kind): the confirmation's candidates are ranked by
         # throughput over it, so a figure from a fast moment of the host is not a fast config.
         Metric("speed_probe_gflops", "GFLOP/s"),
+        # On a CPU, the threading the trial ran with (trainables/platforms/cpu_threads.py):
+        # its intra-op threads (one fewer per core another process kept busy as it started),
+        # those asked, what the others took then, in cores, and its niceness.
+        Metric("intra_op_threads", "threads"),
+        Metric("threads_asked", "threads"),
+        Metric("other_cpus_at_start", "cores"),
+        Metric("niceness", ""),
         Metric("mfu", "", "max", label="utilisation (MFU)", fmt="{:.1%}", progress="{:.1f}% of peak",
                progress_scale=100.0, progress_if_known=True),
         Metric("mfu_theoretical", "", "max"),

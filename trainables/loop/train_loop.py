@@ -35,6 +35,7 @@ from accelsweep.trainables.timing.windows import (WindowStats, coefficient_of_va
                                                 torch_compile_seconds)
 from accelsweep.trainables.metrics import DRIVER_METRICS, TRAINING_METRICS
 from accelsweep.trainables.platforms import get_platform
+from accelsweep.trainables.platforms.cpu_threads import ThreadFit
 from accelsweep.trainables.precision import get_precision
 from accelsweep.trainables.loop.rejection import SlowTrial, StepGuard, TrialLimits, current_limits
 from accelsweep.trainables.loop.watchdog import TrialAborted
@@ -72,9 +73,14 @@ def _run_training(config: TrialConfig, report: Optional[Callable[[dict], None]],
     started = time.perf_counter()
     phase("building the model and data")
     platform = get_platform(config.platform)
+    # Other processes' CPU is read from here (cpu_threads.py). Not while configs take turns:
+    # the others alive then are the confirmation's own, waiting at the baton.
+    threads_fit = platform.thread_fit(config) if current_turns() is None else None
     workload = load_workload(config.workload)
     device = platform.prepare(config)
     world = World.current()
+    if world.size > 1:
+        threads_fit = None  # the trial's other workers would read as other processes
     # Code is not the workload's memory: its modules, and torch.compile's, load first (what
     # the compiler allocates while it compiles still counts: a compiled trial's memory).
     for module in workload.imports + (("torch._dynamo", "torch._inductor") if config.torch_compile != "none" else ()):
@@ -89,6 +95,8 @@ def _run_training(config: TrialConfig, report: Optional[Callable[[dict], None]],
     platform.reset_peak_memory(device)
     memory_before_mb = platform.memory_in_use_mb(device)
     trial = _Trial(config, platform, workload, device, world)
+    if threads_fit is not None:
+        threads_fit.fit()  # the warm-up's threads, from what others took while the trial started
     result: dict = {}  # the cumulative result of the windows done so far
     if config.nan_capture:
         def report_capture(fields: dict) -> None:
@@ -116,7 +124,8 @@ def _run_training(config: TrialConfig, report: Optional[Callable[[dict], None]],
     try:
         with guard:
             return _measure(config, report, usd_per_hour, platform, workload, device, world, trial, compiles,
-                            guard, setup_s, loop_start, memory_before_mb, utilisation, latest=result)
+                            guard, setup_s, loop_start, memory_before_mb, utilisation, latest=result,
+                            threads_fit=threads_fit)
     except TrialAborted as error:
         if not isinstance(error, SlowTrial):  # raised by the watchdog, it has no message of its own
             raise type(error)(guard.reason_of(error)) from None
@@ -130,11 +139,17 @@ def _run_training(config: TrialConfig, report: Optional[Callable[[dict], None]],
 
 def _measure(config: TrialConfig, report, usd_per_hour: float, platform, workload, device, world, trial: "_Trial",
              compiles: "_CompileClock", guard: StepGuard, setup_s: float, loop_start: float,
-             memory_before_mb: float, utilisation: TrialUtilisation, latest: dict) -> dict:
+             memory_before_mb: float, utilisation: TrialUtilisation, latest: dict,
+             threads_fit: Optional[ThreadFit] = None) -> dict:
     """Warm-up, then the measured windows, each reported. ``latest`` is kept equal to the
     cumulative result of the windows done so far (a NaN capture reports it)."""
     first_step_s, warmup_step_s = trial.warm_up(guard)
     compiles.warmed_up()
+    threading: dict = {}
+    if threads_fit is not None:  # the windows' threads: a core still busy through the warm-up too
+        threads_fit.fit(wait=True)
+        note = threads_fit.note()
+        threading = {**threads_fit.figures(), **({"threading": note} if note else {})}
     min_steps, min_seconds = trial.window_bounds(warmup_step_s)
     unit = workload.unit
     # Once: a platform may gather them over the workers.
@@ -222,6 +237,7 @@ def _measure(config: TrialConfig, report, usd_per_hour: float, platform, workloa
             "windows_done": index,
             "device": platform.describe_device(device),
             **trial_tags,
+            **threading,
             "step_time_source": stats.step_time_source,
             "workers": world.size,
             "workers_reporting": workers_reporting,

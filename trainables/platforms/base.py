@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     import torch
 
     from accelsweep.trainables.config import TrialConfig
+    from accelsweep.trainables.platforms.cpu_threads import ThreadFit
 
 
 @dataclass(frozen=True)
@@ -372,6 +373,12 @@ class Platform(abc.ABC):
 
     def describe_device(self, device: "torch.device") -> str:
         return str(device)
+
+    def thread_fit(self, config: "TrialConfig") -> Optional["ThreadFit"]:
+        """Started at a one-process trial's start, when the trial's threads are this
+        platform's to fit to the cores other processes leave free (cpu_threads.py); None
+        where the device, not the host's cores, does the work."""
+        return None
 
     def trial_tags(self, device: "torch.device") -> dict[str, str]:
         """Text this platform adds to each result of a trial (strings become the trial's

@@ -27,6 +27,7 @@ from accelsweep.trainables.errors import ConfigError, boolean, one_of, positive_
 from accelsweep.trainables.platforms.base import (Detection, Platform, PlatformKnobs, PlatformUnavailable,
                                                   TrainingStudy, channels_last_format)
 from accelsweep.trainables.platforms.capabilities import Capabilities, emulated_bf16, not_known
+from accelsweep.trainables.platforms.cpu_threads import ThreadFit
 
 if TYPE_CHECKING:
     import torch
@@ -377,8 +378,12 @@ class CpuPlatform(Platform):
             trial.suggest_categorical("torch_compile", ["none", "inductor"])
         return None
 
+    def thread_fit(self, config: "TrialConfig") -> ThreadFit:
+        return ThreadFit(asked=self.threads(config)).start()
+
     def threads(self, config: "TrialConfig") -> int:
-        """The intra-op threads a trial runs with: the knob, else every CPU it holds."""
+        """The intra-op threads a trial asks for: the knob, else every CPU it holds (fewer
+        run while other processes keep cores busy: ``thread_fit``)."""
         threads = config.knobs.threads
         return threads if threads is not None else config.cpus_per_worker
 

@@ -280,6 +280,10 @@ SWEEP_ENVIRONMENT = {
     # a killed driver can lose, and what --resume picks up from.
     "TUNE_GLOBAL_CHECKPOINT_S": "5",
     "RAY_USAGE_STATS_ENABLED": "0",  # read by ray.init (connect_ray)
+    # The local instance's workers (trials) keep the driver's niceness, not Ray's 15: beside
+    # a nice-0 process a nice-15 trial thread gets about 1/30 of a shared core
+    # (trainables/platforms/cpu_threads.py). Ray's job supervisor sets it so for its own.
+    "RAY_worker_niceness": "0",
     **MLFLOW_REQUEST_SETTINGS,  # short retries per request: the tracker's buffer waits out an outage
 }
 # ...with Tune's loggers off, Tune's result grid finds no result files: it need not say
