@@ -282,6 +282,66 @@ def test_the_last_proposals_step_from_the_leader_to_unmeasured_neighbours():
     assert list(steps.values()) == ["batch_size 8 -> 16", "batch_size 16 -> 32", "batch_size 32 -> 64"]
 
 
+def test_a_leader_on_the_batch_edge_makes_the_next_batch_tried_while_it_leads_and_memory_allows():
+    """Issue 51: both tools' winners sat on batch 64, the space's largest, and 256 measured
+    10% faster in a plain loop. Past the edge: 128 while 64 leads, 256 while 128 does; a
+    step that does not lead ends the climb; memory bounds it; the steps are labelled."""
+    import math
+
+    import optuna
+
+    from accelsweep.sweeps.driver.define.edges import edge_lines, fits_memory
+    from accelsweep.sweeps.driver.run.searchers import FailureAwareOptunaSearch, config_key, local_proposals
+
+    def space(trial):
+        trial.suggest_categorical("batch_size", [16, 32, 64])
+        trial.suggest_categorical("precision", ["fp32", "bf16"])
+
+    def run(token, best_batch, capacity_mb=math.inf, count=8, edge_steps=None):
+        searcher = FailureAwareOptunaSearch(space, metric="score", mode="max", sweep_token=token, budget=count,
+                                            points_to_evaluate=[{"batch_size": 64, "precision": "bf16"}],
+                                            sampler=optuna.samplers.RandomSampler(seed=0),
+                                            edges={"batch_size": ("x2", 1024)}, edge_steps=edge_steps)
+        ran = []
+        for number in range(count):
+            config = searcher.suggest(f"t{number}")
+            if not isinstance(config, dict):
+                break
+            ran.append(config)
+            batch = config["batch_size"]  # faster up to best_batch, slower past it
+            score = (batch if batch <= best_batch else best_batch / 2) * (2 if config["precision"] == "bf16" else 1)
+            searcher.on_trial_result(f"t{number}", {"score": float(score), "training_iteration": 1})
+            searcher.on_trial_complete(f"t{number}", {"score": float(score), "peak_memory_mb": 500.0 + batch,
+                                                      "workload_memory_mb": float(batch),
+                                                      "memory_capacity_mb": capacity_mb})
+        return ran, searcher
+
+    ran, searcher = run("edge-climb", best_batch=256)
+    # 64 leads at once: 128, then 256 while each leads; 512 measures worse: no 1024, back to TPE.
+    assert [c["batch_size"] for c in ran[:4]] == [64, 128, 256, 512]
+    assert all(c["batch_size"] <= 64 for c in ran[4:])
+    steps = local_proposals("edge-climb")
+    assert steps[config_key({"batch_size": 128, "precision": "bf16"})] == "batch_size 64 -> 128 past the space's edge"
+    assert searcher.budget == 8 and len(ran) == 8  # every step a trial of the budget
+    # A quarter of the budget at most (plan.edge_trials): the rest is the search's.
+    ran, _ = run("edge-share", best_batch=256, edge_steps=1)
+    assert [c["batch_size"] for c in ran].count(128) == 1 and all(c["batch_size"] <= 128 for c in ran)
+    # Inside the space, a leader off the edge steps nowhere past it.
+    ran, _ = run("edge-inside", best_batch=32, count=4)
+    assert all(c["batch_size"] <= 128 for c in ran) and [c["batch_size"] for c in ran].count(128) <= 1
+    # Memory: 564 MB peak at 64 with 64 MB of workload; 128 predicts 628 MB, over 0.8 x 700.
+    assert fits_memory((564.0, 64.0, 1000.0), 2.0) and not fits_memory((564.0, 64.0, 700.0), 2.0)
+    ran, _ = run("edge-memory", best_batch=256, capacity_mb=700.0, count=4)
+    assert all(c["batch_size"] <= 64 for c in ran)
+    # The summary's line.
+    moved = [TrialRecord(n, f"t{n}", {"batch_size": b}, {}, {}, False, 0.0, status="finished", measured_by="score",
+                         result={"score": s, "local_step": f"batch_size {b // 2} -> {b} past the space's edge"})
+             for n, b, s in ((2, 128, 150.0), (3, 256, 140.0))]
+    assert edge_lines(moved, "score") == [
+        "the space's edge moved (2 trial(s) past it, one step each while the leader sat on the edge): "
+        "batch_size 64 -> 128 (trial 2: 150); batch_size 128 -> 256 (trial 3: 140)"]
+
+
 def test_the_local_search_begins_early_when_its_time_comes():
     """A time budget ends a search before its last proposals: past ``local_after`` every
     proposal steps from the leader, however many proposals are left."""

@@ -151,6 +151,10 @@ TRAINING_METRICS = MetricSet(
         Metric("first_step_s", "s", "min", label="first step (s)", fmt="{:.3f}"),
         Metric("compile_s", "s", "min", label="compile (s)", fmt="{:.2f}"),
         Metric("peak_memory_mb", "MB", "min", label="peak memory (MB)", fmt="{:.0f}"),
+        # What that peak is measured against (host RAM on a CPU, the GPU's memory): how far a
+        # larger batch may go when the search steps past its space's edge
+        # (sweeps/driver/define/edges.py).
+        Metric("memory_capacity_mb", "MB"),
         # The peak over what the process held before the workload was built (model,
         # optimizer state, activations, batches): on a CPU, peak RSS is mostly torch and Ray.
         Metric("workload_memory_mb", "MB", "min", label="workload memory (MB)", fmt="{:.0f}"),

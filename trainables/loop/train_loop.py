@@ -225,6 +225,7 @@ def _measure(config: TrialConfig, report, usd_per_hour: float, platform, workloa
             "warmup_step_s": warmup_step_s,
             "compile_s": compiles.seconds(),
             "peak_memory_mb": peak_memory_mb,
+            "memory_capacity_mb": platform.memory_capacity_mb(device),
             "workload_memory_mb": peak_memory_mb - memory_before_mb,
             "initial_loss": trial.initial_loss,
             "final_loss": final_loss,

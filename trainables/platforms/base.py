@@ -374,6 +374,18 @@ class Platform(abc.ABC):
     def describe_device(self, device: "torch.device") -> str:
         return str(device)
 
+    def ordered_knobs(self, config: "TrialConfig") -> dict[str, tuple[str, Optional[int]]]:
+        """The knobs whose values are ordered, each with how the search steps past a space's
+        largest value ("x2", "+1") and the most it may reach on this hardware for ``config``
+        (None: no bound but memory and the figures; sweeps/driver/define/edges.py). Here: the
+        batch, doubled, up to ``max_study_batch`` where the platform has one."""
+        return {"batch_size": ("x2", self.max_study_batch)}
+
+    def memory_capacity_mb(self, device: "torch.device") -> float:
+        """The memory a trial's ``peak_memory_mb`` is measured against (NaN: unknown here):
+        how far a larger batch may go."""
+        return float("nan")
+
     def thread_fit(self, config: "TrialConfig") -> Optional["ThreadFit"]:
         """Started at a one-process trial's start, when the trial's threads are this
         platform's to fit to the cores other processes leave free (cpu_threads.py); None

@@ -378,6 +378,23 @@ class CpuPlatform(Platform):
             trial.suggest_categorical("torch_compile", ["none", "inductor"])
         return None
 
+    def ordered_knobs(self, config: "TrialConfig") -> dict[str, tuple[str, Optional[int]]]:
+        """The batch, doubled; loader workers and intra-op threads one more, up to the CPUs
+        a trial holds (past them they only take turns on the same cores)."""
+        return {**super().ordered_knobs(config), "num_workers": ("+1", config.cpus_per_worker),
+                "threads": ("+1", config.cpus_per_worker)}
+
+    def memory_capacity_mb(self, device: "torch.device") -> float:
+        """The host's memory (MemTotal): a trial's peak RSS is measured against it."""
+        try:
+            with open("/proc/meminfo") as meminfo:
+                for line in meminfo:
+                    if line.startswith("MemTotal:"):
+                        return int(line.split()[1]) / 1024
+        except (OSError, ValueError, IndexError):
+            pass
+        return float("nan")
+
     def thread_fit(self, config: "TrialConfig") -> ThreadFit:
         return ThreadFit(asked=self.threads(config)).start()
 

@@ -227,6 +227,11 @@ class CudaPlatform(Platform):
 
         return torch.cuda.max_memory_allocated(device) / 2**20
 
+    def memory_capacity_mb(self, device: "torch.device") -> float:
+        import torch
+
+        return torch.cuda.get_device_properties(device).total_memory / 2**20
+
     def memory_in_use_mb(self, device: "torch.device") -> float:
         import torch
 

@@ -535,6 +535,12 @@ def local_search_trials(sweep: Sweep) -> int:
     return min(LOCAL_SEARCH_MAX, sweep.num_samples // 4)
 
 
+def edge_trials(sweep: Sweep) -> int:
+    """The most proposals that step past the space's edge (define/edges.py): a quarter of
+    the budget, as the local search's, and one at least; the rest is the search's."""
+    return max(1, sweep.num_samples // 4)
+
+
 def startup_trials(sweep: Sweep) -> int:
     """TPE's random start-up proposals: seeded, so known before any result."""
     return min(10, max(2, sweep.num_samples // 3))

@@ -22,7 +22,7 @@ import optuna
 from optuna.distributions import (BaseDistribution, CategoricalDistribution, FloatDistribution,
                                   IntDistribution)
 
-from accelsweep.sweeps.driver.record.optuna_study import quiet_optuna
+from accelsweep.sweeps.driver.record.optuna_study import holds, quiet_optuna
 from accelsweep.trainables.errors import ConfigError
 
 __all__ = ["DefineByRun", "Reasons", "SearchSpace", "SpaceSpec", "describe_distribution", "describe_reasons",
@@ -197,12 +197,3 @@ class SearchSpace:
         lines += [f"{name}: fixed at {value!r}" for name, value in self.constants.items()
                   if name not in self.distributions]
         return lines
-
-
-def holds(distribution, value: Any) -> bool:
-    """Whether ``value`` is a point of ``distribution`` (a choice of a categorical, within
-    an int or float range): a sweep's points and a warm start's configs are checked so."""
-    try:
-        return distribution._contains(distribution.to_internal_repr(value))
-    except ValueError:  # a categorical's value not among its choices
-        return False

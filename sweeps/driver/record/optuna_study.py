@@ -31,7 +31,7 @@ from accelsweep.trainables.errors import ConfigError
 from accelsweep.sweeps.driver.record.secrets import redact_uri
 from accelsweep.sweeps.driver.record.sqlite_store import create_optuna_storage
 
-__all__ = ["SweepStudy", "default_study_storage", "quiet_optuna", "validate_study_storage"]
+__all__ = ["SweepStudy", "default_study_storage", "holds", "quiet_optuna", "validate_study_storage"]
 
 PRUNED_STATUSES = (STOPPED_EARLY, REJECTED, CUT_BY_BUDGET)
 
@@ -152,6 +152,8 @@ class SweepStudy:
             state = TrialState.PRUNED
             value_args = {"value": values[0]} if len(values) == 1 else {}
         params = {k: v for k, v in record.searched.items() if k in self.distributions}
+        if not all(holds(self.distributions[k], v) for k, v in params.items()):
+            return False  # a step past the space's edge (define/edges.py): MLflow holds it, a study cannot
         trial = create_trial(state=state, params=params,
                              distributions={k: self.distributions[k] for k in params}, user_attrs=attrs,
                              intermediate_values={int(k): float(v) for k, v in dict(intermediate).items()
@@ -164,6 +166,15 @@ class SweepStudy:
             return False
         self._recorded.add(record.run_id)
         return True
+
+
+def holds(distribution, value: Any) -> bool:
+    """Whether ``value`` is a point of ``distribution`` (a choice of a categorical, within
+    an int or float range): a sweep's points and a warm start's configs are checked so."""
+    try:
+        return distribution._contains(distribution.to_internal_repr(value))
+    except ValueError:  # a categorical's value not among its choices
+        return False
 
 
 DRIVER_CONNECTIONS = 2  # a sweep driver's connections to a shared study database, at most

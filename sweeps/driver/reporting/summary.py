@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping, Optional, Sequence, Union
 
 from accelsweep.kernels.registry import get_op
+from accelsweep.sweeps.driver.define.edges import edge_lines
 from accelsweep.sweeps.driver.record.trial_record import CUT_BY_BUDGET, REJECTED, REUSED, TrialRecord, ranked
 from accelsweep.sweeps.driver.reporting.changes import describe_change
 from accelsweep.sweeps.driver.reporting.verdict import (Judgement, best_record, config_key, measurements,
@@ -213,6 +214,7 @@ def summary_blocks(title: str, records: Sequence[TrialRecord], metric: str, mode
     lines = [f"== {title}: {len(records)} trials in {elapsed_s:.0f} s ("
              + ", ".join(f"{n} {status}" for status, n in sorted(outcomes.items())) + ") =="]
     lines += _search_lines(records, planned_trials, searched_out, goal_reached)
+    lines += edge_lines(records, metric)
     failures = Counter(r.error_cause or "error" for r in records if r.status == "failed")
     if failures:
         classes: dict[str, set] = {}

@@ -394,7 +394,10 @@ class SweepCallback(Callback):
         if self.cost is not None and record.resources:
             tags["cost_basis"] = self.cost.describe(record.resources)
         tags.update({f"resource.{k}": f"{v:g}" for k, v in record.resources.items()})
-        tags.update(self.run_tags(record))
+        own = self.run_tags(record)
+        tags.update(own)
+        if "local_step" in own:  # the summary reads it as a run's tags are read back (an edge moved)
+            record.result.setdefault("local_step", own["local_step"])
         record.run_id = self.tracker.start_trial(self.run_name(record), record.config, tags)
 
     def hourly_rate(self, record: TrialRecord) -> float:
@@ -439,7 +442,7 @@ class SweepCallback(Callback):
             record.error_cause = result.get("error_cause", ERROR)
             record.result = {**record.result, **{k: v for k, v in result.items() if k in ("loop_s",)}}
             return
-        record.result = dict(result)
+        record.result = {**{k: record.result[k] for k in ("local_step",) if k in record.result}, **result}
         if not result.get("rejected"):
             self._offer_best(record)
         if self.measured_by in result:

@@ -44,6 +44,7 @@ from accelsweep.sweeps.driver.define.plan import (
     Plan,
     as_sized,
     early_stopping,
+    edge_trials,
     preflight,
     LOCAL_TIME_SHARE,
     local_search_trials,
@@ -77,6 +78,7 @@ from accelsweep.sweeps.driver.record.resumed_runs import (
     restore_tuner_file,
 )
 from accelsweep.sweeps.driver.run.schedulers import ParetoStoppingRule, TrustedWindowsOnly
+from accelsweep.sweeps.driver.define.edges import largest_values
 from accelsweep.sweeps.driver.run.searchers import (FailureAwareOptunaSearch, concurrency_aware_tpe, label_proposal,
                                                     searched_out)
 from accelsweep.sweeps.driver.run.stop_signals import StopSignals
@@ -95,6 +97,7 @@ from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.loop.failures import run_isolated
 from accelsweep.trainables.loop.rejection import BoardLimits
 from accelsweep.trainables.sweep_actor import start_sweep_actor
+from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.platforms import get_platform
 
 
@@ -173,9 +176,20 @@ def _searcher(plan: Plan, sweep_token: str = "", time_budget_s: Optional[float] 
     return FailureAwareOptunaSearch(plan.space.define_by_run, metric=metrics if len(metrics) > 1 else metrics[0],
                         mode=modes if len(modes) > 1 else modes[0], sampler=sampler,
                         points_to_evaluate=first, prior_trials=prior, seed=sweep.seed, repeats=sweep.repeats,
-                        sweep_token=sweep_token,
+                        sweep_token=sweep_token, edges=_edges(plan), edge_steps=edge_trials(sweep),
                         budget=sweep.num_samples, local_search=local_search_trials(sweep),
                         local_after=time.time() + time_budget_s * (1 - LOCAL_TIME_SHARE) if time_budget_s else None)
+
+
+def _edges(plan: Plan) -> dict[str, tuple[str, Optional[int]]]:
+    """The ordered knobs of the space whose edge the search may step past: the platform's
+    (``Platform.ordered_knobs``, for the sweep's base config), searched here as counts. A
+    grid is the user's exact list, and a sweep of a user's own config type declares none."""
+    sweep = plan.sweep
+    if sweep.sampler != "tpe" or not isinstance(sweep.base, TrialConfig):
+        return {}
+    ordered = get_platform(sweep.base.platform).ordered_knobs(sweep.base)
+    return {knob: rule for knob, rule in ordered.items() if knob in largest_values(plan.space.distributions, ordered)}
 
 
 def _scheduler(plan: Plan):

@@ -14,6 +14,7 @@ from optuna.trial import TrialState
 from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
+from accelsweep.sweeps.driver.define.edges import edge_step, largest_values
 from accelsweep.sweeps.driver.record.resumed_runs import MeasuredRun, ResumeNews, resume_news, tell_resumed
 from accelsweep.sweeps.driver.run import fair_share
 from accelsweep.sweeps.driver.record.trial_record import config_key
@@ -127,10 +128,17 @@ class FailureAwareOptunaSearch(OptunaSearch):
     With a time budget the local search also begins at ``local_after`` (a time.time()
     moment: the search's last third), whichever comes first: a budget of time
     ends a search before its last proposals when trials compile for tens of seconds.
-    With no such config left, TPE proposes as before."""
+    With no such config left, TPE proposes as before.
+
+    ``edges`` (``Platform.ordered_knobs``: knob -> (how to step out, how far)): while the
+    best measured config sits on the largest value of an ordered knob, its next proposal is
+    that config one step past the space's edge (define/edges.py), again while the step
+    leads, ``edge_steps`` at most (None: no limit). Such a config is outside the space's distributions: it runs as a trial of the
+    sweep (in its budget, its result known here), not as an Optuna trial."""
 
     def __init__(self, *args, repeats: bool = False, sweep_token: str = "", budget: Optional[int] = None,
                  local_search: int = 0, local_after: Optional[float] = None, prior_trials: Sequence = (),
+                 edges: Optional[Mapping[str, tuple[str, Optional[int]]]] = None, edge_steps: Optional[int] = None,
                  **kwargs):
         super().__init__(*args, **kwargs)
         # An earlier sweep's results on the same hardware, workload and versions (warm_start.py):
@@ -150,6 +158,15 @@ class FailureAwareOptunaSearch(OptunaSearch):
         # Their configs, enqueued: the proposal of each is answered with its result (config
         # key -> [(trial id, value)]), not run.
         self._answers: dict[str, list[tuple[str, Optional[Any]]]] = {}
+        self._edge_state(edges, edge_steps)
+
+    def _edge_state(self, edges: Optional[Mapping[str, tuple[str, Optional[int]]]] = None,
+                    edge_steps: Optional[int] = None) -> None:
+        self.edges, self.edge_steps = dict(edges or {}), edge_steps
+        self._given: dict[str, dict] = {}  # trial id -> the config given to Tune
+        self._measured: list[tuple[dict, float]] = []  # (config, value) of each trial measured, edge steps too
+        self._memory: dict[str, tuple[float, float, float]] = {}  # config key -> (peak, workload, capacity) MB
+        self._edge_trials: dict[str, dict] = {}  # trial id -> a config past the space's edge
 
     def _since_resume_was_added(self) -> None:
         """What a searcher saved by a version before these counts lacks."""
@@ -157,6 +174,8 @@ class FailureAwareOptunaSearch(OptunaSearch):
                             ("_recovered", {}), ("_answers", {}), ("local_search", 0),
                             ("local_after", None)):
             self.__dict__.setdefault(name, empty)
+        if "edges" not in self.__dict__:
+            self._edge_state()
 
     def __setstate__(self, state: dict) -> None:  # unpickled from Tune's tuner.pkl
         self.__dict__.update(state)
@@ -174,9 +193,18 @@ class FailureAwareOptunaSearch(OptunaSearch):
         config = self._suggest(trial_id)
         if gate is not None and not isinstance(config, dict):
             gate.release(trial_id)  # no trial after all: the seat back
+        if isinstance(config, dict):
+            self._given[trial_id] = dict(config)
         return config
 
     def _suggest(self, trial_id: str) -> Optional[dict]:
+        edge = self._step_past_edge()
+        if edge is not None:
+            config, step = edge
+            self._proposed[trial_id] = config_key(config)
+            self._edge_trials[trial_id] = config
+            _LOCAL.setdefault(self.sweep_token, {})[config_key(config)] = step
+            return self._publish({}, config)
         self._step_from_leader()
         # Repeats answered on the way to this trial's config: recorded (once per config)
         # when it comes; repeats that end the search (its space used up) are not news.
@@ -290,6 +318,29 @@ class FailureAwareOptunaSearch(OptunaSearch):
                 _LOCAL.setdefault(self.sweep_token, {})[config_key(config)] = step
                 return
 
+    def _step_past_edge(self) -> Optional[tuple[dict, str]]:
+        """The leader's config one step past the space's edge, when it sits on one and that
+        step is neither measured nor running (define/edges.py); else None."""
+        if not self.edges or isinstance(self.metric, list) or not self._measured:
+            return None
+        if self.edge_steps is not None and len(self._edge_trials) >= self.edge_steps:
+            return None  # the rest of the budget is the search's
+        sign = 1 if self.mode == "max" else -1
+        leader, _ = max(self._measured, key=lambda measured: sign * measured[1])
+        trials = self._ot_study.get_trials(deepcopy=False)
+        distributions: dict[str, Any] = {}
+        for trial in trials:
+            distributions.update(trial.distributions)
+        running = {k for t, k in self._proposed.items() if t not in self._completed_trials}
+        taken = set(self._outcomes) | running | {config_key(t.params) for t in trials}
+        return edge_step(leader, self._memory.get(config_key(leader)), self.edges,
+                         largest_values(distributions, self.edges), taken)
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        if trial_id in self._edge_trials:
+            return  # not an Optuna trial: nothing to report to it
+        super().on_trial_result(trial_id, result)
+
     def _value_of(self, result: Mapping[str, Any]) -> Any:
         if isinstance(self.metric, list):
             return [result.get(m) for m in self.metric]
@@ -318,12 +369,30 @@ class FailureAwareOptunaSearch(OptunaSearch):
         gate = fair_share.gate_of(self.sweep_token)
         if gate is not None:  # Tune ends the trial's actor now: its seat is free
             gate.release(trial_id)
-        if trial_id not in self._ot_trials:
-            return  # a trial Tune saved a moment after this searcher (a kill in the midst of a save)
         if result and result.get("trial_failed"):
             result, error = None, True
+        self._remember(trial_id, result if not error else None)
+        if trial_id in self._edge_trials:  # a step past the edge: known here, not to Optuna
+            key = config_key(self._edge_trials[trial_id])
+            self._outcomes.setdefault(key, (trial_id, self._value_of(result) if result and not error else None))
+            self._completed_trials.add(trial_id)
+            return
+        if trial_id not in self._ot_trials:
+            return  # a trial Tune saved a moment after this searcher (a kill in the midst of a save)
         key = self._proposed.get(trial_id)
         if key is not None and trial_id not in self._completed_trials:
             value = self._value_of(result) if result and not error else None
             self._outcomes.setdefault(key, (trial_id, value))
         super().on_trial_complete(trial_id, result=result, error=error)
+
+    def _remember(self, trial_id: str, result: Optional[Mapping[str, Any]]) -> None:
+        """A measured trial's config and value, and its memory figures (for the edge steps)."""
+        config = self._given.get(trial_id)
+        if config is None or not result or isinstance(self.metric, list):
+            return
+        value = self._value_of(result)
+        if _finite(value):
+            self._measured.append((config, float(value)))
+        memory = tuple(float(result.get(name, math.nan)) for name in
+                       ("peak_memory_mb", "workload_memory_mb", "memory_capacity_mb"))
+        self._memory[config_key(config)] = memory
