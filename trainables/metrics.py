@@ -183,6 +183,15 @@ TRAINING_METRICS = MetricSet(
         # its intra-op threads (one fewer per core another process kept busy as it started),
         # those asked, what the others took then, in cores, and its niceness.
         Metric("intra_op_threads", "threads"),
+        # What limits the config (trainables/timing/limiter.py): the share of a profiled
+        # step's time after the last window in compute kernels, other operators, the
+        # optimizer, waiting for data and the host's dispatch (the largest, with its knob:
+        # the ``limiter`` tag).
+        Metric("limit_compute_share", ""),
+        Metric("limit_ops_share", ""),
+        Metric("limit_optimizer_share", ""),
+        Metric("limit_data_share", ""),
+        Metric("limit_host_share", ""),
         Metric("threads_asked", "threads"),
         Metric("other_cpus_at_start", "cores"),
         Metric("niceness", ""),

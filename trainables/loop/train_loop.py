@@ -36,6 +36,7 @@ from accelsweep.trainables.timing.windows import (WindowStats, coefficient_of_va
 from accelsweep.trainables.metrics import DRIVER_METRICS, TRAINING_METRICS
 from accelsweep.trainables.platforms import get_platform
 from accelsweep.trainables.platforms.cpu_threads import ThreadFit
+from accelsweep.trainables.timing.limiter import data_range, profile_steps
 from accelsweep.trainables.precision import get_precision
 from accelsweep.trainables.loop.rejection import SlowTrial, StepGuard, TrialLimits, current_limits
 from accelsweep.trainables.loop.watchdog import TrialAborted
@@ -254,11 +255,29 @@ def _measure(config: TrialConfig, report, usd_per_hour: float, platform, workloa
             result[f"window_throughput_{unit}_per_s"] = units / window.seconds
             result[f"usd_per_1m_{unit}"] = usd_per_1m_samples(usd_per_hour, unit_throughput)
         result.update(_workload_figures(workload, trial.counts_done, result, world, device))
+        if index == config.windows:
+            result.update(_limiter(trial, platform, world, turns))
         if report is not None:
             report(result)
         latest.clear()
         latest.update(result)
     return result
+
+
+def _limiter(trial: "_Trial", platform, world, turns) -> dict[str, Any]:
+    """After the last window, outside it: what limits this config (timing/limiter.py), from
+    a few profiled steps. A trial of one process whose host clock times its steps only;
+    not while configs take turns (the baton's window is the turn's)."""
+    if not platform.host_clock_times_steps or world.size > 1 or turns is not None:
+        return {}
+    trial.counting, trial.profiling = False, True
+    try:
+        with trial.segment():
+            return profile_steps(trial.step, trial.sync).figures()
+    except Exception as error:  # noqa: BLE001 - the trial's figures stand without it; said in its result
+        return {"limiter": f"not profiled: {type(error).__name__}: {error}"}
+    finally:
+        trial.profiling = False
 
 
 class _SpeedProbe:
@@ -356,6 +375,7 @@ class _Trial:
         self.steps_done = 0
         self.counts_done: collections.Counter = collections.Counter()  # the workload's, measured steps only
         self.counting = False  # on from the first measured window
+        self.profiling = False  # the limiter's steps (timing/limiter.py) mark their batches
         counted = _counted(loader, workload, self.batch_counts)
         self.batches = iter(platform.device_batches(counted, device, config))
         self.group = platform.steps_per_execution(config)  # steps per XLA execution (1 elsewhere)
@@ -408,7 +428,9 @@ class _Trial:
         return value.to(memory_format=self.memory_format) if value.dim() == 4 else value
 
     def step(self) -> None:
-        self.train_step(*next(self.batches))
+        with data_range(self.profiling):  # what the limiter counts as waiting for data
+            batch = next(self.batches)
+        self.train_step(*batch)
         self.steps_done += 1
         units, counts = self.batch_counts.popleft()
         self.units_done += units

@@ -28,6 +28,7 @@ from accelsweep.trainables.roofline import roofline_phrase
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.metrics import TRAINING_METRICS, MetricSet
 from accelsweep.trainables.harness.microbench import NOISY_CV
+from accelsweep.trainables.timing.limiter import PROFILED_STEPS
 from accelsweep.trainables.utilisation import utilisation_line
 
 # One definition of overhead_s, for every trainable (the driver computes it, callbacks.py).
@@ -269,6 +270,9 @@ def summary_blocks(title: str, records: Sequence[TrialRecord], metric: str, mode
             timing = f"; step times from {best.result['step_time_source']}" if "step_time_source" in best.result else ""
             lines.append(f"best device: {best.result['device']}{timing}")
         lines += utilisation_lines(best, base)
+        if best.result.get("limiter"):
+            lines.append(f"limiter (trial {best.number}, {PROFILED_STEPS} profiled steps after its windows): "
+                         f"{best.result['limiter']}")
     if len(shapes) > 1:
         lines += ([""] if lines[-1] else []) + _per_shape_lines(shapes, baseline, metric, mode, knobs, declared,
                                                                 records)
