@@ -29,6 +29,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
+from accelsweep.sweeps.neuron_vit import base_config  # noqa: E402
+from accelsweep.trainables.platforms.cpu import cpu_model_name  # noqa: E402
 from benchmarks.contention import start_competitor, stop  # noqa: E402
 
 ARMS = ("before", "after")
@@ -51,8 +53,6 @@ print(json.dumps({k: result.get(k) for k in keys}))
 
 
 def baseline(smoke: bool) -> dict:
-    from accelsweep.sweeps.neuron_vit import base_config
-
     return base_config("cpu", smoke, os.cpu_count() or 1, None, 0).to_dict()
 
 
@@ -96,16 +96,10 @@ def main() -> None:
     print("\n".join(lines))
     if args.out:
         record = {"date": time.strftime("%Y-%m-%d %H:%M"), "machine": platform.processor() or platform.machine(),
-                  "cpu": _cpu_name(), "cpus": os.cpu_count(), "config": config, "rounds": args.rounds,
+                  "cpu": cpu_model_name(), "cpus": os.cpu_count(), "config": config, "rounds": args.rounds,
                   "runs": runs, "median_samples_per_s": median, "slowdown": slow, "table": lines}
         with open(args.out, "w") as out:
             json.dump(record, out, indent=1)
-
-
-def _cpu_name() -> str:
-    from accelsweep.trainables.platforms.cpu import cpu_model_name
-
-    return cpu_model_name()
 
 
 if __name__ == "__main__":

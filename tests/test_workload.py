@@ -11,6 +11,7 @@ from accelsweep.trainables.config import TrialConfig
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.metrics import Metric
 from accelsweep.trainables.loop.train_loop import run_training
+from accelsweep.trainables.timing.limiter import PROFILED_STEPS
 from accelsweep.trainables.workloads.base import Workload, WorkloadKnobs, import_path, knob, load_workload
 
 QUICK = dict(warmup_steps=1, window_min_steps=3, window_min_s=0.0, windows=2, batch_size=4)
@@ -289,7 +290,8 @@ def test_dict_inputs_counts_figures_and_per_step_work_of_a_workload():
     result = run_training(config)
     assert result["padding_fraction"] == pytest.approx(0.25)
     assert result["throughput_tokens_per_s"] == pytest.approx(6 * result["throughput_samples_per_s"])
-    assert PackedTokens.steps_seen == 1 + result["measured_steps"]  # warm-up and measured steps
+    # Warm-up, measured, and the limiter's profiled steps after the last window (timing/limiter.py).
+    assert PackedTokens.steps_seen == 1 + result["measured_steps"] + PROFILED_STEPS
     assert "padding_fraction" in train_trainable.metrics(config).names  # declared: summary, MLflow, objectives
 
 

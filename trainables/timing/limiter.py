@@ -1,22 +1,14 @@
-"""What limits a config: one profiled window, its step time split by what it was spent on.
-
-After a trial's last measured window (outside every timed one), a few more steps run under
-torch.profiler, and their host time is split into
-
-- ``compute``: compute kernels (matmul, convolution, attention), their own time;
-- ``ops``: every other operator's own time (elementwise, norms, copies, reductions);
-- ``optimizer``: the optimizer's step and zero_grad, their operators' work (torch's
-  ``Optimizer.step#...`` ranges);
-- ``data``: waiting for the next batch (the loader, the copy to the device);
-- ``host``: the host's dispatch: Python and the framework between operators, and each
-  operator call's fixed cost, measured here as the profiled time of an operator on a
-  one-element tensor (``dispatch_cost_s``), taken from each call's own time.
-
-The largest names the knob that attacks it (``ADVICE``): a larger batch when dispatch
-dominates, loader workers when data does, compilation when small operators do. Only where
-the host clock times the steps (a CPU: its kernels run on the calling thread); on an
-asynchronous device the host's split says nothing of the device's time, and no line is
-given (said, not guessed).
+"""What limits a config: a few profiled steps after a trial's last window (outside every
+timed one), their host time split into ``compute`` (matmul, convolution, attention kernels'
+own time), ``ops`` (every other operator's), ``optimizer`` (its operators' work under
+torch's ``Optimizer.step#...`` ranges), ``data`` (waiting for the next batch: the loader,
+the copy to the device) and ``host`` (Python and the framework between operators, plus each
+operator call's fixed cost: the profiled own time of an add of one-element tensors,
+``dispatch_cost_s``). The largest names the knob that attacks it (``ADVICE``): a larger
+batch when dispatch dominates, loader workers when data does, compilation when small
+operators do. Only where the host clock times the steps (a CPU, whose kernels run on the
+calling thread); on an asynchronous device the host's split says nothing of the device's
+time, and no line is given.
 """
 
 from __future__ import annotations

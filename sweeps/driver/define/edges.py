@@ -3,7 +3,7 @@ ordered knob, the next value out is tried, and again while it keeps leading.
 
 Why: a space is written before the host is known. The main job's CPU batches end at 64;
 on a 2-core Sapphire Rapids both tools' winners sat on 64, and 256 measured 10% faster in
-a plain loop (issue 51): the seeds' engineers would simply have tried the next batch. The
+a plain loop: the seeds' engineers would simply have tried the next batch. The
 platform says which knobs are ordered, how to step out and how far this hardware lets
 them go (``Platform.ordered_knobs``); the batch also stops where its memory would not fit
 (``fits_memory``), and a step that fails (out of memory) or measures worse ends the climb
