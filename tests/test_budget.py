@@ -342,6 +342,41 @@ def test_a_leader_on_the_batch_edge_makes_the_next_batch_tried_while_it_leads_an
         "batch_size 64 -> 128 (trial 2: 150); batch_size 128 -> 256 (trial 3: 140)"]
 
 
+def test_a_resumed_sweep_learns_and_reruns_its_steps_past_the_edge_without_asking_optuna_for_them():
+    """A step past the edge is no Optuna trial: a resume that found one measured after
+    Tune's save, and another cut off by the kill, must not enqueue them in Optuna (their
+    batch is not among the space's choices: Optuna refuses the ask)."""
+    import optuna
+
+    from accelsweep.sweeps.driver.record.resumed_runs import MeasuredRun, ResumeNews, tell_resumed
+    from accelsweep.sweeps.driver.run.searchers import FailureAwareOptunaSearch, config_key
+
+    def space(trial):
+        trial.suggest_categorical("batch_size", [16, 32, 64])
+
+    searcher = FailureAwareOptunaSearch(space, metric="score", mode="max", sweep_token="edge-resume", budget=8,
+                                        points_to_evaluate=[{"batch_size": 64}],
+                                        sampler=optuna.samplers.RandomSampler(seed=0),
+                                        edges={"batch_size": ("x2", 1024)})
+    assert searcher.suggest("t0") == {"batch_size": 64}
+    searcher.on_trial_complete("t0", {"score": 64.0})
+    assert searcher.suggest("t1") == {"batch_size": 128}  # in flight when the driver was killed
+    restored = searcher  # as Tune restored it (its state saved with t1 in flight)
+    tell_resumed("edge-resume", ResumeNews(
+        measured=[MeasuredRun("t1", {"batch_size": 128}, {"score": 128.0}, False),
+                  MeasuredRun("t2", {"batch_size": 256}, {"score": 100.0}, False)],  # proposed after the save
+        again=[{"batch_size": 512}], tune_trials={"t0", "t1"}))
+    again = restored.suggest("t3")
+    assert again == {"batch_size": 512}, again  # the cut-off step first, through the edge path
+    restored.on_trial_complete("t3", {"score": 90.0})
+    following = []
+    for number in (4, 5):
+        following.append(restored.suggest(f"t{number}"))
+        restored.on_trial_complete(f"t{number}", {"score": 1.0})
+    assert sorted(c["batch_size"] for c in following) == [16, 32], following  # Optuna's, inside the space
+    assert config_key({"batch_size": 256}) in restored._outcomes  # known: not proposed again
+
+
 def test_the_local_search_begins_early_when_its_time_comes():
     """A time budget ends a search before its last proposals: past ``local_after`` every
     proposal steps from the leader, however many proposals are left."""

@@ -156,6 +156,12 @@ def test_the_summary_table_utilisation_and_answer_name_the_verdicts_config_the_l
     assert answer.best.is_baseline and not answer.judgement.verdict.beats_baseline and answer.judgement.verdict.decided
     assert "confirmed best (trial 1)" in summary("s", search, "score", "max", list(base), "", "ui", 1.0,
                                                  confirmations=level)
+    # Rounds that decide nothing: the search's leader stands, not called confirmed.
+    unsure = confirmed({"base": (180, 185, 182), "twin": (150, 260, 200), "simple": (140, 250, 210)})
+    answer = sweep_answer(search, unsure, "score", "max")
+    assert not answer.judgement.verdict.decided and answer.best.number == 14 and not answer.confirmed
+    assert "confirmed best" not in summary("s", search, "score", "max", list(base), "", "ui", 1.0,
+                                           confirmations=unsure)
     # No confirmation: the search's leader, as before.
     assert sweep_answer(search, [], "score", "max").best.number == 14
     assert "best (trial 14)" in summary("s", search, "score", "max", list(base), "", "ui", 1.0)

@@ -97,7 +97,7 @@ def _run_training(config: TrialConfig, report: Optional[Callable[[dict], None]],
     memory_before_mb = platform.memory_in_use_mb(device)
     trial = _Trial(config, platform, workload, device, world)
     if threads_fit is not None:
-        threads_fit.fit()  # the warm-up's threads, from what others took while the trial started
+        threads_fit.fit()  # from what others took while the trial started
     result: dict = {}  # the cumulative result of the windows done so far
     if config.nan_capture:
         def report_capture(fields: dict) -> None:
@@ -147,10 +147,11 @@ def _measure(config: TrialConfig, report, usd_per_hour: float, platform, workloa
     first_step_s, warmup_step_s = trial.warm_up(guard)
     compiles.warmed_up()
     threading: dict = {}
-    if threads_fit is not None:  # the windows' threads: a core still busy through the warm-up too
-        threads_fit.fit(wait=True)
+    if threads_fit is not None:
         note = threads_fit.note()
         threading = {**threads_fit.figures(), **({"threading": note} if note else {})}
+    # Fewer threads than asked: every window counts as contended (its figure is not the config's).
+    threads_cut = threads_fit is not None and threads_fit.cut
     min_steps, min_seconds = trial.window_bounds(warmup_step_s)
     unit = workload.unit
     # Once: a platform may gather them over the workers.
@@ -204,6 +205,7 @@ def _measure(config: TrialConfig, report, usd_per_hour: float, platform, workloa
             [window.seconds, contention.excess_cpus if contention else -1.0,
              contention.other_cpus if contention else -1.0, float(bool(contention and contention.contended))],
             "max", device)
+        contended = max(contended, float(threads_cut))
         windows.add(samples, units, window_seconds, contended=contended > 0)
         throughput = windows.throughput()
         peak_memory_mb = platform.peak_memory_mb(device)
@@ -428,7 +430,10 @@ class _Trial:
         return value.to(memory_format=self.memory_format) if value.dim() == 4 else value
 
     def step(self) -> None:
-        with data_range(self.profiling):  # what the limiter counts as waiting for data
+        if self.profiling:
+            with data_range():  # what the limiter counts as waiting for data
+                batch = next(self.batches)
+        else:
             batch = next(self.batches)
         self.train_step(*batch)
         self.steps_done += 1

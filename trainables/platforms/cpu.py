@@ -15,6 +15,7 @@ import ctypes
 import gc
 import glob
 import importlib.util
+import math
 import os
 import platform as host
 import sys
@@ -385,15 +386,22 @@ class CpuPlatform(Platform):
                 "threads": ("+1", config.cpus_per_worker)}
 
     def memory_capacity_mb(self, device: "torch.device") -> float:
-        """The host's memory (MemTotal): a trial's peak RSS is measured against it."""
+        """The memory a trial's peak RSS is measured against: the host's (MemTotal), or the
+        container's limit where that is lower (cgroup v2 memory.max)."""
+        total = float("nan")
         try:
             with open("/proc/meminfo") as meminfo:
-                for line in meminfo:
-                    if line.startswith("MemTotal:"):
-                        return int(line.split()[1]) / 1024
-        except (OSError, ValueError, IndexError):
+                total = next(int(line.split()[1]) / 1024 for line in meminfo if line.startswith("MemTotal:"))
+        except (OSError, ValueError, IndexError, StopIteration):
             pass
-        return float("nan")
+        try:
+            with open("/sys/fs/cgroup/memory.max") as limit:
+                text = limit.read().strip()
+            if text.isdigit():
+                total = min(total, int(text) / 2**20) if math.isfinite(total) else int(text) / 2**20
+        except OSError:
+            pass
+        return total
 
     def thread_fit(self, config: "TrialConfig") -> ThreadFit:
         return ThreadFit(asked=self.threads(config)).start()

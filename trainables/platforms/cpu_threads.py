@@ -5,13 +5,14 @@ process keeps one of a trial's cores busy, the thread sharing that core runs a s
 time and every op of the step waits for it; Ray starts its workers at nice 15, so beside
 a nice-0 process that thread gets about 1/30 of its core. Measured in a plain loop (the
 main job's vit-tiny baseline, 2 threads, 2-core AMD EPYC; benchmarks/neighbour_cost.py,
-its records in benchmarks/results/neighbour_cost.md): beside one busy process, 2 spinning
+its records in benchmarks/data/neighbour_cost_*.json): beside one busy process, 2 spinning
 threads ran 3.7x slower at nice 0 and 22x slower at nice 15; one thread on the free core
 1.6x; two threads with OpenMP's passive wait policy 1.7x, but 1.4x slower than spinning
 when quiet. So the trial keeps the spinning policy (quiet figures are what sweeps rank),
 lowers its niceness to 0 where it may, and runs one thread fewer for each core another
-process keeps busy, read twice (over its start, and over its warm-up, so a burst while it
-started, such as the previous trial's process ending, does not cost it a thread).
+process keeps busy, read twice (over its start, then a quarter second more, so a burst
+while it started, such as the previous trial's process ending, does not cost it a thread).
+Its windows then count as contended: a figure of fewer threads is not the config's.
 """
 
 from __future__ import annotations
@@ -67,8 +68,8 @@ def renice(target: int = 0) -> tuple[int, str]:
 
 @dataclass
 class ThreadFit:
-    """One trial's fit: ``start()`` at the trial's start; ``fit()`` before its warm-up and
-    again after it. Threads are cut only while every reading so far says a core is busy."""
+    """One trial's fit: ``start()`` at the trial's start, ``fit()`` before its warm-up.
+    Threads are cut only when two readings say a core is busy."""
 
     asked: int
     cores: int = field(default_factory=machine_cpus)
@@ -87,30 +88,37 @@ class ThreadFit:
         self._since = time.monotonic()
         return self
 
-    def fit(self, wait: bool = False) -> int:
-        """Read other processes' CPU since the last reading and set the threads. A span
-        shorter than MIN_READING_S is skipped, unless ``wait`` and there is something to
-        read for: no reading yet, or a cut to confirm (a quiet start costs no wait)."""
+    def fit(self) -> int:
+        """Once, before the warm-up (a compiled config's kernels keep the thread count they
+        were compiled with): read other processes' CPU since ``start`` (waited out to
+        MIN_READING_S), and when that says a core is busy, read again over MIN_READING_S
+        (a burst while the trial started costs it nothing); set the threads."""
         import torch
 
         if self._meter is None:
             return self.threads
-        short = MIN_READING_S - (time.monotonic() - self._since)
-        if short > 0:
-            if not wait or (self.readings and self.threads == self.asked):
+        for _ in range(2):
+            short = MIN_READING_S - (time.monotonic() - self._since)
+            if short > 0:
+                time.sleep(short)
+            contention = self._meter.stop()
+            self._since = time.monotonic()
+            if contention is None:  # no /proc here: the threads asked, unread
+                self._meter = None
                 return self.threads
-            time.sleep(short)
-        contention = self._meter.stop()
-        self._since = time.monotonic()
-        if contention is None:  # no /proc here: the threads asked, unread
-            self._meter = None
-            return self.threads
-        self.readings.append(contention.other_cpus)
+            self.readings.append(contention.other_cpus)
+            if fitted_threads(self.asked, self.cores, min(self.readings)) == self.asked:
+                break
         self.threads = fitted_threads(self.asked, self.cores, min(self.readings))
         if torch.get_num_threads() != self.threads:
             torch.set_num_threads(self.threads)
-        self.niceness, self.nice_refused = renice()  # threads the warm-up started (inductor's, the pool's)
+        self.niceness, self.nice_refused = renice()  # threads started since (the intra-op pool's)
         return self.threads
+
+    @property
+    def cut(self) -> bool:
+        """It runs fewer threads than asked: its figure is not the config's."""
+        return self.threads < self.asked
 
     def figures(self) -> dict[str, float]:
         """For each result of the trial."""

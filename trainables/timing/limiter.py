@@ -41,6 +41,7 @@ ADVICE = {
 _COMPUTE = re.compile(r"^aten::(addmm|mm|bmm|baddbmm|_addmm_activation|matmul|linear)$|conv|attention"
                       r"|scaled_dot_product|mkldnn_(linear|matmul)")
 _OPTIMIZER = "Optimizer."
+_COMPILED = re.compile(r"Compiled|Torch-Compiled Region|CompiledFxGraph")
 
 
 @dataclass(frozen=True)
@@ -114,11 +115,8 @@ def dispatch_cost_s(calls: int = 200) -> float:
 
 
 @contextlib.contextmanager
-def data_range(active: bool) -> Iterator[None]:
-    """The range the split counts as waiting for data (a no-op when not profiling)."""
-    if not active:
-        yield
-        return
+def data_range() -> Iterator[None]:
+    """The range the split counts as waiting for data."""
     import torch
 
     with torch.profiler.record_function(DATA_RANGE):
@@ -145,12 +143,10 @@ def split(events, wall_s: float, steps: int, per_call_s: float) -> Breakdown:
     """The profiled ``events`` (torch's FunctionEvents) over ``wall_s`` split by limit."""
     seconds = dict.fromkeys(LIMITS, 0.0)
     covered = 0.0
-    main_thread = None
-    for event in events:
-        if event.cpu_parent is not None:
-            continue
-        if main_thread is None:
-            main_thread = event.thread
+    # The steps' thread: the one that fetched their batches (the profiler's own thread ids).
+    tops = [event for event in events if event.cpu_parent is None]
+    main_thread = next((e.thread for e in tops if e.name == DATA_RANGE), tops[0].thread if tops else None)
+    for event in tops:
         if event.thread != main_thread:
             continue  # other threads' work overlaps the step's: its own thread's time is the step's
         covered += event.cpu_time_total / 1e6
@@ -173,6 +169,8 @@ def _walk(event, seconds: dict[str, float], per_call_s: float, in_optimizer: boo
         seconds["host"] += fixed
         work = "optimizer" if in_optimizer else "compute" if _COMPUTE.search(event.name) else "ops"
         seconds[work] += own - fixed
+    elif _COMPILED.search(event.name):  # inductor's fused kernels run in its range, no operator of their own
+        seconds["optimizer" if in_optimizer else "ops"] += own
     else:  # a range (autograd's, a module's, the optimizer's Python): its own time is the framework's
         seconds["host"] += own
     for child in event.cpu_children:

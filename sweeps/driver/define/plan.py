@@ -536,9 +536,10 @@ def local_search_trials(sweep: Sweep) -> int:
 
 
 def edge_trials(sweep: Sweep) -> int:
-    """The most proposals that step past the space's edge (define/edges.py): a quarter of
-    the budget, as the local search's, and one at least; the rest is the search's."""
-    return max(1, sweep.num_samples // 4)
+    """The most proposals that step past the space's edge (define/edges.py): as many as the
+    local search's (a quarter of the budget, at most LOCAL_SEARCH_MAX: a batch 64 doubled
+    four times is 1024), one at least; the rest is the search's."""
+    return max(1, min(LOCAL_SEARCH_MAX, sweep.num_samples // 4))
 
 
 def startup_trials(sweep: Sweep) -> int:

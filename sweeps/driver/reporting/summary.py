@@ -33,7 +33,7 @@ from accelsweep.trainables.utilisation import utilisation_line
 
 # One definition of overhead_s, for every trainable (the driver computes it, callbacks.py).
 OVERHEAD_MEANING = ("the trial's wall time outside its compile, warm-up and measured windows: process start-up, "
-                    "imports, building the model and data, reporting")
+                    "imports, building the model and data, the limiter's profiled steps, reporting")
 
 __all__ = ["OVERHEAD_MEANING", "Table", "best_record", "dominates", "html", "kernel_shape", "kernel_shapes",
            "markdown", "mean_overhead_s", "objective_vector", "op_keys", "pareto_set", "plain", "ranked", "summary",
@@ -270,9 +270,10 @@ def summary_blocks(title: str, records: Sequence[TrialRecord], metric: str, mode
             timing = f"; step times from {best.result['step_time_source']}" if "step_time_source" in best.result else ""
             lines.append(f"best device: {best.result['device']}{timing}")
         lines += utilisation_lines(best, base)
-        if best.result.get("limiter"):
-            lines.append(f"limiter (trial {best.number}, {PROFILED_STEPS} profiled steps after its windows): "
-                         f"{best.result['limiter']}")
+        limiter = str(best.result.get("limiter") or "")
+        if limiter:
+            how = "" if limiter.startswith("not profiled") else f", {PROFILED_STEPS} profiled steps after its windows"
+            lines.append(f"limiter (trial {best.number}{how}): {limiter}")
     if len(shapes) > 1:
         lines += ([""] if lines[-1] else []) + _per_shape_lines(shapes, baseline, metric, mode, knobs, declared,
                                                                 records)

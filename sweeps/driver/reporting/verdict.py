@@ -261,10 +261,12 @@ class Judgement:
 
     @property
     def answer_key(self) -> Optional[str]:
-        """The config the verdict recommends: the baseline's when it decided that none beats
-        it; else the one it names (a confirmed gain, or the undecided best candidate); None
-        when no round could be judged (then the search's leader stands)."""
-        if self.verdict.decided and not self.verdict.beats_baseline:
+        """The config the verdict recommends: the one it confirmed beats the baseline, or
+        the baseline's when it decided that none does; None when it decided nothing (then
+        the search's leader stands, and is not called confirmed)."""
+        if not self.verdict.decided:
+            return None
+        if not self.verdict.beats_baseline:
             return self.baseline_key
         return next((key for key, name in self.names.items() if name == self.verdict.subject), None)
 

@@ -14,7 +14,8 @@ from optuna.trial import TrialState
 from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
-from accelsweep.sweeps.driver.define.edges import edge_step, largest_values
+from accelsweep.sweeps.driver.define.edges import EDGE_MARK, edge_step, largest_values
+from accelsweep.sweeps.driver.record.optuna_study import holds
 from accelsweep.sweeps.driver.record.resumed_runs import MeasuredRun, ResumeNews, resume_news, tell_resumed
 from accelsweep.sweeps.driver.run import fair_share
 from accelsweep.sweeps.driver.record.trial_record import config_key
@@ -167,6 +168,7 @@ class FailureAwareOptunaSearch(OptunaSearch):
         self._measured: list[tuple[dict, float]] = []  # (config, value) of each trial measured, edge steps too
         self._memory: dict[str, tuple[float, float, float]] = {}  # config key -> (peak, workload, capacity) MB
         self._edge_trials: dict[str, dict] = {}  # trial id -> a config past the space's edge
+        self._edge_again: list[dict] = []  # such configs a resumed sweep runs again (their trial was cut off)
 
     def _since_resume_was_added(self) -> None:
         """What a searcher saved by a version before these counts lacks."""
@@ -176,6 +178,7 @@ class FailureAwareOptunaSearch(OptunaSearch):
             self.__dict__.setdefault(name, empty)
         if "edges" not in self.__dict__:
             self._edge_state()
+        self.__dict__.setdefault("_edge_again", [])
 
     def __setstate__(self, state: dict) -> None:  # unpickled from Tune's tuner.pkl
         self.__dict__.update(state)
@@ -268,9 +271,27 @@ class FailureAwareOptunaSearch(OptunaSearch):
                              if t not in news.tune_trials and t not in self._completed_trials]:
                 self._tell(self._ot_trials.pop(trial_id), None)
                 self._proposed.pop(trial_id, None)
+            for trial_id in [t for t in self._edge_trials
+                             if t not in news.tune_trials and t not in self._completed_trials]:
+                self._edge_trials.pop(trial_id)  # a step no trial has: proposed again if a resume asks
+                self._proposed.pop(trial_id, None)
         for run in news.measured:
             if run.trial_id in self._completed_trials or run.trial_id in self._recovered:
                 continue  # known already
+            if run.trial_id in self._edge_trials:  # a step past the edge Tune saved in flight: no Optuna trial
+                self._given.setdefault(run.trial_id, dict(run.config))
+                self.on_trial_complete(run.trial_id, result=run.result, error=run.failed)
+                continue
+            if not self._in_space(run.config):
+                # A step past the edge proposed after the save: its result is known here, no
+                # Optuna proposal can carry it (its value is not among the space's choices).
+                value = None if run.failed else self._value_of(run.result)
+                self._recovered[run.trial_id] = config_key(run.config)
+                self._outcomes.setdefault(config_key(run.config), (run.trial_id, value))
+                if not run.failed:
+                    self._given[run.trial_id] = dict(run.config)
+                    self._remember(run.trial_id, run.result)
+                continue
             if run.trial_id in self._ot_trials:
                 # In flight when Tune saved it, ended before the kill: Tune's saved state now
                 # says it ended (resumed_runs.py), and Tune will not tell this searcher.
@@ -288,7 +309,12 @@ class FailureAwareOptunaSearch(OptunaSearch):
 
     def _enqueue(self, config: dict) -> None:
         """Have ``config`` proposed before anything new, unless it waits in the queue already
-        (a sweep's ``points`` not yet proposed when Tune saved this searcher)."""
+        (a sweep's ``points`` not yet proposed when Tune saved this searcher). A config past
+        the space's edge waits in a queue of its own (``_step_past_edge`` proposes it)."""
+        if not self._in_space(config):
+            if config_key(config) not in {config_key(c) for c in self._edge_again}:
+                self._edge_again.append(dict(config))
+            return
         waiting = self._ot_study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
         if not any(config_key(t.system_attrs.get("fixed_params") or {}) == config_key(config) for t in waiting):
             self._ot_study.enqueue_trial(config)
@@ -318,23 +344,41 @@ class FailureAwareOptunaSearch(OptunaSearch):
                 _LOCAL.setdefault(self.sweep_token, {})[config_key(config)] = step
                 return
 
+    def _distributions(self) -> dict[str, Any]:
+        distributions: dict[str, Any] = {}
+        for trial in self._ot_study.get_trials(deepcopy=False):
+            distributions.update(trial.distributions)
+        return distributions
+
+    def _in_space(self, config: Mapping[str, Any]) -> bool:
+        """Whether every knob of ``config`` the space has a distribution for holds its value."""
+        distributions = self._distributions()
+        return all(holds(distributions[k], v) for k, v in config.items() if k in distributions)
+
     def _step_past_edge(self) -> Optional[tuple[dict, str]]:
-        """The leader's config one step past the space's edge, when it sits on one and that
-        step is neither measured nor running (define/edges.py); else None."""
+        """A resumed sweep's step past the edge first (its trial was cut off); else the
+        leader's config one step past the space's edge, when it sits on one and that step is
+        neither measured nor running (define/edges.py), and no queued proposal waits (a
+        sweep's points, its first guess, a resume's configs go first). Else None."""
+        if self._edge_again:
+            config = self._edge_again.pop(0)
+            return config, self._edge_label(config)
         if not self.edges or isinstance(self.metric, list) or not self._measured:
             return None
         if self.edge_steps is not None and len(self._edge_trials) >= self.edge_steps:
             return None  # the rest of the budget is the search's
+        trials = self._ot_study.get_trials(deepcopy=False)
+        if any(t.state == TrialState.WAITING for t in trials):
+            return None
         sign = 1 if self.mode == "max" else -1
         leader, _ = max(self._measured, key=lambda measured: sign * measured[1])
-        trials = self._ot_study.get_trials(deepcopy=False)
-        distributions: dict[str, Any] = {}
-        for trial in trials:
-            distributions.update(trial.distributions)
         running = {k for t, k in self._proposed.items() if t not in self._completed_trials}
         taken = set(self._outcomes) | running | {config_key(t.params) for t in trials}
         return edge_step(leader, self._memory.get(config_key(leader)), self.edges,
-                         largest_values(distributions, self.edges), taken)
+                         largest_values(self._distributions(), self.edges), taken)
+
+    def _edge_label(self, config: Mapping[str, Any]) -> str:
+        return _LOCAL.get(self.sweep_token, {}).get(config_key(config), f"run again {EDGE_MARK}")
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:
         if trial_id in self._edge_trials:
