@@ -1,18 +1,16 @@
 """A CPU trial's intra-op threads and niceness, fitted to the cores free when it starts.
 
-Why: OpenMP's threads spin at each barrier waiting for the slowest one. When another
+Why: OpenMP's threads spin at each barrier waiting for the slowest one; when another
 process keeps one of a trial's cores busy, the thread sharing that core runs a slice at a
-time and every op of the step waits for it; Ray starts its workers at nice 15, so beside
-a nice-0 process that thread gets about 1/30 of its core. Measured in a plain loop (the
-main job's vit-tiny baseline, 2 threads, 2-core AMD EPYC; benchmarks/neighbour_cost.py,
-its records in benchmarks/data/neighbour_cost_*.json): beside one busy process, 2 spinning
-threads ran 3.7x slower at nice 0 and 22x slower at nice 15; one thread on the free core
-1.6x; two threads with OpenMP's passive wait policy 1.7x, but 1.4x slower than spinning
-when quiet. So the trial keeps the spinning policy (quiet figures are what sweeps rank),
-lowers its niceness to 0 where it may, and runs one thread fewer for each core another
-process keeps busy, read twice (over its start, then a quarter second more, so a burst
-while it started, such as the previous trial's process ending, does not cost it a thread).
-Its windows then count as contended: a figure of fewer threads is not the config's.
+time and every op waits for it, and Ray starts its workers at nice 15 (about 1/30 of the
+core beside a nice-0 process). Measured in a plain loop (benchmarks/results/
+neighbour_plain_loop.md, 2-core AMD EPYC): beside one busy process, 2 spinning threads ran
+3.7x slower at nice 0 and 22x at nice 15; one thread 1.6x; two with OpenMP's passive wait
+policy 1.7x, but 1.4x slower than spinning when quiet. So the trial keeps the spinning
+policy (quiet figures are what sweeps rank), lowers its niceness to 0 where it may, and
+runs one thread fewer for each core another process keeps busy, read twice (over its
+start, then a quarter second more: a burst while it started costs it nothing). Its windows
+then count as contended: a figure of fewer threads is not the config's.
 """
 
 from __future__ import annotations
