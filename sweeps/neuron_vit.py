@@ -157,6 +157,9 @@ def build_sweep(args: argparse.Namespace) -> Sweep:
                     *([Objective("usd_per_1m_samples", "min")] if instance_types else [])],
         metrics=TRAINING_METRICS,
         cost=basis, cost_note=cost_note, platform_note=platform_note,
+        # Past the space's edge where the host's best may lie beyond it; not in a smoke run,
+        # whose toy space (a micro model's batches 8-32) says nothing of the host.
+        past_edge=not args.smoke,
         before_trials=functools.partial(precompile, count=args.precompile, basis=basis) if args.precompile else None,
         **sweep_options(args, default_samples=4 if args.smoke else DEFAULT_SAMPLES,
                         default_time_budget_s=CPU_TIME_BUDGET_S if sized_for_cpu and not args.smoke else None,

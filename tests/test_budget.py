@@ -342,6 +342,29 @@ def test_a_leader_on_the_batch_edge_makes_the_next_batch_tried_while_it_leads_an
         "batch_size 64 -> 128 (trial 2: 150); batch_size 128 -> 256 (trial 3: 140)"]
 
 
+def test_a_sweep_steps_past_its_edge_when_it_asks_and_the_main_job_asks_but_in_a_smoke_run():
+    from accelsweep import Sweep, plan_sweep
+    from accelsweep.sweeps.driver.run.lifecycle import _edges
+    from accelsweep.sweeps.neuron_vit import build_sweep, parser
+    from accelsweep.trainables.trainable import train_trainable
+
+    def space(trial):
+        trial.suggest_categorical("batch_size", [8, 16])
+        trial.suggest_categorical("threads", [1, 2])
+
+    def sweep(**options):
+        return Sweep(name="edges", trainable=train_trainable, space=space,
+                     base=TrialConfig.make(model="vit-micro", cpus_per_worker=2, batch_size=8, threads=1),
+                     tracking_uri="sqlite:///unused.db",
+                     **options)
+
+    assert _edges(plan_sweep(sweep())) == {}  # a user's own space, as written
+    assert _edges(plan_sweep(sweep(past_edge=True))) == {"batch_size": ("x2", None), "threads": ("+1", 2)}
+    assert _edges(plan_sweep(sweep(past_edge=True, repeats=True))) == {}
+    assert build_sweep(parser().parse_args(["--platform", "cpu"])).past_edge
+    assert not build_sweep(parser().parse_args(["--platform", "cpu", "--smoke"])).past_edge
+
+
 def test_a_resumed_sweep_learns_and_reruns_its_steps_past_the_edge_without_asking_optuna_for_them():
     """A step past the edge is no Optuna trial: a resume that found one measured after
     Tune's save, and another cut off by the kill, must not enqueue them in Optuna (their

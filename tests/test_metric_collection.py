@@ -21,6 +21,7 @@ from accelsweep.trainables.platforms import get_platform  # noqa: E402
 from accelsweep.trainables.workloads import metric_collection as workload  # noqa: E402
 from accelsweep.trainables.config import TrialConfig  # noqa: E402
 from accelsweep.trainables.loop.train_loop import run_training  # noqa: E402
+from accelsweep.trainables.timing.limiter import PROFILED_STEPS  # noqa: E402
 from accelsweep.trainables.workloads.base import load_workload  # noqa: E402
 from tests.test_examples import run_smoke  # noqa: E402
 from tests.test_platform_knowledge import assert_study_imports  # noqa: E402
@@ -122,7 +123,8 @@ def test_the_loop_runs_the_mode_a_trial_asks_for():
     result = run_training(config)
     loaded = load_workload(study.WORKLOAD)
     assert result["throughput_samples_per_s"] > 0
-    assert loaded.metrics.steps == 3 and loaded.metrics.fixes == {"no_nan_check"}
+    # Warm-up, measured, and the limiter's profiled steps (trainables/timing/limiter.py).
+    assert loaded.metrics.steps == 3 + PROFILED_STEPS and loaded.metrics.fixes == {"no_nan_check"}
     run_training(TrialConfig.from_dict({**config.to_dict(), "metrics_mode": "none"}))
     assert loaded.metrics is None  # a new trial: the last trial's metrics are gone, none made
 

@@ -56,6 +56,22 @@ DESCRIPTIONS = {
     "compile_s": "compiler seconds in the trial: torch.compile's own timers, torch-xla's `CompileTime`; 0 for "
                  "eager. Kernel trials: the first (compiling) call, timed apart (torch.compile, jit and XLA "
                  "compile there)",
+    "memory_capacity_mb": "what `peak_memory_mb` is measured against: CPU, the host's memory (or a lower cgroup "
+                          "limit); CUDA, the GPU's; how far a batch may grow past the space's edge",
+    "intra_op_threads": "CPU: the intra-op threads the trial ran with: one fewer than asked for each core other "
+                        "processes kept busy as it started (trainables/platforms/cpu_threads.py)",
+    "threads_asked": "CPU: the intra-op threads the config asked for (the `threads` knob, else the CPUs it holds)",
+    "other_cpus_at_start": "CPU: cores other processes kept busy while the trial started (the lower of its "
+                           "readings), which set `intra_op_threads`",
+    "niceness": "CPU: the trial's niceness after lowering it from Ray's 15 (0 where the process may)",
+    "limit_compute_share": "share of a profiled step (3 steps after the last window) in compute kernels' own time: "
+                           "matmul, convolution, attention (trainables/timing/limiter.py; tag `limiter`)",
+    "limit_ops_share": "share of a profiled step in other operators' own time (elementwise, norms, copies; "
+                       "a compiled region's fused kernels)",
+    "limit_optimizer_share": "share of a profiled step in the optimizer's operators' work",
+    "limit_data_share": "share of a profiled step spent waiting for the next batch (the loader, the copy)",
+    "limit_host_share": "share of a profiled step in the host's dispatch: Python and the framework between "
+                        "operators, plus each operator call's fixed cost (measured in the trial's process)",
     "peak_memory_mb": "CPU: peak RSS of the trial process (reset per trial: torch, Ray and the interpreter "
                       "included, about 700 MB); CUDA: `max_memory_allocated`",
     "workload_memory_mb": "what the workload allocates: the peak over what the process held before the model was "

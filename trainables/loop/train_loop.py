@@ -272,6 +272,10 @@ def _limiter(trial: "_Trial", platform, world, turns) -> dict[str, Any]:
     not while configs take turns (the baton's window is the turn's)."""
     if not platform.host_clock_times_steps or world.size > 1 or turns is not None:
         return {}
+    from torch.autograd import _profiler_enabled  # torch is loaded: the trial has trained
+
+    if _profiler_enabled():  # a caller's own profiler: one session at a time, and it is theirs
+        return {"limiter": "not profiled: a profiler of the caller's was running"}
     trial.counting, trial.profiling = False, True
     try:
         with trial.segment():

@@ -178,6 +178,11 @@ class Sweep:
     # sampling (searchers.py); None: a quarter of num_samples, at most LOCAL_SEARCH_MAX,
     # with TPE and one objective; 0: none.
     local_search: Optional[int] = None
+    # While the best config so far sits on the largest value of an ordered knob its
+    # platform declares (batch size, loader workers, threads), propose it one step past the
+    # space's edge (define/edges.py), again while the step leads; a quarter of num_samples
+    # at most. Off by default: a user's own space is taken as written (the main job turns it on).
+    past_edge: bool = False
     # End the sweep once a trial has run whole, uncontended, at or above this share of the
     # hardware's peak (its mfu: trainables/utilisation.py); None: never (sweeps/driver/run/goal.py).
     stop_at_utilisation: Optional[float] = None

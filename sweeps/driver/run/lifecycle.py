@@ -182,11 +182,12 @@ def _searcher(plan: Plan, sweep_token: str = "", time_budget_s: Optional[float] 
 
 
 def _edges(plan: Plan) -> dict[str, tuple[str, Optional[int]]]:
-    """The ordered knobs of the space whose edge the search may step past: the platform's
-    (``Platform.ordered_knobs``, for the sweep's base config), searched here as counts. A
-    grid is the user's exact list, and a sweep of a user's own config type declares none."""
+    """The ordered knobs of the space whose edge the search may step past (Sweep.past_edge):
+    the platform's (``Platform.ordered_knobs``, for the sweep's base config), searched here
+    as counts. A grid is the user's exact list, a remeasure repeats its configs, and a sweep
+    of a user's own config type declares none."""
     sweep = plan.sweep
-    if sweep.sampler != "tpe" or not isinstance(sweep.base, TrialConfig):
+    if not sweep.past_edge or sweep.sampler != "tpe" or sweep.repeats or not isinstance(sweep.base, TrialConfig):
         return {}
     ordered = get_platform(sweep.base.platform).ordered_knobs(sweep.base)
     return {knob: rule for knob, rule in ordered.items() if knob in largest_values(plan.space.distributions, ordered)}
