@@ -127,7 +127,7 @@ def test_the_knobs_a_config_changes_are_read_from_its_searched_values():
 
 
 def test_the_summary_table_utilisation_and_answer_name_the_verdicts_config_the_leader_beside_it():
-    """Issue 51's run 1: its table and utilisation line said "best (trial 2)", its verdict
+    """A main job whose table and utilisation line said "best (trial 2)", its verdict
     "trial 9". One answer: the confirmation's pick; the search's leader shown as such."""
     base = {"batch_size": 16, "precision": "fp32", "patch_embed": "conv"}
     twin = {"batch_size": 64, "precision": "bf16", "patch_embed": "linear"}
@@ -261,7 +261,7 @@ def test_the_confirmation_fits_the_budget_left_one_candidate_before_fewer_rounds
 
 
 def test_the_simplest_near_best_is_confirmed_when_one_candidate_fits():
-    """Issue 51: the first guess (b64, bf16, channels_last, no compile) searched within a
+    """A main job on a 2-core Sapphire Rapids: the first guess (b64, bf16, channels_last, no compile) searched within a
     few percent of trial 9 (the same with a loader worker, inductor and a linear patch
     embed), beat it in a plain loop in 4 of 4 rounds, and was not confirmed: only one
     candidate fit, and it was the leader."""

@@ -228,7 +228,7 @@ class FailureAwareOptunaSearch(OptunaSearch):
             if self.repeats:
                 return self._publish(answered, config)
             measured = self._outcomes.get(key)
-            running = key in {k for t, k in self._proposed.items() if t not in self._completed_trials}
+            running = key in self._running_keys()
             if measured is None and not running:
                 self._proposed[trial_id] = key
                 return self._publish(answered, config)
@@ -344,6 +344,10 @@ class FailureAwareOptunaSearch(OptunaSearch):
                 _LOCAL.setdefault(self.sweep_token, {})[config_key(config)] = step
                 return
 
+    def _running_keys(self) -> set[str]:
+        """The config keys of the proposals Tune runs now."""
+        return {k for t, k in self._proposed.items() if t not in self._completed_trials}
+
     def _distributions(self) -> dict[str, Any]:
         distributions: dict[str, Any] = {}
         for trial in self._ot_study.get_trials(deepcopy=False):
@@ -372,8 +376,7 @@ class FailureAwareOptunaSearch(OptunaSearch):
             return None
         sign = 1 if self.mode == "max" else -1
         leader, _ = max(self._measured, key=lambda measured: sign * measured[1])
-        running = {k for t, k in self._proposed.items() if t not in self._completed_trials}
-        taken = set(self._outcomes) | running | {config_key(t.params) for t in trials}
+        taken = set(self._outcomes) | self._running_keys() | {config_key(t.params) for t in trials}
         return edge_step(leader, self._memory.get(config_key(leader)), self.edges,
                          largest_values(self._distributions(), self.edges), taken)
 
