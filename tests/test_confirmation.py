@@ -8,6 +8,7 @@ baseline's ``work=2`` (half the matrix products per sample): the right verdict i
 from __future__ import annotations
 
 import math
+import statistics
 import os
 import subprocess
 import sys
@@ -510,3 +511,36 @@ def test_main_guard_ends_a_script_with_its_status_after_the_exit_handlers(tmp_pa
     assert "after the guard" not in done.stdout
     assert (" thread ended" in done.stdout) == (case == "thread")
     assert ("error: batch_size" in done.stderr) == (case == "refused")
+
+
+def test_the_near_best_margin_is_derived_from_the_runs_own_noise():
+    """Twice a one-trial figure's noise: its windows' cv over sqrt(windows), and the host
+    probe's spread across trials. A noisy run counts a config 8% below the leader near it
+    (and confirms the simpler one); a quiet run does not; a run that measured no noise keeps
+    the recorded margin."""
+    from accelsweep.sweeps.driver.reporting.noise import PRIOR_MARGIN, figure_noise, near_best_margin
+
+    base = {"batch_size": 16, "precision": "fp32", "channels_last": False}
+    simple = {**base, "batch_size": 64}
+    leader = {**simple, "precision": "bf16", "channels_last": True}
+
+    def search(window_cv, probes):
+        configs = [(base, 100.0), (simple, 184.0), (leader, 200.0), ({**base, "precision": "bf16"}, 120.0)]
+        return [trial(n + 1, config, baseline=n == 0, windows=4, score=score, throughput_cv=window_cv,
+                      host_probe_s=probe) for n, ((config, score), probe) in enumerate(zip(configs, probes))]
+
+    noisy = search(0.10, [0.010, 0.012, 0.009, 0.011])
+    noise = figure_noise(noisy, "score")
+    drift = statistics.pstdev([0.010, 0.012, 0.009, 0.011]) / statistics.fmean([0.010, 0.012, 0.009, 0.011])
+    assert noise.trials == 4 and noise.windows == 4 and noise.window_cv == pytest.approx(0.10)
+    assert noise.margin == pytest.approx(2 * math.sqrt(0.10 ** 2 / 4 + drift ** 2))
+    assert noise.margin > 0.08 and "twice this run's figure noise" in noise.describe()
+    assert ranked_candidates(noisy, "score", "max", count=2)[1] is noisy[1]  # 8% below: near, and simpler
+    quiet = search(0.01, [0.0100, 0.0101, 0.0100, 0.0101])
+    margin, _ = near_best_margin(quiet, "score")
+    assert margin < 0.02 and ranked_candidates(quiet, "score", "max", count=2)[1] is quiet[2]  # the leader alone
+    unmeasured = [trial(r.number, r.searched, baseline=r.is_baseline, score=r.metric("score")) for r in quiet]
+    assert near_best_margin(unmeasured, "score") == (PRIOR_MARGIN, None)
+    # A contended trial's figure is its neighbour's: not the host's noise.
+    noisy[3].result["contended_windows"] = 4
+    assert figure_noise(noisy, "score").trials == 3

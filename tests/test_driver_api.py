@@ -331,6 +331,39 @@ def test_asha_stops_no_trial_within_the_noise_of_the_best():
     assert judged("max", [100.0, float("nan"), 95.0])[0][2] == go  # a NaN figure neither leads nor is compared
 
 
+def test_the_spared_margin_is_the_windows_own_noise_once_three_trials_reported_it():
+    """Until three trials reported a window cv and a host probe the recorded NEAR_BEST
+    spares; then two standard deviations of a difference of two windows: a quiet run spares
+    a trial 5% below the best no longer, a noisy one spares a trial 20% below."""
+    import math
+
+    from ray.tune.schedulers import ASHAScheduler, TrialScheduler
+
+    from accelsweep.sweeps.driver.run.schedulers import NEAR_BEST, TrustedWindowsOnly
+
+    class Trial:
+        def __init__(self, trial_id):
+            self.trial_id = trial_id
+
+    def spared(window_cv, figures):
+        asha = ASHAScheduler(time_attr="training_iteration", metric="score", mode="max", max_t=3, grace_period=1,
+                             reduction_factor=2)
+        wrapped = TrustedWindowsOnly(asha, ("score", "max"))
+        assert wrapped.margin == NEAR_BEST
+        for index, figure in enumerate(figures):
+            trial = Trial(str(index))
+            wrapped.on_trial_add(None, trial)
+            decision = wrapped.on_trial_result(None, trial, {"training_iteration": 1, "score": figure,
+                                                             "throughput_cv": window_cv, "host_probe_s": 0.01})
+        return decision, wrapped
+
+    decision, wrapped = spared(0.01, [100.0, 99.0, 98.0, 95.0])
+    assert wrapped.margin == pytest.approx(2 * math.sqrt(2) * 0.01) and decision == TrialScheduler.STOP
+    decision, wrapped = spared(0.10, [100.0, 99.0, 98.0, 80.0])
+    assert wrapped.margin > 0.2 and decision == TrialScheduler.CONTINUE
+    assert TrustedWindowsOnly(wrapped.scheduler, ("score", "max"), near_best=0.05).margin == 0.05
+
+
 # ---- process-wide settings and Ray ---------------------------------------------------
 
 def test_sweep_settings_are_put_back(monkeypatch):

@@ -29,6 +29,7 @@ from accelsweep.sweeps.driver.record.history import CONFIRMATION, PHASE_TAG
 from accelsweep.sweeps.driver.record.trial_record import NOT_RANKED, TrialRecord
 from accelsweep.sweeps.driver.reporting.verdict import (TURN_FIGURES, Judgement, config_key, judge, knobs_changed,
                                                         measurements)
+from accelsweep.sweeps.driver.reporting.noise import PRIOR_MARGIN, FigureNoise, near_best_margin
 from accelsweep.trainables.platforms import get_platform
 from accelsweep.trainables.turns import TurnBaton, drain_steps
 
@@ -47,10 +48,9 @@ TURN_CANDIDATES = 3
 # tried for rounds of whole trials: docs/budget.md).
 CONFIRM_BUDGET_SHARE = 0.3
 # How far below the search's best a config's figure may be and still be confirmed as the
-# simplest near it: two standard deviations of the relative difference between a config's
-# one-trial search figure and its confirmed median, over the main job's configs measured in
-# turns (benchmarks/results/vs_plain_tune.json; their own processes differ by that much).
-NEAR_BEST = 0.10
+# simplest near it: derived from the run's own noise (reporting/noise.py); this recorded
+# margin stands until the run has measured it.
+NEAR_BEST = PRIOR_MARGIN
 MIN_ROUNDS = 2  # fewer pairs decide nothing (a paired interval needs two)
 MAX_TURN_ROUNDS = 30  # enough pairs for a t interval; more only lengthens the phase
 
@@ -67,15 +67,15 @@ def candidates(records: Sequence[TrialRecord], metric: str, mode: str, count: in
     return ranked_candidates(records, metric, mode, count)[0]
 
 
-def ranked_candidates(records: Sequence[TrialRecord], metric: str, mode: str,
-                      count: int = CANDIDATES) -> tuple[list[TrialRecord], Optional[TrialRecord]]:
+def ranked_candidates(records: Sequence[TrialRecord], metric: str, mode: str, count: int = CANDIDATES,
+                      margin: Optional[float] = None) -> tuple[list[TrialRecord], Optional[TrialRecord]]:
     """(candidates, the simplest config near the best or None). The candidates: the best
     ``count`` configs of the search by ``metric`` other than the baseline's, one
     trial each (its best): trials whose figure is not from contended windows first, then
     the rest (a contended figure may be the only one a config has). Figures are taken at
     the host's typical speed where every trial probed it (``at_typical_speed``). Second
     of them, when it is not the best: the simplest config near the best
-    (``simplest_near_best``)."""
+    (``simplest_near_best``, within ``margin``; None: the run's own, ``noise.near_best_margin``)."""
     baseline = next((r for r in records if r.is_baseline), None)
     base_key = config_key(baseline.searched) if baseline else None
     measured = [r for r in records if r.measured(metric) and r.status not in NOT_RANKED]
@@ -89,15 +89,17 @@ def ranked_candidates(records: Sequence[TrialRecord], metric: str, mode: str,
             chosen[key] = record
     ranked = list(chosen.values())
     picked = ranked[:count]
-    simplest = simplest_near_best(ranked, figures, baseline, mode) if baseline and count >= 2 else None
+    if margin is None:
+        margin, _ = near_best_margin(records, metric)
+    simplest = simplest_near_best(ranked, figures, baseline, mode, margin) if baseline and count >= 2 else None
     if simplest is not None and simplest not in picked[:2]:  # second: the last is dropped first when short of time
         picked = [picked[0], simplest, *[r for r in picked[1:] if r is not simplest]][:count]
     return picked, simplest
 
 
 def simplest_near_best(ranked: Sequence[TrialRecord], figures: Mapping[str, float], baseline: TrialRecord,
-                       mode: str) -> Optional[TrialRecord]:
-    """Of the quiet configs whose figure is within NEAR_BEST of the best's (``ranked``: best
+                       mode: str, margin: float = NEAR_BEST) -> Optional[TrialRecord]:
+    """Of the quiet configs whose figure is within ``margin`` of the best's (``ranked``: best
     first), the one changing the fewest knobs from the baseline (then the better figure):
     the candidate the verdict's tie rule (``verdict.simplest_of_tied``) needs in the
     confirmation to choose it. One trial's figure is not precise enough to rule it out: the
@@ -108,9 +110,9 @@ def simplest_near_best(ranked: Sequence[TrialRecord], figures: Mapping[str, floa
         return None
     best = figures[quiet[0].trial_id]
     if mode == "max":
-        near = [r for r in quiet if figures[r.trial_id] >= best * (1 - NEAR_BEST)]
+        near = [r for r in quiet if figures[r.trial_id] >= best * (1 - margin)]
     else:
-        near = [r for r in quiet if figures[r.trial_id] <= best * (1 + NEAR_BEST)]
+        near = [r for r in quiet if figures[r.trial_id] <= best * (1 + margin)]
     changed = knobs_changed(baseline, near)
     sign = -1 if mode == "max" else 1
     return min(near, key=lambda r: (len(changed[config_key(r.searched)]), sign * figures[r.trial_id]))
@@ -120,7 +122,7 @@ def one_candidate(chosen: Sequence[TrialRecord], simplest: Optional[TrialRecord]
     """The candidate confirmed when only one fits: the simplest config near the search's
     best (``simplest_near_best``, which ``candidates`` puts second) when it is among the
     first two, else the leader. Why not always the leader: the search cannot separate the
-    two (within NEAR_BEST), and the verdict's tie rule (``verdict.simplest_of_tied``) would
+    two (within the near-best margin), and the verdict's tie rule (``verdict.simplest_of_tied``) would
     call the simpler one; confirming the leader alone leaves that rule nothing to choose
     from, and the user pays for knobs (a compile, loader processes) that may buy nothing."""
     return simplest if simplest is not None and simplest in chosen[:2] else chosen[0]
@@ -163,6 +165,10 @@ class Confirmation:
     records: list[TrialRecord] = field(default_factory=list)  # the confirmation trials, in order
     skipped: str = ""  # why it did not run ('' when it ran)
     seconds: float = 0.0
+    # The margin within which a candidate counted as near the search's best, and the run's
+    # noise it was derived from (None: not measured yet, the recorded margin stood).
+    near_best: float = NEAR_BEST
+    noise: Optional[FigureNoise] = None
 
 
 class ConfirmationCallback(SweepCallback):
@@ -245,8 +251,11 @@ def run_confirmation(plan, search: SweepCallback, trainable_for: Callable[..., A
     metric, mode = plan.objectives[0]
     records = list(search.records.values())
     baseline = next((r for r in records if r.is_baseline and r.measured(metric)), None)
-    chosen, simplest = ranked_candidates(records, metric, mode, count=TURN_CANDIDATES)
-    confirmation = Confirmation(rounds_planned=rounds)
+    near_best, noise = near_best_margin(records, metric)
+    chosen, simplest = ranked_candidates(records, metric, mode, count=TURN_CANDIDATES, margin=near_best)
+    confirmation = Confirmation(rounds_planned=rounds, near_best=near_best, noise=noise)
+    if noise is not None:
+        say(f"near the search's best: within {noise.describe()}")
     if baseline is None or not chosen:
         confirmation.skipped = ("the baseline was not measured" if baseline is None
                                 else "no config but the baseline's was measured")
@@ -266,18 +275,18 @@ def run_confirmation(plan, search: SweepCallback, trainable_for: Callable[..., A
     points = [dict(confirmation.stands_for[key].searched) for order in orders for key in order]
     callback = ConfirmationCallback(search, orders, confirmation.stands_for, confirmation.baseline_key,
                                     time_budget_s=seconds_left)
-    say(f"confirming: the baseline and {', '.join(f'trial {r.number}' for r in chosen)}{_left_out(leader, chosen)} "
-        f"measured again in {rounds} "
+    named = ", ".join(f"trial {r.number}" for r in chosen)
+    say(f"confirming: the baseline and {named}{_left_out(leader, chosen, near_best)} measured again in {rounds} "
         f"interleaved rounds ({len(points)} trials, one at a time, about {pair_s * rounds:.0f} s)")
     return _fit(confirmation, trainable_for(), points, callback, storage, experiment_dir, seconds_left,
                 concurrency=1, reuse_actors=get_platform(plan.sweep.base.platform).reuses_processes)
 
 
-def _left_out(leader: TrialRecord, chosen: Sequence[TrialRecord]) -> str:
+def _left_out(leader: TrialRecord, chosen: Sequence[TrialRecord], near_best: float) -> str:
     """Why the search's leader is not confirmed, when it is not ('' when it is)."""
     if leader in chosen:
         return ""
-    return (f" (one candidate fits: trial {chosen[0].number}, the simplest config within {NEAR_BEST:.0%} of the "
+    return (f" (one candidate fits: trial {chosen[0].number}, the simplest config within {near_best:.1%} of the "
             f"search's leader, trial {leader.number}, which changes more knobs)")
 
 
@@ -394,9 +403,9 @@ def _run_turns(plan, search: SweepCallback, trainable_for, storage: str, experim
     callback = TurnsCallback(search, keys, confirmation.stands_for, confirmation.baseline_key, turns, baton_name,
                              time_budget_s=seconds_left)
     window_s = baseline.metric("measured_s") / max(1.0, baseline.metric("windows_done"))
-    say(f"confirming: the baseline and {', '.join(f'trial {r.number}' for r in chosen)}{_left_out(leader, chosen)} "
-        f"take turns: each alive in "
-        f"a trial of its own, one {window_s:.2g} s window at a time, {turns} rotated rounds (the host's speed "
+    named = ", ".join(f"trial {r.number}" for r in chosen)
+    say(f"confirming: the baseline and {named}{_left_out(leader, chosen, confirmation.near_best)} take turns: "
+        f"each alive in a trial of its own, one {window_s:.2g} s window at a time, {turns} rotated rounds (the host's speed "
         f"drifts; each round compares them within seconds)")
     try:  # all alive at once, each in a process of its own
         return _fit(confirmation, trainable_for(turns=baton_name, windows=turns, share=len(keys)), points,

@@ -709,6 +709,8 @@ def _finish(plan: Plan, run: _Run, tracker, status: str, elapsed_s: float,
     if confirmed is not None:
         judged = confirmed.verdict
         figures["confirmation_s"] = confirmation.seconds
+        if confirmation.noise is not None:  # what the confirmed candidates were chosen within
+            figures["near_best_margin_pct"] = confirmation.near_best * 100
         figures["confirmation_rounds"] = confirmed.rounds
     if judged is not None:
         figures.update(judged.figures())

@@ -2,7 +2,7 @@
 
 ``TrustedWindowsOnly`` hands a scheduler (ASHA, the median rule, the Pareto rule) only the
 results of windows that were not contended (trainables/contention.py), and stops nothing
-within ``NEAR_BEST`` of the best window so far. ``ParetoStoppingRule`` stops a trial at a
+within the run's own window noise of the best window so far (``NEAR_BEST`` until measured). ``ParetoStoppingRule`` stops a trial at a
 rung only when most of the trials that reached it dominate it: ASHA and the median rule rank
 by one metric, and with two objectives (throughput, $ per 1M samples) would stop a cheap,
 slow trial that may be on the Pareto set.
@@ -13,19 +13,22 @@ class must be importable by name.
 
 from __future__ import annotations
 
+import math
 from typing import Mapping, Sequence
 
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
+from accelsweep.sweeps.driver.record.trial_record import NOISE_METRICS
+from accelsweep.sweeps.driver.reporting.noise import PRIOR_MARGIN, window_noise
 from accelsweep.sweeps.driver.reporting.summary import dominates, objective_vector
 
 __all__ = ["NEAR_BEST", "ParetoStoppingRule", "TrustedWindowsOnly"]
 
-# Within this fraction of the best window so far, a trial is not stopped early: about how
-# far the main job's interleaved confirmation rounds on a quiet 2-core VM move from round to
-# round (benchmarks/data/verdict_under_load_amd_epyc_2cpu.json); one window cannot rank
-# configs closer than that.
-NEAR_BEST = 0.10
+# Within this fraction of the best window so far, a trial is not stopped early until the
+# run has measured its own window noise (``TrustedWindowsOnly.margin``): about how far the
+# main job's interleaved confirmation rounds on a quiet 2-core VM moved from round to round
+# (benchmarks/data/verdict_under_load_amd_epyc_2cpu.json).
+NEAR_BEST = PRIOR_MARGIN
 
 
 class ParetoStoppingRule(FIFOScheduler):
@@ -78,16 +81,37 @@ class TrustedWindowsOnly(TrialScheduler):
     skipped one. ``objective`` (metric, mode): a stop of a trial whose window is within
     ``near_best`` of the best trusted window so far is overruled (None: every stop stands):
     a config that close to the leader is a contender the search and the confirmation must
-    see measured in full (ASHA at reduction factor 2 can stop one at its first window)."""
+    see measured in full (ASHA at reduction factor 2 can stop one at its first window).
+    ``near_best``: that margin fixed; None (default): derived from the windows reported so
+    far (``margin``)."""
 
     def __init__(self, scheduler: TrialScheduler, objective: tuple[str, str] | None = None,
-                 near_best: float = NEAR_BEST):
+                 near_best: float | None = None):
         self.scheduler = scheduler
         self.skipped = 0
         self.objective = objective
         self.near_best = near_best
         self.best = None  # the best trusted window's figure so far
         self.spared = 0  # stops overruled: the trial was near the best
+        self.noise_seen: dict[str, tuple[float, float]] = {}  # trial id -> (window cv, host probe s)
+
+    @property
+    def margin(self) -> float:
+        """How far below the best window a window is near it: two standard deviations of the
+        difference of two windows of different trials, each off by its trial's window cv
+        and by the host's drift between trials (reporting/noise.py), from the trials that
+        reported both so far; NEAR_BEST until three did."""
+        if self.near_best is not None:
+            return self.near_best
+        cvs, probes = zip(*self.noise_seen.values()) if self.noise_seen else ((), ())
+        noise = window_noise(cvs, [1.0] * len(cvs), probes)
+        return NEAR_BEST if noise is None else math.sqrt(2) * noise.margin
+
+    def _note_noise(self, trial, result: dict) -> None:
+        cv = next((result[name] for name in NOISE_METRICS if isinstance(result.get(name), (int, float))), None)
+        probe = result.get("host_probe_s")
+        if isinstance(cv, (int, float)) and isinstance(probe, (int, float)) and cv == cv and probe == probe:
+            self.noise_seen[trial.trial_id] = (float(cv), float(probe))
 
     @property
     def metric(self):
@@ -110,6 +134,7 @@ class TrustedWindowsOnly(TrialScheduler):
         if result.get("window_contended"):
             self.skipped += 1
             return TrialScheduler.CONTINUE
+        self._note_noise(trial, result)
         decision = self.scheduler.on_trial_result(tune_controller, trial, result)
         if self.objective is None:
             return decision
@@ -128,8 +153,8 @@ class TrustedWindowsOnly(TrialScheduler):
     def _near(self, value: float) -> bool:
         metric, mode = self.objective
         if mode == "max":
-            return value >= self.best * (1 - self.near_best)
-        return value <= self.best * (1 + self.near_best)
+            return value >= self.best * (1 - self.margin)
+        return value <= self.best * (1 + self.margin)
 
     def on_trial_complete(self, tune_controller, trial, result: dict) -> None:
         self.scheduler.on_trial_complete(tune_controller, trial, result)
@@ -142,7 +167,7 @@ class TrustedWindowsOnly(TrialScheduler):
 
     def debug_string(self) -> str:
         return (f"{self.scheduler.debug_string()} (contended windows skipped: {self.skipped}; "
-                f"stops spared near the best: {self.spared})")
+                f"stops spared near the best: {self.spared}, within {self.margin:.1%} of it)")
 
     def save(self, checkpoint_path: str) -> None:
         self.scheduler.save(checkpoint_path)

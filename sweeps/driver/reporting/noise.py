@@ -1,0 +1,81 @@
+"""How close two configs' search figures can be before one trial each cannot rank them:
+the near-best margin, derived from what this run measured, not from the host a constant
+was tuned on.
+
+A config's search figure is one trial: the mean of a few windows, taken at one moment of
+the host. Its error has two parts the run measures. Its windows disagree (each trial's
+window-to-window cv, ``TrialRecord.noise``); the mean of n windows keeps cv / sqrt(n) of
+that. And the host's own speed moves between trials (on a shared VM by 20-30% over
+minutes): the spread, across the run's trials, of the fixed pure-Python probe each trial
+times between its windows (``host_probe_s``). Two standard deviations of their sum is
+the margin: the definition the recorded 10% came from (two standard deviations of a
+config's one-trial search figure against its confirmed median, over the main job's configs
+on a 2-core AMD EPYC: benchmarks/results/vs_plain_tune.json). With fewer than
+MIN_TRIALS quiet measured trials nothing is measured yet and that recorded margin
+(PRIOR_MARGIN) stands; each run on each host then replaces it with its own.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+from accelsweep.sweeps.driver.record.trial_record import TrialRecord, ranked
+
+__all__ = ["MIN_TRIALS", "PRIOR_MARGIN", "FigureNoise", "figure_noise", "near_best_margin", "window_noise"]
+
+PRIOR_MARGIN = 0.10  # the margin recorded on a 2-core AMD EPYC (above), until the run measures its own
+MIN_TRIALS = 3  # a spread across trials needs three to mean anything
+
+
+@dataclass(frozen=True)
+class FigureNoise:
+    """What one trial's figure is uncertain by, from a run's trials."""
+    window_cv: float  # the median trial's window-to-window cv
+    windows: float  # the median trial's measured windows
+    drift_cv: float  # the host probe's cv across the trials: the host's speed from trial to trial
+    trials: int
+
+    @property
+    def figure_cv(self) -> float:
+        return math.sqrt(self.window_cv ** 2 / max(self.windows, 1.0) + self.drift_cv ** 2)
+
+    @property
+    def margin(self) -> float:
+        return 2 * self.figure_cv
+
+    def describe(self) -> str:
+        return (f"{self.margin:.1%}: twice this run's figure noise (windows' cv {self.window_cv:.1%} over "
+                f"{self.windows:g} windows, the host's speed {self.drift_cv:.1%} from trial to trial, "
+                f"{self.trials} trials)")
+
+
+def window_noise(window_cvs: Sequence[float], windows: Sequence[float], probes: Sequence[float],
+                 ) -> Optional[FigureNoise]:
+    """``FigureNoise`` from each trial's window cv, window count and host probe (seconds),
+    the finite ones; None with fewer than MIN_TRIALS of each."""
+    window_cvs = [v for v in window_cvs if math.isfinite(v)]
+    windows = [v for v in windows if math.isfinite(v) and v >= 1]
+    probes = [v for v in probes if math.isfinite(v) and v > 0]
+    if min(len(window_cvs), len(windows), len(probes)) < MIN_TRIALS:
+        return None
+    drift = statistics.pstdev(probes) / statistics.fmean(probes)
+    return FigureNoise(statistics.median(window_cvs), statistics.median(windows), drift, len(probes))
+
+
+def figure_noise(records: Sequence[TrialRecord], metric: str) -> Optional[FigureNoise]:
+    """This run's ``FigureNoise`` over its trials measured by ``metric`` but the contended
+    ones (a neighbour's CPU is not the host's noise; the confirmation sets their figures
+    apart anyway)."""
+    quiet = [r for r in ranked(records, metric) if not r.contended]
+    return window_noise([r.noise for r in quiet], [r.metric("windows_done") for r in quiet],
+                        [r.metric("host_probe_s") for r in quiet])
+
+
+def near_best_margin(records: Sequence[TrialRecord], metric: str) -> tuple[float, Optional[FigureNoise]]:
+    """The margin within which a config's figure is near the best's: this run's
+    (``FigureNoise.margin``), or PRIOR_MARGIN while it has not measured enough."""
+    noise = figure_noise(records, metric)
+    return (noise.margin, noise) if noise is not None else (PRIOR_MARGIN, None)
