@@ -8,11 +8,9 @@ window-to-window cv, ``TrialRecord.noise``); the mean of n windows keeps cv / sq
 that. And the host's own speed moves between trials (on a shared VM by 20-30% over
 minutes): the spread, across the run's trials, of the fixed pure-Python probe each trial
 times between its windows (``host_probe_s``). Two standard deviations of their sum is
-the margin: the definition the recorded 10% came from (two standard deviations of a
-config's one-trial search figure against its confirmed median, over the main job's configs
-on a 2-core AMD EPYC: benchmarks/results/vs_plain_tune.json). With fewer than
-MIN_TRIALS quiet measured trials nothing is measured yet and that recorded margin
-(PRIOR_MARGIN) stands; each run on each host then replaces it with its own.
+the margin, as the recorded 10% was defined (a one-trial search figure against its
+confirmed median, the main job on a 2-core AMD EPYC: benchmarks/results/vs_plain_tune.json).
+Below MIN_TRIALS measured trials that recorded margin (PRIOR_MARGIN) stands.
 """
 
 from __future__ import annotations
