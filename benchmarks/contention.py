@@ -2,7 +2,7 @@
 process takes, measured side by side, and what the contention meter reads meanwhile.
 
     .venv/bin/python benchmarks/contention.py                 # ~2 minutes on 2 cores
-    .venv/bin/python benchmarks/contention.py --out benchmarks/data/contention_<machine>.json
+    .venv/bin/python benchmarks/contention.py --out benchmarks/results/contention_<cpu>.json   # CPU named inside
 
 A competitor process burns a set share of one core (busy for that fraction of every 10 ms,
 asleep the rest: 0, 0.05, 0.1, 0.25, 0.5, 1 and 2 cores) while a small MLP trains with as
@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import signal
 import statistics
 import subprocess
@@ -27,6 +26,7 @@ import sys
 import time
 
 from accelsweep.trainables.contention import CONTENDED_CPUS, ContentionMeter, machine_cpus
+from accelsweep.trainables.platforms.cpu import CpuPlatform
 
 SHARES = (0.0, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
 # Busy for ``share`` of every period, asleep the rest; several such processes for more than a core.
@@ -112,7 +112,7 @@ def main(argv=None) -> int:
             measured[share]["other_cpus"].append(contention.other_cpus if contention else float("nan"))
     quiet = statistics.median(measured[0.0]["throughput"])
     rows = []
-    print(f"{platform.node()}: {machine_cpus()} CPUs, torch {torch.__version__}, {machine_cpus()} threads; "
+    print(f"{CpuPlatform().capabilities(None).hardware}: {machine_cpus()} CPUs, torch {torch.__version__}, {machine_cpus()} threads; "
           f"windows of {args.window_s:g} s, {args.rounds} rounds; CONTENDED_CPUS = {CONTENDED_CPUS}")
     print(f"{'competitor cores':>16} {'meter other_cpus':>17} {'slowdown (median)':>18} {'slowdown range':>16}")
     for share in SHARES:
@@ -126,7 +126,7 @@ def main(argv=None) -> int:
               f"{row['slowdown_min']:>7.1%}..{row['slowdown_max']:.1%}")
     if args.out:
         with open(args.out, "w") as out:
-            json.dump({"machine": f"{platform.node()} {platform.processor() or platform.machine()}",
+            json.dump({"machine": CpuPlatform().capabilities(None).hardware,
                        "cpus": machine_cpus(), "date": time.strftime("%Y-%m-%d %H:%M"), "window_s": args.window_s,
                        "rounds": args.rounds, "contended_cpus": CONTENDED_CPUS, "rows": rows}, out, indent=1)
     return 0
