@@ -116,3 +116,26 @@ def test_the_summary_names_what_limits_the_sweeps_answer():
     records = [record(1, 10.0, "waiting for data 70% ...", baseline=True), record(2, 30.0, "the host's dispatch 50% ...")]
     text = summary("s", records, "score", "max", ["batch_size"], "", "ui", 1.0)
     assert "limiter (trial 2, 3 profiled steps after its windows): the host's dispatch 50% ..." in text, text
+
+
+def test_compute_bound_advice_names_a_narrower_precision_only_where_one_runs_natively():
+    from accelsweep.trainables.loop.train_loop import narrower_precisions
+    from accelsweep.trainables.platforms.capabilities import Capabilities
+    from accelsweep.trainables.platforms.cpu import CpuPlatform
+
+    shares = {"compute": 0.6, "ops": 0.1, "optimizer": 0.05, "data": 0.0, "host": 0.25}
+    assert "a lower precision (bf16) or faster kernels" in limiter_line(shares, "bf16")
+    assert "lower precision" not in limiter_line(shares) and "faster kernels" in limiter_line(shares)
+
+    class Host(CpuPlatform):
+        def __init__(self, emulated):
+            self.emulated = emulated
+
+        def capabilities(self, config):
+            return Capabilities("test CPU", "a test", {}, {"precision": self.emulated})
+
+    fp32, bf16 = TrialConfig.make(precision="fp32", **QUICK), TrialConfig.make(precision="bf16", **QUICK)
+    assert narrower_precisions(Host({}), fp32) == "bf16-autocast or bf16"
+    assert narrower_precisions(Host({}), bf16) is None  # already the narrowest
+    emulated = {"bf16": "no bf16 instructions", "bf16-autocast": "no bf16 instructions"}
+    assert narrower_precisions(Host(emulated), fp32) is None  # only emulated: advice would slow it

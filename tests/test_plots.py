@@ -236,3 +236,23 @@ def test_the_utilisation_plot_marks_each_measured_trial_and_the_best(tmp_path):
     assert "of the theoretical peak (ISA x clock)" in drawn.texts
     nothing = plots.utilisation_plot([trial(1, mfu=NAN)], None, str(tmp_path / "n.png"), STAMP)
     assert nothing.marked["nothing"] == ("no trial reported its utilisation (model FLOPs and a peak)",)
+
+
+def test_the_plots_name_the_sweeps_answer_and_the_search_leader_beside_it(tmp_path):
+    """When a confirmation named another config than the search's leader (trial 7), the
+    plots mark that one as the confirmed best, as the summary does, and the leader as such."""
+    records = training_trials()
+    answer = records[3]  # trial 4
+    progress = plots.progress_plot(records, THROUGHPUT, "max", str(tmp_path / "p.png"), STAMP, answer=answer)
+    tradeoff = plots.tradeoff_plot(records, THROUGHPUT, "max", PRICE, "min", str(tmp_path / "t.png"), STAMP,
+                                   answer=answer)
+    parallel = plots.parallel_plot(records, ["batch_size", "precision"], THROUGHPUT, "max",
+                                   str(tmp_path / "par.png"), STAMP, answer=answer)
+    for written in (progress, tradeoff):
+        assert written.marked["best"] == (4,) and written.marked["leader"] == (7,)
+        assert says(written, "confirmed best (trial 4)") and says(written, "search's leader (trial 7)")
+        assert not says(written, "best (trial 7)")  # the leader is not called best
+    assert parallel.marked["best"] == (4,) and says(parallel, "thick line: the confirmed best, trial 4")
+    # The answer is the leader: named "best" alone, as before.
+    same = plots.progress_plot(records, THROUGHPUT, "max", str(tmp_path / "s.png"), STAMP, answer=records[6])
+    assert same.marked["best"] == (7,) and "leader" not in same.marked and says(same, "best (trial 7)")

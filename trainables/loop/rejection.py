@@ -32,10 +32,14 @@ from accelsweep.trainables.ray_adapter import on_this_node
 # The driver's side (SweepBoard, BoardLimits, trial_limits) is not a user's: not listed.
 __all__ = ["CompileTimeout", "REJECT_RATIO", "SlowTrial", "StepGuard", "TrialLimits", "current_limits"]
 
-# Reject when the projection is worse than the best so far by more than this factor.
-# Chosen on the recorded grid of benchmarks/search_efficiency.py: above how far the main
-# job's slower configs fall behind the best (none of them is stopped), below how far a
-# config falls whose dtype the CPU emulates (bf16 without bf16 instructions).
+# Reject when the projection is worse than the best so far by more than this factor. Its
+# floor is measured: a ratio must exceed best / projection for every config within 5% of
+# the best, 1.07-1.10 on each recorded grid (a warm-up's projection is 0.81-1.15 of the full
+# run), times the best-so-far's own noise (the near-best margin, reporting/noise.py). Above
+# it, the ratio buys saved time against risk: 3 is about twice the floor with that noise,
+# and below how far a config falls whose dtype the CPU emulates (bf16 without bf16
+# instructions: 5-22x). Each recorded grid's figures, its CPU named:
+# benchmarks/results/host_rules.md (benchmarks/host_rules.py).
 REJECT_RATIO = 3.0
 # A host whose speed probe runs this much slower than the sweep's typical (half speed) is
 # too loaded to judge a trial by: laxer than HOST_LOADED, which flags a figure as not

@@ -279,11 +279,26 @@ def _limiter(trial: "_Trial", platform, world, turns) -> dict[str, Any]:
     trial.counting, trial.profiling = False, True
     try:
         with trial.segment():
-            return profile_steps(trial.step, trial.sync).figures()
+            breakdown = profile_steps(trial.step, trial.sync)
+        return breakdown.figures(narrower_precisions(platform, trial.config))
     except Exception as error:  # noqa: BLE001 - the trial's figures stand without it; said in its result
         return {"limiter": f"not profiled: {type(error).__name__}: {error}"}
     finally:
         trial.profiling = False
+
+
+_MATH_BITS = {"float32": 32, "bfloat16": 16, "float16": 16}
+
+
+def narrower_precisions(platform, config: TrialConfig) -> Optional[str]:
+    """The platform's precisions whose math is narrower than ``config``'s and that this
+    hardware runs natively ("bf16-autocast or bf16"); None when there are none: advice to
+    lower the precision would send the user to an emulated dtype, several times slower."""
+    own = _MATH_BITS.get(get_precision(config.precision).compute, 0)
+    emulated = platform.capabilities(config).emulated.get("precision", {})
+    narrower = [name for name in platform.precisions
+                if name not in emulated and _MATH_BITS.get(get_precision(name).compute, own) < own]
+    return " or ".join(narrower) or None
 
 
 class _SpeedProbe:

@@ -21,7 +21,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping, Optional
 
 __all__ = ["ADVICE", "DATA_RANGE", "LIMITS", "PROFILED_STEPS", "Breakdown", "dispatch_cost_s", "limiter_line",
            "profile_steps"]
@@ -32,7 +32,7 @@ LIMITS = ("compute", "ops", "optimizer", "data", "host")
 NAMES = {"compute": "compute kernels (matmul, convolution, attention)", "ops": "other operators",
          "optimizer": "the optimizer step", "data": "waiting for data", "host": "the host's dispatch"}
 ADVICE = {
-    "compute": "the math itself: a lower precision (bf16) or faster kernels; the config is compute-bound",
+    "compute": "the math itself: faster kernels; the config is compute-bound",
     "ops": "many small operators: compilation (torch_compile) fuses them",
     "optimizer": "a fused or foreach optimizer, or a larger batch (fewer steps per sample)",
     "data": "the loader: more loader workers (num_workers), or data already on the device",
@@ -59,19 +59,26 @@ class Breakdown:
     def shares(self) -> dict[str, float]:
         return {limit: self.seconds[limit] / self.step_s if self.step_s > 0 else math.nan for limit in LIMITS}
 
-    def figures(self) -> dict[str, Any]:
-        """For the trial's result: a share per limit, and the largest with its advice."""
+    def figures(self, lower_precision: Optional[str] = None) -> dict[str, Any]:
+        """For the trial's result: a share per limit, and the largest with its advice
+        (``limiter_line``)."""
         shares = self.shares()
         return {**{f"limit_{limit}_share": share for limit, share in shares.items()},
-                "limiter": limiter_line(shares)}
+                "limiter": limiter_line(shares, lower_precision)}
 
 
-def limiter_line(shares: Mapping[str, float]) -> str:
-    """"the host's dispatch 62% of the step (...): <advice>" from each limit's share."""
+def limiter_line(shares: Mapping[str, float], lower_precision: Optional[str] = None) -> str:
+    """"the host's dispatch 62% of the step (...): <advice>" from each limit's share.
+    ``lower_precision``: a precision whose math is narrower than the config's and native on
+    this hardware, which compute-bound advice names (None: there is none to name: the
+    config runs the narrowest already, or the host only emulates narrower math)."""
     ordered = sorted(LIMITS, key=lambda limit: -shares[limit])
     largest = ordered[0]
     rest = ", ".join(f"{NAMES[limit]} {shares[limit]:.0%}" for limit in ordered[1:] if shares[limit] >= 0.005)
-    return f"{NAMES[largest]} {shares[largest]:.0%} of the step ({rest}): {ADVICE[largest]}"
+    advice = ADVICE[largest]
+    if largest == "compute" and lower_precision:
+        advice = advice.replace("faster kernels", f"a lower precision ({lower_precision}) or faster kernels")
+    return f"{NAMES[largest]} {shares[largest]:.0%} of the step ({rest}): {advice}"
 
 
 # What the profiler's library (Kineto) writes to stderr at each start and stop, and on a

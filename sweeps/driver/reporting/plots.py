@@ -107,16 +107,36 @@ def _better(mode: str) -> str:
     return "higher is better" if mode == "max" else "lower is better"
 
 
+def _named_best(records: Sequence[TrialRecord], metric: str, mode: str,
+                answer: Optional[TrialRecord]) -> list[tuple[TrialRecord, str]]:
+    """The trials a plot names: the search's leader as "best", or, when the sweep's answer
+    (a confirmation's config, verdict.sweep_answer) is another, that one as "confirmed best"
+    and the leader as "search's leader", as the summary names them."""
+    leader = best_record(records, metric, mode)
+    if answer is None or answer is leader:
+        return [(leader, "best")] if leader is not None else []
+    return [(answer, "confirmed best"), *([(leader, "search's leader")] if leader is not None else [])]
+
+
+def _marks(named: Sequence[tuple[TrialRecord, str]]) -> dict[str, tuple[int, ...]]:
+    """What a plot file records it named: "best" (the answer), and "leader" when that is another."""
+    marks = {"best": (named[0][0].number,) if named else ()}
+    if len(named) > 1:
+        marks["leader"] = (named[1][0].number,)
+    return marks
+
+
 def _finite(value: float) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value)
 
 
 def tradeoff_plot(records: Sequence[TrialRecord], y_metric: str, y_mode: str, x_metric: str, x_mode: str,
                   path: str, stamp: PlotStamp, labels: Optional[Mapping[str, str]] = None,
-                  cost_note: str = "") -> PlotFile:
+                  cost_note: str = "", answer: Optional[TrialRecord] = None) -> PlotFile:
     """The ranked trials as points of (x, y), the Pareto front over both objectives
     (summary.pareto_set) marked and joined by its staircase, baseline and best annotated.
-    ``cost_note``: the sweep's price basis note, whose advice an unpriced plot repeats."""
+    ``cost_note``: the sweep's price basis note, whose advice an unpriced plot repeats.
+    ``answer``: the sweep's answer where a confirmation named one (``_named_best``)."""
     one_of("y_mode", y_mode, MODES)
     one_of("x_mode", x_mode, MODES)
     labels = dict(labels or {})
@@ -138,9 +158,11 @@ def tradeoff_plot(records: Sequence[TrialRecord], y_metric: str, y_mode: str, x_
     ax.plot(*_staircase(front, x_metric, x_mode, y_metric, y_mode), color="tab:red", lw=1.2, zorder=2)
     ax.scatter([r.metric(x_metric) for r in front], [r.metric(y_metric) for r in front], s=60, color="tab:red",
                zorder=3, label=f"Pareto front ({len(front)})")
-    best = best_record(records, y_metric, y_mode)
+    named = _named_best(records, y_metric, y_mode, answer)
     baseline = next((r for r in points if r.is_baseline), None)
-    for record, name, offset in ((baseline, "baseline", (8, -14)), (best, "best", (8, 8))):
+    offsets = ((8, 8), (8, 20))
+    for record, name, offset in ((baseline, "baseline", (8, -14)),
+                                 *((r, n, o) for (r, n), o in zip(named, offsets))):
         if record is not None and record in points:
             ax.annotate(f"{name} (trial {record.number})", (record.metric(x_metric), record.metric(y_metric)),
                         xytext=offset, textcoords="offset points", fontsize=8,
@@ -151,7 +173,7 @@ def tradeoff_plot(records: Sequence[TrialRecord], y_metric: str, y_mode: str, x_
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     marked = {"pareto": tuple(r.number for r in front), "points": tuple(r.number for r in points),
-              "best": (best.number,) if best else (), "baseline": (baseline.number,) if baseline else ()}
+              "baseline": (baseline.number,) if baseline else (), **_marks(named)}
     return _save(fig, path, stamp, marked)
 
 
@@ -173,10 +195,11 @@ def _staircase(front: Sequence[TrialRecord], x_metric: str, x_mode: str, y_metri
 
 
 def progress_plot(records: Sequence[TrialRecord], metric: str, mode: str, path: str, stamp: PlotStamp,
-                  label: Optional[str] = None) -> PlotFile:
+                  label: Optional[str] = None, answer: Optional[TrialRecord] = None) -> PlotFile:
     """``metric`` per trial in proposal order (x: the trial's number), a marker per
     outcome, failed trials as marks along the bottom, and the best so far (ranked trials
-    only: no failure, projection, copy or interpreted time moves it) as a step line."""
+    only: no failure, projection, copy or interpreted time moves it) as a step line.
+    ``answer``: the sweep's answer where a confirmation named one (``_named_best``)."""
     one_of("mode", mode, MODES)
     label = label or metric
     title = f"{label} per trial, in proposal order"
@@ -210,9 +233,9 @@ def progress_plot(records: Sequence[TrialRecord], metric: str, mode: str, path: 
         xs = [n for n, _ in steps] + [ordered[-1].number]
         ax.step(xs, [v for _, v in steps] + [steps[-1][1]], where="post", color="tab:orange", lw=1.5,
                 label="best so far")
-    best = best_record(ordered, metric, mode)
-    if best is not None:
-        ax.annotate(f"best (trial {best.number})", (best.number, best.metric(metric)), xytext=(6, 8),
+    named = _named_best(ordered, metric, mode, answer)
+    for (record, name), height in zip(named, (8, 20)):
+        ax.annotate(f"{name} (trial {record.number})", (record.number, record.metric(metric)), xytext=(6, height),
                     textcoords="offset points", fontsize=8)
     ax.set_xlabel("trial (proposal order)")
     ax.set_ylabel(f"{label} ({_better(mode)})")
@@ -220,7 +243,7 @@ def progress_plot(records: Sequence[TrialRecord], metric: str, mode: str, path: 
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    marked = {"best_so_far": tuple(steps), "best": (best.number,) if best else (),
+    marked = {"best_so_far": tuple(steps), **_marks(named),
               "failed": tuple(r.number for r in groups.get(("failed",), []))}
     return _save(fig, path, stamp, marked)
 
@@ -291,10 +314,11 @@ def importance_plot(importances: Mapping[str, float], path: str, stamp: PlotStam
 
 
 def parallel_plot(records: Sequence[TrialRecord], knobs: Sequence[str], metric: str, mode: str, path: str,
-                  stamp: PlotStamp) -> PlotFile:
+                  stamp: PlotStamp, answer: Optional[TrialRecord] = None) -> PlotFile:
     """One vertical axis per knob and a last one for ``metric``; one line per ranked
     trial, coloured by ``metric`` (the better end of the colour map is the better end of
-    the metric either way), the best trial drawn thicker."""
+    the metric either way), the best trial drawn thicker: the sweep's ``answer`` where a
+    confirmation named one (``_named_best``)."""
     one_of("mode", mode, MODES)
     title = f"knobs and {metric}, one line per trial"
     measured = sorted(ranked(records, metric), key=lambda r: r.number)
@@ -311,7 +335,7 @@ def parallel_plot(records: Sequence[TrialRecord], knobs: Sequence[str], metric: 
     values = [r.metric(metric) for r in measured]
     cmap = colormaps["viridis" if mode == "max" else "viridis_r"]
     norm = Normalize(min(values), max(values) if max(values) > min(values) else min(values) + 1)
-    best = best_record(measured, metric, mode)
+    best, name = _named_best(measured, metric, mode, answer if answer in measured else None)[0]
     fig = _figure((max(6.0, 1.6 * len(columns) + 2), 5.0))
     ax = fig.add_subplot()
     for index, record in enumerate(measured):
@@ -327,7 +351,7 @@ def parallel_plot(records: Sequence[TrialRecord], knobs: Sequence[str], metric: 
     ax.set_yticks([])
     ax.set_xlim(-0.2, len(columns) - 0.6)
     ax.set_ylim(-0.05, 1.05)
-    ax.set_title(f"{title}\nthick line: the best, trial {best.number}", fontsize=11)
+    ax.set_title(f"{title}\nthick line: the {name}, trial {best.number}", fontsize=11)
     fig.colorbar(ScalarMappable(norm, cmap), ax=ax, label=f"{metric} ({_better(mode)})")
     return _save(fig, path, stamp, {"lines": tuple(r.number for r in measured), "best": (best.number,)})
 

@@ -127,19 +127,20 @@ def build_report(history: SweepHistory, out_dir: str, study_url: Optional[str] =
                  roofline_plot(history.records, at("roofline.png"), stamp)]
     else:
         importances, evaluator, note = knob_importances(history, study_url)
+        answer = sweep_answer(history.records, history.confirmations, metric, mode)
         drawn = [plots.tradeoff_plot(history.records, metric, mode, COST_METRIC, "min", at("tradeoff.png"), stamp,
-                                     labels=labels, cost_note=history.cost_note),
+                                     labels=labels, cost_note=history.cost_note, answer=answer.best),
                  plots.progress_plot(history.records, metric, mode, at("progress.png"), stamp,
-                                     label=labels.get(metric)),
+                                     label=labels.get(metric), answer=answer.best),
                  plots.importance_plot(importances, at("importance.png"), stamp, evaluator=evaluator, note=note),
-                 plots.parallel_plot(history.records, history.knobs, metric, mode, at("parallel.png"), stamp)]
+                 plots.parallel_plot(history.records, history.knobs, metric, mode, at("parallel.png"), stamp,
+                                     answer=answer.best)]
         curve_metric = _curve_metric(history)
         top = sorted(ranked(history.records, metric), key=lambda r: r.metric(metric), reverse=mode == "max")
         curves = {r.number: history.curve(r, curve_metric) for r in top[:TOP_CURVES]}
         drawn.append(plots.curves_plot(curves, at("curves.png"), stamp, label=labels.get(curve_metric, curve_metric),
                                        top=TOP_CURVES))
         if "mfu" in history.metrics.names:  # a training sweep: how far each trial is from the hardware's limit
-            answer = sweep_answer(history.records, history.confirmations, metric, mode)
             drawn.append(plots.utilisation_plot(history.records, answer.best, at("utilisation.png"), stamp))
     blocks = summary_blocks(history.title, history.records, metric, mode, history.knobs, history.cost_note,
                             history.ui_command, history.elapsed_s, metrics=history.metrics,
