@@ -35,7 +35,7 @@ DEFAULT_SAMPLES = 24
 CONFIRM_ROUNDS = 3
 # The local default run's budget for starting trials: with Ray's start and the summary it ends
 # within 4 minutes, and ahead of a plain Ray Tune script on the same knobs (benchmarks/
-# vs_plain_tune.py, whose record is in benchmarks/results/).
+# vs_plain_tune.py); its checks per host kind: benchmarks/results/host_rules.md.
 CPU_TIME_BUDGET_S = 195
 # About three times the longest inductor compile of vit-tiny on 2 cores: one compile past this is stuck.
 CPU_MAX_COMPILE_S = 120

@@ -9,7 +9,7 @@ that. And the host's own speed moves between trials (on a shared VM by 20-30% ov
 minutes): the spread, across the run's trials, of the fixed pure-Python probe each trial
 times between its windows (``host_probe_s``). Two standard deviations of their sum is
 the margin, as the recorded 10% was defined (a one-trial search figure against its
-confirmed median, the main job on a 2-core AMD EPYC: benchmarks/results/vs_plain_tune.json).
+confirmed median, the main job on a 2-core AMD EPYC: benchmarks/results/vs_plain_tune_2026-11-27.json).
 Below MIN_TRIALS measured trials that recorded margin (PRIOR_MARGIN) stands.
 """
 

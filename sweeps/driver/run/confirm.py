@@ -44,8 +44,8 @@ TURN_CANDIDATES = 3
 # With a time budget, the search stops at this share short of what is left of it once Ray
 # is up: the rest is the confirmation's (and whatever the search leaves unused). Sized as the
 # main job's confirmation in turns (4-5 rounds of the baseline and two or three candidates)
-# over its CPU budget, rounded up (records: benchmarks/results/vs_plain_tune.json; 40% was
-# tried for rounds of whole trials: docs/budget.md).
+# over its CPU budget, rounded up; 40% was tried for rounds of whole trials (docs/budget.md).
+# Re-measured per host kind by the peer benchmark's checks: benchmarks/results/host_rules.md.
 CONFIRM_BUDGET_SHARE = 0.3
 # How far below the search's best a config's figure may be and still be confirmed as the
 # simplest near it: derived from the run's own noise (reporting/noise.py); this recorded
