@@ -112,7 +112,8 @@ def main(argv=None) -> int:
             measured[share]["other_cpus"].append(contention.other_cpus if contention else float("nan"))
     quiet = statistics.median(measured[0.0]["throughput"])
     rows = []
-    print(f"{CpuPlatform().capabilities(None).hardware}: {machine_cpus()} CPUs, torch {torch.__version__}, {machine_cpus()} threads; "
+    print(f"{CpuPlatform().capabilities(None).hardware}: {machine_cpus()} CPUs, torch {torch.__version__}, "
+          f"{machine_cpus()} threads; "
           f"windows of {args.window_s:g} s, {args.rounds} rounds; CONTENDED_CPUS = {CONTENDED_CPUS}")
     print(f"{'competitor cores':>16} {'meter other_cpus':>17} {'slowdown (median)':>18} {'slowdown range':>16}")
     for share in SHARES:

@@ -73,7 +73,8 @@ def contention(path: str) -> list[str]:
     # Slowed in every round: a competitor whose cost a window's noise cannot hide.
     slowing = next((row for row in rows if row.get("slowdown_min", row["slowdown_median"]) >= SLOWED_BY), None)
     lines = [f"### `{os.path.relpath(path, HERE)}`: {record['machine']}, {record['date']}", "",
-             "| competitor (cores) | meter reads (median) | slowdown (median) | slowdown (least) |", "|---|---|---|---|"]
+             "| competitor (cores) | meter reads (median) | slowdown (median) | slowdown (least) |",
+             "|---|---|---|---|"]
     lines += [f"| {row['competitor_cpus']:g} | {row['other_cpus_median']:.3f} | {row['slowdown_median']:.1%} | "
               f"{row.get('slowdown_min', math.nan):.1%} |" for row in rows]
     if slowing is None:

@@ -122,8 +122,8 @@ def one_candidate(chosen: Sequence[TrialRecord], simplest: Optional[TrialRecord]
     """The candidate confirmed when only one fits: the simplest config near the search's
     best (``simplest_near_best``, which ``candidates`` puts second) when it is among the
     first two, else the leader. Why not always the leader: the search cannot separate the
-    two (within the near-best margin), and the verdict's tie rule (``verdict.simplest_of_tied``) would
-    call the simpler one; confirming the leader alone leaves that rule nothing to choose
+    two (within the near-best margin), and the verdict's tie rule
+    (``verdict.simplest_of_tied``) would call the simpler one; confirming the leader alone leaves that rule nothing to choose
     from, and the user pays for knobs (a compile, loader processes) that may buy nothing."""
     return simplest if simplest is not None and simplest in chosen[:2] else chosen[0]
 
@@ -405,8 +405,8 @@ def _run_turns(plan, search: SweepCallback, trainable_for, storage: str, experim
     window_s = baseline.metric("measured_s") / max(1.0, baseline.metric("windows_done"))
     named = ", ".join(f"trial {r.number}" for r in chosen)
     say(f"confirming: the baseline and {named}{_left_out(leader, chosen, confirmation.near_best)} take turns: "
-        f"each alive in a trial of its own, one {window_s:.2g} s window at a time, {turns} rotated rounds (the host's speed "
-        f"drifts; each round compares them within seconds)")
+        f"each alive in a trial of its own, one {window_s:.2g} s window at a time, {turns} rotated rounds (the "
+        f"host's speed drifts; each round compares them within seconds)")
     try:  # all alive at once, each in a process of its own
         return _fit(confirmation, trainable_for(turns=baton_name, windows=turns, share=len(keys)), points,
                     callback, storage, experiment_dir, seconds_left, concurrency=len(points), reuse_actors=False)

@@ -2,10 +2,10 @@
 
 ``TrustedWindowsOnly`` hands a scheduler (ASHA, the median rule, the Pareto rule) only the
 results of windows that were not contended (trainables/contention.py), and stops nothing
-within the run's own window noise of the best window so far (``NEAR_BEST`` until measured). ``ParetoStoppingRule`` stops a trial at a
-rung only when most of the trials that reached it dominate it: ASHA and the median rule rank
-by one metric, and with two objectives (throughput, $ per 1M samples) would stop a cheap,
-slow trial that may be on the Pareto set.
+within the run's own window noise of the best window so far (``NEAR_BEST`` until measured).
+``ParetoStoppingRule`` stops a trial at a rung only when most of the trials that reached it
+dominate it: ASHA and the median rule rank by one metric, and with two objectives
+(throughput, $ per 1M samples) would stop a cheap, slow trial that may be on the Pareto set.
 
 A module of its own, because Tune pickles the scheduler with the experiment state: its
 class must be importable by name.
