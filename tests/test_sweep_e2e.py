@@ -83,6 +83,13 @@ def test_main_job_smoke_sweep_lands_in_mlflow(smoke_sweep):
     assert "take turns" in out and "6 rotated rounds" in out
     assert f"confirmation: 6 interleaved round(s), {len(confirmations)} trial(s)" in out
     assert "search (one trial per config): " in out
+    # The near-best margin the candidates were chosen within is the run's own, as said and recorded.
+    said = re.search(r"near the search's best: within ([\d.]+)%: twice this run's figure noise", out)
+    margin = parents[0].data.metrics.get("near_best_margin_pct")
+    if said:  # three quiet trials measured the run's noise (a contended one does not count)
+        assert margin == pytest.approx(float(said.group(1)), abs=0.05), (margin, said.group(0))
+    else:
+        assert margin is None, margin
     searched = ["batch_size", "num_workers", "precision", "patch_embed", "threads", "channels_last"]
     for run in children:
         if run in reused:
