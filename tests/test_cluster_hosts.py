@@ -104,7 +104,9 @@ def test_a_two_worker_trial_runs_one_rank_per_host_over_gloo(cluster, tmp_path):
 SWEEP_TIMEOUT_S = 420  # two smoke sweeps taking turns at two slots, on 2 busy cores
 
 
-LONG_WINDOW_S = 2.0  # a window of a sweep that must outlast another's start
+# A window of a sweep that must outlast another user's start: under the parallel test lane a
+# second driver took 27 s to place its first trial, and 2 s windows let six trials end first.
+LONG_WINDOW_S = 5.0
 
 
 def start_sweep(cluster, name: str, tmp_path, samples: int, tracking_uri: str = "",
@@ -149,9 +151,9 @@ def test_two_sweeps_on_one_cluster_take_turns_at_its_slots(cluster, tmp_path):
     starts once the first has measured a trial. Each trial's process used to be kept for its
     sweep's next trial, so the first kept both slots to its end and the second waited for
     it: now the second's first trial starts before the first's last (fair_share.py)."""
-    # Trials of at least three 2 s windows: the first sweep's six outlast the second's start
-    # (on a fast host its smoke trials, a second each, ended before the second sweep placed one).
-    first = start_sweep(cluster, "first", tmp_path, samples=6, window_s=LONG_WINDOW_S)
+    # Long windows: the first sweep's trials outlast the second's start (on a fast host its
+    # smoke trials, a second each, ended before the second sweep placed one).
+    first = start_sweep(cluster, "first", tmp_path, samples=8, window_s=LONG_WINDOW_S)
     lines: list[str] = []
     read_until(first, lines, first_result)  # the first sweep's first result: it holds the slots now
     second = start_sweep(cluster, "second", tmp_path, samples=3)
@@ -186,7 +188,7 @@ def test_one_drivers_ctrl_c_ends_only_its_sweep_and_no_node_holds_the_others_pas
     from tests.mlflow_server import MlflowServer
 
     server = MlflowServer(tmp_path, host=cluster_hosts.BRIDGE_ADDRESS).start()
-    stopped = start_sweep(cluster, "stopped", tmp_path, samples=6, window_s=LONG_WINDOW_S)  # running at the Ctrl-C
+    stopped = start_sweep(cluster, "stopped", tmp_path, samples=8, window_s=LONG_WINDOW_S)  # running at the Ctrl-C
     kept = None
     try:
         stopped_lines: list[str] = []
