@@ -26,19 +26,39 @@ def two_sweeps(store, tmp_path_factory, shared_ray) -> list[str]:
     them): their parent runs' names."""
     folder = tmp_path_factory.mktemp("review")
     env = {**os.environ, "PGPASSFILE": store.credentials, "RAY_AUTH_MODE": "disabled"}
-    sweeps = [subprocess.Popen(
-        [sys.executable, "-m", "tests.fault_sweep", "--tracking-uri", store.tracking_uri, "--study-storage",
-         store.study_storage, "--experiment", EXPERIMENT, "--storage-path", str(folder / f"ray{n}"),
-         "--num-samples", "3", "--scheduler", "none", "--max-concurrent-trials", "1", "--windows", "2",
-         "--window-s", "0.3", "--seed", str(n), "--price-per-hour", str(0.357 * (n + 1)), *shared_ray.flags],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for n in range(2)]
+
+    def start(n: int) -> subprocess.Popen:
+        return subprocess.Popen(
+            [sys.executable, "-m", "tests.fault_sweep", "--tracking-uri", store.tracking_uri, "--study-storage",
+             store.study_storage, "--experiment", EXPERIMENT, "--storage-path", str(folder / f"ray{n}"),
+             "--num-samples", "3", "--scheduler", "none", "--max-concurrent-trials", "1", "--windows", "2",
+             "--window-s", "0.3", "--seed", str(n), "--price-per-hour", str(0.357 * (n + 1)), *shared_ray.flags],
+            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    sweeps = [start(n) for n in range(2)]
     outputs = [sweep.communicate(timeout=600)[0] for sweep in sweeps]
+    for n, output in enumerate(outputs):
+        if sweeps[n].returncode != 0 and died_in_rays_connect(output):
+            sweeps[n] = start(n)  # once more, alone: Ray's crash, not the store's
+            outputs[n] = f"{output[-2000:]}\n[started again]\n{sweeps[n].communicate(timeout=600)[0]}"
     # Each output's head too: a driver that died in Ray's C++ says why first, then a long stack.
     assert [sweep.returncode for sweep in sweeps] == [0, 0], "\n\n".join(
         o if len(o) < 5000 else f"{o[:2000]}\n[...]\n{o[-3000:]}" for o in outputs)
     parents, _ = mlflow_runs(store.tracking_uri, EXPERIMENT)
     assert len(parents) == 2, [p.info.run_name for p in parents]
     return [p.info.run_name for p in parents]
+
+
+# Two drivers connecting to one Ray instance at the same moment: now and then one dies in
+# Ray's C++ as its core worker starts (`plasma_store_provider.cc ... WarmupStore() ... Seal()
+# called on an object without a reference to it`, seen once in a fresh-clone CI run). That is
+# inside ray.init, before the sweep's parent run exists, so starting it again records nothing
+# twice (the check of two parent runs below would say so).
+RAY_CONNECT_CRASH = "WarmupStore"
+
+
+def died_in_rays_connect(output: str) -> bool:
+    return RAY_CONNECT_CRASH in output
 
 
 def run_tool(store, *args: str, cwd) -> subprocess.CompletedProcess:

@@ -89,7 +89,10 @@ def test_a_private_instance_that_a_command_starts_forks_its_workers_too(tmp_path
     done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
     facts = json.loads(done.stdout.strip().splitlines()[-1])
-    assert facts == {"parent": workers.process.pid, "torch": True, "python": sys.executable}, facts
+    # Not forked (seen once in the parallel lane, not since): the worker's client says why on
+    # the stderr Ray passes on to the driver ("did not answer (...)"), or the zygote refused.
+    assert facts == {"parent": workers.process.pid, "torch": True, "python": sys.executable}, \
+        f"{facts}\n{done.stderr[-3000:]}"
 
 
 @pytest.fixture
