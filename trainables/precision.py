@@ -23,6 +23,9 @@ def _torch_dtype(name: str) -> "torch.dtype":
     return getattr(torch, name)
 
 
+_MATH_BITS = {"float32": 32, "bfloat16": 16, "float16": 16}
+
+
 @dataclass(frozen=True)
 class Precision:
     name: str
@@ -45,6 +48,11 @@ class Precision:
     def compute(self) -> str:
         """The dtype the matmuls run in: autocast's, else the weights'."""
         return self.autocast or self.parameters
+
+    @property
+    def math_bits(self) -> int:
+        """The width of the matmuls' dtype: a precision of fewer bits is a narrower one."""
+        return _MATH_BITS[self.compute]
 
     @property
     def autocasts(self) -> bool:

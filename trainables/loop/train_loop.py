@@ -287,17 +287,14 @@ def _limiter(trial: "_Trial", platform, world, turns) -> dict[str, Any]:
         trial.profiling = False
 
 
-_MATH_BITS = {"float32": 32, "bfloat16": 16, "float16": 16}
-
-
 def narrower_precisions(platform, config: TrialConfig) -> Optional[str]:
     """The platform's precisions whose math is narrower than ``config``'s and that this
     hardware runs natively ("bf16-autocast or bf16"); None when there are none: advice to
     lower the precision would send the user to an emulated dtype, several times slower."""
-    own = _MATH_BITS.get(get_precision(config.precision).compute, 0)
+    own = get_precision(config.precision).math_bits
     emulated = platform.capabilities(config).emulated.get("precision", {})
     narrower = [name for name in platform.precisions
-                if name not in emulated and _MATH_BITS.get(get_precision(name).compute, own) < own]
+                if name not in emulated and get_precision(name).math_bits < own]
     return " or ".join(narrower) or None
 
 

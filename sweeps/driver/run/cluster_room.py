@@ -27,6 +27,9 @@ from accelsweep.trainables.cost import PRICE_TABLE
 from accelsweep.trainables.placement import INSTANCE_MARKER, node_resources
 
 HEAD_MARK = "node:__internal_head__"
+# A node group whose max_count is -1 (autoscaler v2: no cap of its own) may add nodes up
+# to the cluster's cap only: counted as this many, which no cap reaches.
+UNCAPPED = 10**6
 # What a node reports but no trial's count of slots depends on.
 UNCOUNTED = ("memory", "object_store_memory")
 
@@ -69,7 +72,7 @@ def read_autoscaling() -> Optional[Autoscaling]:
     whose limits this host cannot read: then only the nodes up count, as before)."""
     groups = ray_adapter.autoscaler_node_groups()
     if groups:
-        return Autoscaling(tuple(NodeType(name, resources, count if count >= 0 else 10**6)
+        return Autoscaling(tuple(NodeType(name, resources, count if count >= 0 else UNCAPPED)
                                  for name, resources, count in groups))
     path = ray_adapter.autoscaler_config_path(ray_adapter.gcs_address())
     if path is None:
