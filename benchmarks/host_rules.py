@@ -48,13 +48,13 @@ CHECKS = {"wall_at_most_75pct": "wall <= 0.75x", "winner_within_3pct_of_best": "
 def near_best_and_budget(path: str) -> list[str]:
     record = _load(path)
     lines = [f"### `{os.path.relpath(path, HERE)}`: {record['machine']}, {record['date']}", "",
-             "| seed | near-best margin (derived) | wall / plain's | winner of the judge's best | claim inside |",
+             "| seed | near-best margin (derived) | wall / plain's | winner of the judge's best [95%] | claim inside |",
              "|---|---|---|---|---|"]
     for pair in record["pairs"]:
         accel, plain = pair["accelsweep"], pair["plain"]
         margin = accel.get("near_best_margin", math.nan)
         lines.append(f"| {pair['seed']} | {'not recorded' if not math.isfinite(margin) else f'{margin:.1%}'} | "
-                     f"{accel['wall_s'] / plain['wall_s']:.2f} | {accel['of_best']:.1%} | "
+                     f"{accel['wall_s'] / plain['wall_s']:.2f} | {accel['of_best']:.1%}{_interval(accel)} | "
                      f"{pair['checks']['claim_inside_confirmed_interval']} |")
     pairs = record["pairs"]
     held = {check: sum(pair["checks"][check] for pair in pairs) for check in CHECKS}
@@ -64,6 +64,13 @@ def near_best_and_budget(path: str) -> list[str]:
                   f"best config: {record['best_config']}; configs past the space's edges judged: "
                   f"{len(record.get('beyond_edges', []))}.", ""]
     return lines
+
+
+def _interval(run: dict) -> str:
+    """The judge's 95% interval of a winner against the best config, paired by round (a
+    record written before the judge kept it: none)."""
+    bounds = run.get("of_best_interval")
+    return f" [{bounds[0]:.1%}, {bounds[1]:.1%}]" if bounds else ""
 
 
 def contention(path: str) -> list[str]:

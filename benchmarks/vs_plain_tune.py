@@ -283,6 +283,8 @@ def main(argv=None) -> int:
                                machine_name=earlier["machine"], date=earlier["date"],
                                judged_by={key: earlier[key] for key in ("judge", "blocks", "judged_at")
                                           if key in earlier} or {"judge": "processes"})
+        if "beyond_edges" in earlier:
+            result["beyond_edges"] = earlier["beyond_edges"]
         return write(result, args.out)
     if args.address and not args.smoke:
         parser.error(f"--address: only with --smoke (each tool's wall includes starting its own Ray), "
@@ -296,8 +298,11 @@ def main(argv=None) -> int:
             earlier = json.load(saved)
         configs = {key: judged["config"] for key, judged in earlier["judged"].items()}
         figures, order = judge(configs, args.rounds, earlier["smoke"], args.judge, args.judge_blocks)
-        return write(judged_result(earlier["pairs"], configs, figures, order, earlier["smoke"],
-                                   judged_by=_judged_by(args), date=earlier["date"]), args.out)
+        result = judged_result(earlier["pairs"], configs, figures, order, earlier["smoke"],
+                               judged_by=_judged_by(args), date=earlier["date"])
+        if "beyond_edges" in earlier:
+            result["beyond_edges"] = earlier["beyond_edges"]
+        return write(result, args.out)
     pairs = []
     for index, seed in enumerate(args.seeds):
         order = ("accelsweep", "plain") if index % 2 == 0 else ("plain", "accelsweep")  # A B, B A, A B, ...
@@ -368,6 +373,9 @@ def judged_result(pairs: list, configs: dict, figures: dict, order: list, smoke:
             key = config_key(run["winner"])
             run["confirmed"] = judged[key]
             run["of_best"] = judged[key] / judged[best_key]
+            # The judge's own resolution: the winner against the best config, paired by round.
+            against_best = paired_gain(figures[key], figures[best_key])
+            run["of_best_interval"] = [1 + against_best["low"], 1 + against_best["high"]]
             run["confirmed_gain"] = gains[key]
         accel, plain = pair["accelsweep"], pair["plain"]
         interval = accel["confirmed_gain"]
@@ -418,12 +426,17 @@ def table(result: dict) -> str:
             gain = run["confirmed_gain"]
             rows.append(f"| {pair['seed']} | {tool} | {run['wall_s']:.0f} | {run['device_s']:.0f} | {run['trials']} "
                         f"| {run['repeats']} | {describe(run['winner'])} | {run['claimed_gain']:+.1%} "
-                        f"| {run['confirmed']:.1f} | {run['of_best']:.1%} "
+                        f"| {run['confirmed']:.1f} | {run['of_best']:.1%}{_interval(run.get('of_best_interval'))} "
                         f"| {gain['gain']:+.1%} [{gain['low']:+.1%}, {gain['high']:+.1%}] |")
     rows.append(f"\nbaseline {result['baseline_confirmed']:.1f} samples/s (cv {result['baseline_cv']:.0%} from round "
                 f"to round), best {result['best_confirmed']:.1f} ({describe(result['best_config'])}); judge: "
                 f"{result['rounds']} interleaved rounds; {result['machine']}, {result['date']}")
     return "\n".join(rows)
+
+
+def _interval(bounds) -> str:
+    """' [low, high]' of a share, or '' for a record written before the judge kept it."""
+    return f" [{bounds[0]:.1%}, {bounds[1]:.1%}]" if bounds else ""
 
 
 def describe(config: dict) -> str:
