@@ -20,7 +20,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from accelsweep.sweeps.driver.record.trial_record import TrialRecord, ranked
+from accelsweep.sweeps.driver.record.trial_record import TrialRecord, host_slowdown, ranked
+from accelsweep.trainables.timing.windows import HOST_LOADED
 
 __all__ = ["MIN_TRIALS", "PRIOR_MARGIN", "FigureNoise", "figure_noise", "near_best_margin", "window_noise"]
 
@@ -66,8 +67,12 @@ def window_noise(window_cvs: Sequence[float], windows: Sequence[float], probes: 
 def figure_noise(records: Sequence[TrialRecord], metric: str) -> Optional[FigureNoise]:
     """This run's ``FigureNoise`` over its trials measured by ``metric`` but the contended
     ones (a neighbour's CPU is not the host's noise; the confirmation sets their figures
-    apart anyway)."""
-    quiet = [r for r in ranked(records, metric) if not r.contended]
+    apart anyway) and those taken on a loaded host (a probe HOST_LOADED slower than the
+    run's median: such a figure is flagged and not trusted, so its moment is not the noise
+    of the figures that are: in a peer benchmark's run of 9 trials, one whose probe ran 58%
+    slow put the drift at 17%, about all of it, and the margin at 35%)."""
+    measured = ranked(records, metric)
+    quiet = [r for r in measured if not r.contended and not host_slowdown(r, measured) > HOST_LOADED]
     return window_noise([r.noise for r in quiet], [r.metric("windows_done") for r in quiet],
                         [r.metric("host_probe_s") for r in quiet])
 
