@@ -345,16 +345,16 @@ def test_the_spared_margin_is_the_windows_own_noise_once_three_trials_reported_i
         def __init__(self, trial_id):
             self.trial_id = trial_id
 
-    def spared(window_cv, figures):
+    def spared(window_cv, figures, probes=None):
         asha = ASHAScheduler(time_attr="training_iteration", metric="score", mode="max", max_t=3, grace_period=1,
                              reduction_factor=2)
         wrapped = TrustedWindowsOnly(asha, ("score", "max"))
         assert wrapped.margin == NEAR_BEST
-        for index, figure in enumerate(figures):
+        for index, (figure, probe) in enumerate(zip(figures, probes or [0.01] * len(figures))):
             trial = Trial(str(index))
             wrapped.on_trial_add(None, trial)
             decision = wrapped.on_trial_result(None, trial, {"training_iteration": 1, "score": figure,
-                                                             "throughput_cv": window_cv, "host_probe_s": 0.01})
+                                                             "throughput_cv": window_cv, "host_probe_s": probe})
         return decision, wrapped
 
     decision, wrapped = spared(0.01, [100.0, 99.0, 98.0, 95.0])
@@ -362,6 +362,9 @@ def test_the_spared_margin_is_the_windows_own_noise_once_three_trials_reported_i
     decision, wrapped = spared(0.10, [100.0, 99.0, 98.0, 80.0])
     assert wrapped.margin > 0.2 and decision == TrialScheduler.CONTINUE
     assert TrustedWindowsOnly(wrapped.scheduler, ("score", "max"), near_best=0.05).margin == 0.05
+    # One window on a loaded host (its probe 60% slow) is not the host's drift between trials.
+    decision, wrapped = spared(0.01, [100.0, 99.0, 98.0, 95.0], probes=[0.01, 0.01, 0.016, 0.01])
+    assert wrapped.margin == pytest.approx(2 * math.sqrt(2) * 0.01) and decision == TrialScheduler.STOP
 
 
 # ---- process-wide settings and Ray ---------------------------------------------------

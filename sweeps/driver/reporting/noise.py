@@ -58,6 +58,8 @@ def window_noise(window_cvs: Sequence[float], windows: Sequence[float], probes: 
     window_cvs = [v for v in window_cvs if math.isfinite(v)]
     windows = [v for v in windows if math.isfinite(v) and v >= 1]
     probes = [v for v in probes if math.isfinite(v) and v > 0]
+    # A probe HOST_LOADED slower than the median flags a loaded host's moment (below).
+    probes = [v for v in probes if v <= statistics.median(probes) * (1 + HOST_LOADED)] if probes else probes
     if min(len(window_cvs), len(windows), len(probes)) < MIN_TRIALS:
         return None
     drift = statistics.pstdev(probes) / statistics.fmean(probes)

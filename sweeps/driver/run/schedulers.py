@@ -99,8 +99,8 @@ class TrustedWindowsOnly(TrialScheduler):
     def margin(self) -> float:
         """How far below the best window a window is near it: two standard deviations of the
         difference of two windows of different trials, each off by its trial's window cv
-        and by the host's drift between trials (reporting/noise.py), from the trials that
-        reported both so far; NEAR_BEST until three did."""
+        and by the host's drift between trials (reporting/noise.py; a loaded host's moment
+        left out), from the trials that reported both so far; NEAR_BEST until three did."""
         if self.near_best is not None:
             return self.near_best
         cvs, probes = zip(*self.noise_seen.values()) if self.noise_seen else ((), ())
