@@ -76,12 +76,12 @@ def _run_training(config: TrialConfig, report: Optional[Callable[[dict], None]],
     platform = get_platform(config.platform)
     # Other processes' CPU is read from here (cpu_threads.py). Not while configs take turns:
     # the others alive then are the confirmation's own, waiting at the baton.
-    threads_fit = platform.thread_fit(config) if current_turns() is None else None
+    threads_fit = platform.thread_fit(config, measure=current_turns() is None)
     workload = load_workload(config.workload)
     device = platform.prepare(config)
     world = World.current()
-    if world.size > 1:
-        threads_fit = None  # the trial's other workers would read as other processes
+    if world.size > 1 and threads_fit is not None:
+        threads_fit.keep_threads()  # the trial's other workers would read as other processes
     # Code is not the workload's memory: its modules, and torch.compile's, load first (what
     # the compiler allocates while it compiles still counts: a compiled trial's memory).
     for module in workload.imports + (("torch._dynamo", "torch._inductor") if config.torch_compile != "none" else ()):

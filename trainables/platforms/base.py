@@ -386,10 +386,11 @@ class Platform(abc.ABC):
         how far a larger batch may go."""
         return float("nan")
 
-    def thread_fit(self, config: "TrialConfig") -> Optional["ThreadFit"]:
-        """Started at a one-process trial's start, when the trial's threads are this
-        platform's to fit to the cores other processes leave free (cpu_threads.py); None
-        where the device, not the host's cores, does the work."""
+    def thread_fit(self, config: "TrialConfig", measure: bool = True) -> Optional["ThreadFit"]:
+        """Started at a trial's start, when the trial's threads are this platform's to fit
+        to the cores other processes leave free (cpu_threads.py; ``measure`` False: the
+        threads asked, its niceness lowered); None where the device, not the host's cores,
+        does the work."""
         return None
 
     def trial_tags(self, device: "torch.device") -> dict[str, str]:

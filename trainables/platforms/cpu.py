@@ -403,8 +403,8 @@ class CpuPlatform(Platform):
             pass
         return total
 
-    def thread_fit(self, config: "TrialConfig") -> ThreadFit:
-        return ThreadFit(asked=self.threads(config)).start()
+    def thread_fit(self, config: "TrialConfig", measure: bool = True) -> ThreadFit:
+        return ThreadFit(asked=self.threads(config), measure=measure).start()
 
     def threads(self, config: "TrialConfig") -> int:
         """The intra-op threads a trial asks for: the knob, else every CPU it holds (fewer

@@ -67,10 +67,15 @@ def renice(target: int = 0) -> tuple[int, str]:
 @dataclass
 class ThreadFit:
     """One trial's fit: ``start()`` at the trial's start, ``fit()`` before its warm-up.
-    Threads are cut only when two readings say a core is busy."""
+    Threads are cut only when two readings say a core is busy. ``measure`` False: the
+    threads asked, unread, for a trial whose neighbours are its own (the confirmation's
+    configs taking turns, a data-parallel trial's other workers), which would read as other
+    processes; its niceness is still lowered, as every trial's is, so that it meets a
+    neighbour on the footing the search's trials did."""
 
     asked: int
     cores: int = field(default_factory=machine_cpus)
+    measure: bool = True
     threads: int = 0
     readings: list = field(default_factory=list)  # other processes' CPU, in cores, per reading
     niceness: Optional[int] = None
@@ -81,10 +86,15 @@ class ThreadFit:
     def start(self) -> "ThreadFit":
         self.niceness, self.nice_refused = renice()
         self.threads = self.asked
-        self._meter = ContentionMeter()
-        self._meter.start()
+        if self.measure:
+            self._meter = ContentionMeter()
+            self._meter.start()
         self._since = time.monotonic()
         return self
+
+    def keep_threads(self) -> None:
+        """From now on as if made with ``measure`` False."""
+        self.measure, self._meter = False, None
 
     def fit(self) -> int:
         """Once, before the warm-up (a compiled config's kernels keep the thread count they
@@ -94,6 +104,7 @@ class ThreadFit:
         import torch
 
         if self._meter is None:
+            self.niceness, self.nice_refused = renice()  # threads started since (the intra-op pool's)
             return self.threads
         for _ in range(2):
             short = MIN_READING_S - (time.monotonic() - self._since)
