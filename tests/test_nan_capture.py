@@ -132,7 +132,13 @@ def test_replay_of_a_finite_step_says_not_reproduced(poisoned_batch, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_finite_run_with_the_capture_on_is_the_same_run(tmp_path):
+def test_a_finite_run_with_the_capture_on_is_the_same_run(tmp_path, monkeypatch):
+    # Both runs keep the threads asked: a neighbour of the parallel lane could cut one run's
+    # threads (a "threading" note, another reduction order) and not the other's.
+    from accelsweep.trainables.platforms.cpu import CpuPlatform
+
+    fit = CpuPlatform.thread_fit
+    monkeypatch.setattr(CpuPlatform, "thread_fit", lambda self, config, measure=True: fit(self, config, False))
     off_reports, on_reports = [], []
     config = TrialConfig.make(**MICRO)
     off = run_training(config, report=off_reports.append, capture_dir=str(tmp_path))
