@@ -30,6 +30,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 from benchmarks.recorded_grid import Table  # noqa: E402
 from benchmarks.search_efficiency import rejection_evidence  # noqa: E402
+from benchmarks.vs_plain_tune import share_interval  # noqa: E402
 
 from accelsweep.sweeps.driver.record.tracking import mlflow_client  # noqa: E402
 from accelsweep.sweeps.driver.reporting.noise import PRIOR_MARGIN  # noqa: E402
@@ -54,7 +55,8 @@ def near_best_and_budget(path: str) -> list[str]:
         accel, plain = pair["accelsweep"], pair["plain"]
         margin = accel.get("near_best_margin", math.nan)
         lines.append(f"| {pair['seed']} | {'not recorded' if not math.isfinite(margin) else f'{margin:.1%}'} | "
-                     f"{accel['wall_s'] / plain['wall_s']:.2f} | {accel['of_best']:.1%}{_interval(accel)} | "
+                     f"{accel['wall_s'] / plain['wall_s']:.2f} | "
+                     f"{accel['of_best']:.1%}{share_interval(accel.get('of_best_interval'))} | "
                      f"{pair['checks']['claim_inside_confirmed_interval']} |")
     pairs = record["pairs"]
     held = {check: sum(pair["checks"][check] for pair in pairs) for check in CHECKS}
@@ -64,13 +66,6 @@ def near_best_and_budget(path: str) -> list[str]:
                   f"best config: {record['best_config']}; configs past the space's edges judged: "
                   f"{len(record.get('beyond_edges', []))}.", ""]
     return lines
-
-
-def _interval(run: dict) -> str:
-    """The judge's 95% interval of a winner against the best config, paired by round (a
-    record written before the judge kept it: none)."""
-    bounds = run.get("of_best_interval")
-    return f" [{bounds[0]:.1%}, {bounds[1]:.1%}]" if bounds else ""
 
 
 def contention(path: str) -> list[str]:

@@ -282,9 +282,8 @@ def main(argv=None) -> int:
         result = judged_result(earlier["pairs"], configs, figures, earlier["judge_order"], earlier["smoke"],
                                machine_name=earlier["machine"], date=earlier["date"],
                                judged_by={key: earlier[key] for key in ("judge", "blocks", "judged_at")
-                                          if key in earlier} or {"judge": "processes"})
-        if "beyond_edges" in earlier:
-            result["beyond_edges"] = earlier["beyond_edges"]
+                                          if key in earlier} or {"judge": "processes"},
+                               beyond_edges=earlier.get("beyond_edges", ()))
         return write(result, args.out)
     if args.address and not args.smoke:
         parser.error(f"--address: only with --smoke (each tool's wall includes starting its own Ray), "
@@ -298,11 +297,9 @@ def main(argv=None) -> int:
             earlier = json.load(saved)
         configs = {key: judged["config"] for key, judged in earlier["judged"].items()}
         figures, order = judge(configs, args.rounds, earlier["smoke"], args.judge, args.judge_blocks)
-        result = judged_result(earlier["pairs"], configs, figures, order, earlier["smoke"],
-                               judged_by=_judged_by(args), date=earlier["date"])
-        if "beyond_edges" in earlier:
-            result["beyond_edges"] = earlier["beyond_edges"]
-        return write(result, args.out)
+        return write(judged_result(earlier["pairs"], configs, figures, order, earlier["smoke"],
+                                   judged_by=_judged_by(args), date=earlier["date"],
+                                   beyond_edges=earlier.get("beyond_edges", ())), args.out)
     pairs = []
     for index, seed in enumerate(args.seeds):
         order = ("accelsweep", "plain") if index % 2 == 0 else ("plain", "accelsweep")  # A B, B A, A B, ...
@@ -320,9 +317,8 @@ def main(argv=None) -> int:
     beyond = beyond_edges(list(configs.values()), args.smoke)
     configs.update(beyond)
     figures, order = judge(configs, args.rounds, args.smoke, args.judge, args.judge_blocks)
-    result = judged_result(pairs, configs, figures, order, args.smoke, judged_by=_judged_by(args))
-    result["beyond_edges"] = sorted(beyond)
-    return write(result, args.out)
+    return write(judged_result(pairs, configs, figures, order, args.smoke, judged_by=_judged_by(args),
+                               beyond_edges=sorted(beyond)), args.out)
 
 
 def beyond_edges(configs: list[dict], smoke: bool) -> dict[str, dict]:
@@ -355,8 +351,9 @@ def _judged_by(args) -> dict:
 
 
 def judged_result(pairs: list, configs: dict, figures: dict, order: list, smoke: bool, machine_name: str = "",
-                  date: str = "", judged_by: dict | None = None) -> dict:
-    """Every run's winner as the judge measured it, and the checks of each pair.
+                  date: str = "", judged_by: dict | None = None, beyond_edges: list[str] | tuple = ()) -> dict:
+    """Every run's winner as the judge measured it, and the checks of each pair
+    (``beyond_edges``: the keys of the configs judged one step past the space's edges).
 
     A config's judged throughput is the baseline's mean times the config's geometric-mean
     ratio to the baseline of the same round: the machine's own speed drifts 20-30% over
@@ -393,7 +390,7 @@ def judged_result(pairs: list, configs: dict, figures: dict, order: list, smoke:
             "baseline_cv": statistics.stdev(base) / base_mean if len(base) > 1 else float("nan"),
             "judged": {key: {"config": configs[key], "figures": figures[key], "mean": statistics.fmean(figures[key]),
                              "judged": judged[key], "gain": gains[key]} for key in configs},
-            "judge_order": order, **(judged_by or {})}
+            "judge_order": order, **(judged_by or {}), "beyond_edges": list(beyond_edges)}
 
 
 def write(result: dict, out: str) -> int:
@@ -426,7 +423,7 @@ def table(result: dict) -> str:
             gain = run["confirmed_gain"]
             rows.append(f"| {pair['seed']} | {tool} | {run['wall_s']:.0f} | {run['device_s']:.0f} | {run['trials']} "
                         f"| {run['repeats']} | {describe(run['winner'])} | {run['claimed_gain']:+.1%} "
-                        f"| {run['confirmed']:.1f} | {run['of_best']:.1%}{_interval(run.get('of_best_interval'))} "
+                        f"| {run['confirmed']:.1f} | {run['of_best']:.1%}{share_interval(run.get('of_best_interval'))} "
                         f"| {gain['gain']:+.1%} [{gain['low']:+.1%}, {gain['high']:+.1%}] |")
     rows.append(f"\nbaseline {result['baseline_confirmed']:.1f} samples/s (cv {result['baseline_cv']:.0%} from round "
                 f"to round), best {result['best_confirmed']:.1f} ({describe(result['best_config'])}); judge: "
@@ -434,7 +431,7 @@ def table(result: dict) -> str:
     return "\n".join(rows)
 
 
-def _interval(bounds) -> str:
+def share_interval(bounds) -> str:
     """' [low, high]' of a share, or '' for a record written before the judge kept it."""
     return f" [{bounds[0]:.1%}, {bounds[1]:.1%}]" if bounds else ""
 
