@@ -20,7 +20,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from accelsweep.sweeps.driver.record.trial_record import TrialRecord, host_slowdown, ranked
+from accelsweep.sweeps.driver.record.trial_record import TrialRecord, ranked
 from accelsweep.trainables.timing.windows import HOST_LOADED
 
 __all__ = ["MIN_TRIALS", "PRIOR_MARGIN", "FigureNoise", "figure_noise", "near_best_margin", "window_noise"]
@@ -58,8 +58,13 @@ def window_noise(window_cvs: Sequence[float], windows: Sequence[float], probes: 
     window_cvs = [v for v in window_cvs if math.isfinite(v)]
     windows = [v for v in windows if math.isfinite(v) and v >= 1]
     probes = [v for v in probes if math.isfinite(v) and v > 0]
-    # A probe HOST_LOADED slower than the median flags a loaded host's moment (below).
-    probes = [v for v in probes if v <= statistics.median(probes) * (1 + HOST_LOADED)] if probes else probes
+    if probes:
+        # A probe HOST_LOADED slower than the median: a loaded host's moment, whose figure is
+        # flagged and not trusted, so not the noise of the figures that are (in a peer
+        # benchmark's run of 9 trials one probe 58% slow put the drift at 17%, about all of
+        # it, and the margin at 35%).
+        steady = statistics.median(probes) * (1 + HOST_LOADED)
+        probes = [v for v in probes if v <= steady]
     if min(len(window_cvs), len(windows), len(probes)) < MIN_TRIALS:
         return None
     drift = statistics.pstdev(probes) / statistics.fmean(probes)
@@ -69,12 +74,8 @@ def window_noise(window_cvs: Sequence[float], windows: Sequence[float], probes: 
 def figure_noise(records: Sequence[TrialRecord], metric: str) -> Optional[FigureNoise]:
     """This run's ``FigureNoise`` over its trials measured by ``metric`` but the contended
     ones (a neighbour's CPU is not the host's noise; the confirmation sets their figures
-    apart anyway) and those taken on a loaded host (a probe HOST_LOADED slower than the
-    run's median: such a figure is flagged and not trusted, so its moment is not the noise
-    of the figures that are: in a peer benchmark's run of 9 trials, one whose probe ran 58%
-    slow put the drift at 17%, about all of it, and the margin at 35%)."""
-    measured = ranked(records, metric)
-    quiet = [r for r in measured if not r.contended and not host_slowdown(r, measured) > HOST_LOADED]
+    apart anyway); a loaded host's probe is left out of the drift (``window_noise``)."""
+    quiet = [r for r in ranked(records, metric) if not r.contended]
     return window_noise([r.noise for r in quiet], [r.metric("windows_done") for r in quiet],
                         [r.metric("host_probe_s") for r in quiet])
 
