@@ -19,6 +19,13 @@ pytestmark = [needs_postgresql, pytest.mark.slow]
 
 EXPERIMENT = "review"
 
+# Two drivers connecting to one Ray instance at the same moment: now and then one dies in
+# Ray's C++ as its core worker starts (`plasma_store_provider.cc ... WarmupStore() ... Seal()
+# called on an object without a reference to it`, seen once in a fresh-clone CI run). That is
+# inside ray.init, before the sweep's parent run exists, so starting it again records nothing
+# twice (the check of two parent runs below would say so).
+RAY_CONNECT_CRASH = "WarmupStore"
+
 
 @pytest.fixture(scope="module")
 def two_sweeps(store, tmp_path_factory, shared_ray) -> list[str]:
@@ -38,7 +45,7 @@ def two_sweeps(store, tmp_path_factory, shared_ray) -> list[str]:
     sweeps = [start(n) for n in range(2)]
     outputs = [sweep.communicate(timeout=600)[0] for sweep in sweeps]
     for n, output in enumerate(outputs):
-        if sweeps[n].returncode != 0 and died_in_rays_connect(output):
+        if sweeps[n].returncode != 0 and RAY_CONNECT_CRASH in output:
             sweeps[n] = start(n)  # once more, alone: Ray's crash, not the store's
             outputs[n] = f"{output[-2000:]}\n[started again]\n{sweeps[n].communicate(timeout=600)[0]}"
     # Each output's head too: a driver that died in Ray's C++ says why first, then a long stack.
@@ -47,18 +54,6 @@ def two_sweeps(store, tmp_path_factory, shared_ray) -> list[str]:
     parents, _ = mlflow_runs(store.tracking_uri, EXPERIMENT)
     assert len(parents) == 2, [p.info.run_name for p in parents]
     return [p.info.run_name for p in parents]
-
-
-# Two drivers connecting to one Ray instance at the same moment: now and then one dies in
-# Ray's C++ as its core worker starts (`plasma_store_provider.cc ... WarmupStore() ... Seal()
-# called on an object without a reference to it`, seen once in a fresh-clone CI run). That is
-# inside ray.init, before the sweep's parent run exists, so starting it again records nothing
-# twice (the check of two parent runs below would say so).
-RAY_CONNECT_CRASH = "WarmupStore"
-
-
-def died_in_rays_connect(output: str) -> bool:
-    return RAY_CONNECT_CRASH in output
 
 
 def run_tool(store, *args: str, cwd) -> subprocess.CompletedProcess:
