@@ -282,6 +282,37 @@ def test_the_last_proposals_step_from_the_leader_to_unmeasured_neighbours():
     assert list(steps.values()) == ["batch_size 8 -> 16", "batch_size 16 -> 32", "batch_size 32 -> 64"]
 
 
+def test_the_local_search_steps_from_the_leader_at_the_hosts_typical_speed():
+    """On a drifting VM a config measured in a fast moment leads by raw figure; its speed
+    probe says so. The local search steps from the leader at the host's typical speed (the
+    confirmation ranks so too), and from the raw one when a trial has no probe."""
+    import optuna
+
+    from accelsweep.sweeps.driver.run.searchers import FailureAwareOptunaSearch
+
+    def space(trial):
+        trial.suggest_categorical("batch_size", [8, 16, 32])
+        trial.suggest_categorical("threads", [1, 2])
+
+    # (config, score, its probe in GFLOP/s): b8/t2 measured while the host ran 30% fast.
+    start = [({"batch_size": 8, "threads": 2}, 110.0, 130.0), ({"batch_size": 16, "threads": 1}, 100.0, 100.0),
+             ({"batch_size": 8, "threads": 1}, 60.0, 100.0)]
+
+    def first_step(token, probes=True):
+        searcher = FailureAwareOptunaSearch(space, metric="score", mode="max", sweep_token=token, budget=4,
+                                            local_search=1, points_to_evaluate=[c for c, _, _ in start],
+                                            sampler=optuna.samplers.RandomSampler(seed=0))
+        for number, (config, score, probe) in enumerate(start):
+            assert searcher.suggest(f"t{number}") == config
+            result = {"score": score, **({"speed_probe_gflops": probe, "speed_probe_kind": "float32/2"} if probes else {})}
+            searcher.on_trial_complete(f"t{number}", result)
+        return searcher.suggest("t3")
+
+    # At typical speed b8/t2 is 110 x 100/130 = 85 against b16/t1's 100: b16/t1 leads, b32/t1 is its step.
+    assert first_step("typical-leader") == {"batch_size": 32, "threads": 1}
+    assert first_step("raw-leader", probes=False) == {"batch_size": 16, "threads": 2}  # from b8/t2: batch 8 -> 16
+
+
 def test_a_leader_on_the_batch_edge_makes_the_next_batch_tried_while_it_leads_and_memory_allows():
     """On a 2-core Sapphire Rapids both tools' winners sat on batch 64, the space's largest, and 256 measured
     10% faster in a plain loop. Past the edge: 128 while 64 leads, 256 while 128 does; a

@@ -18,12 +18,13 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 from accelsweep.sweeps.driver.record.trial_record import TrialRecord, ranked
 from accelsweep.trainables.timing.windows import HOST_LOADED
 
-__all__ = ["MIN_TRIALS", "PRIOR_MARGIN", "FigureNoise", "figure_noise", "near_best_margin", "window_noise"]
+__all__ = ["MIN_TRIALS", "PRIOR_MARGIN", "FigureNoise", "figure_noise", "near_best_margin", "typical_speed_factors",
+           "window_noise"]
 
 PRIOR_MARGIN = 0.10  # the margin recorded on a 2-core AMD EPYC (above), until the run measures its own
 MIN_TRIALS = 3  # a spread across trials needs three to mean anything
@@ -85,3 +86,18 @@ def near_best_margin(records: Sequence[TrialRecord], metric: str) -> tuple[float
     (``FigureNoise.margin``), or PRIOR_MARGIN while it has not measured enough."""
     noise = figure_noise(records, metric)
     return (noise.margin, noise) if noise is not None else (PRIOR_MARGIN, None)
+
+
+def typical_speed_factors(probes: Mapping[str, tuple[float, Optional[str]]]) -> Optional[dict[str, float]]:
+    """Per trial (id -> (its ``speed_probe_gflops``, its ``speed_probe_kind``)): how much
+    faster the host typically ran the same kind of math (dtype, threads) than during that
+    trial: the median probe of that kind over the trial's own (above 1: the trial ran while
+    the host was slow). None where any trial has no probe (a GPU's, a user's trainable, an
+    older record): figures are compared on one footing for all or none. The search's
+    leader (searchers.py) and the confirmation's candidates (confirm.at_typical_speed) are
+    both picked by figure times this factor."""
+    if not probes or not all(math.isfinite(gflops) and gflops > 0 and kind for gflops, kind in probes.values()):
+        return None
+    typical = {kind: statistics.median(g for g, k in probes.values() if k == kind)
+               for kind in {k for _, k in probes.values()}}
+    return {trial: typical[kind] / gflops for trial, (gflops, kind) in probes.items()}

@@ -29,7 +29,7 @@ from accelsweep.sweeps.driver.record.history import CONFIRMATION, PHASE_TAG
 from accelsweep.sweeps.driver.record.trial_record import NOT_RANKED, TrialRecord
 from accelsweep.sweeps.driver.reporting.verdict import (TURN_FIGURES, Judgement, config_key, judge, knobs_changed,
                                                         measurements)
-from accelsweep.sweeps.driver.reporting.noise import PRIOR_MARGIN, FigureNoise, near_best_margin
+from accelsweep.sweeps.driver.reporting.noise import PRIOR_MARGIN, FigureNoise, near_best_margin, typical_speed_factors
 from accelsweep.trainables.platforms import get_platform
 from accelsweep.trainables.turns import TurnBaton, drain_steps
 
@@ -136,17 +136,12 @@ def at_typical_speed(records: Sequence[TrialRecord], metric: str, mode: str) -> 
     moments, and the config the judge finds best can rank well down the raw figures. Raw
     figures where any trial has no probe (a GPU's, a user's trainable, an older record): one
     footing for all or none."""
-    probes = {r.trial_id: (r.metric("speed_probe_gflops"), r.result.get("speed_probe_kind")) for r in records}
-    if not all(math.isfinite(gflops) and gflops > 0 and kind for gflops, kind in probes.values()):
+    factors = typical_speed_factors({r.trial_id: (r.metric("speed_probe_gflops"), r.result.get("speed_probe_kind"))
+                                     for r in records})
+    if factors is None:
         return {r.trial_id: r.metric(metric) for r in records}
-    typical = {kind: statistics.median(g for g, k in probes.values() if k == kind)
-               for kind in {k for _, k in probes.values()}}
-    scaled = {}
-    for record in records:
-        gflops, kind = probes[record.trial_id]
-        speed = typical[kind] / gflops  # above 1: the trial ran while the host was slow
-        scaled[record.trial_id] = record.metric(metric) * (speed if mode == "max" else 1 / speed)
-    return scaled
+    return {r.trial_id: r.metric(metric) * (factors[r.trial_id] if mode == "max" else 1 / factors[r.trial_id])
+            for r in records}
 
 
 def round_orders(keys: Sequence[str], rounds: int) -> list[list[str]]:

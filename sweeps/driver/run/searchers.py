@@ -19,6 +19,7 @@ from accelsweep.sweeps.driver.record.optuna_study import holds
 from accelsweep.sweeps.driver.record.resumed_runs import MeasuredRun, ResumeNews, resume_news, tell_resumed
 from accelsweep.sweeps.driver.run import fair_share
 from accelsweep.sweeps.driver.record.trial_record import config_key
+from accelsweep.sweeps.driver.reporting.noise import typical_speed_factors
 
 __all__ = ["FailureAwareOptunaSearch", "MAX_REPEATED_PROPOSALS", "MeasuredRun", "ResumeNews", "config_key",
            "concurrency_aware_tpe", "label_proposal", "local_proposals", "neighbours", "take_reuses", "tell_resumed"]
@@ -53,6 +54,7 @@ _REUSES: dict[str, list[tuple[dict, str]]] = {}
 _SEARCHED_OUT: set[str] = set()
 # The local search's proposals by sweep: config key -> what it changed from the leader.
 _LOCAL: dict[str, dict[str, str]] = {}
+_NO_PROBE = (math.nan, None)  # a trial measured by a version that kept no probe: raw values rank
 
 
 def _finite(value: Any) -> bool:
@@ -165,7 +167,8 @@ class FailureAwareOptunaSearch(OptunaSearch):
                     edge_steps: Optional[int] = None) -> None:
         self.edges, self.edge_steps = dict(edges or {}), edge_steps
         self._given: dict[str, dict] = {}  # trial id -> the config given to Tune
-        self._measured: list[tuple[dict, float]] = []  # (config, value) of each trial measured, edge steps too
+        # (config, value, its host speed probe) of each trial measured, edge steps too
+        self._measured: list[tuple[dict, float, tuple[float, Optional[str]]]] = []
         self._memory: dict[str, tuple[float, float, float]] = {}  # config key -> (peak, workload, capacity) MB
         self._edge_trials: dict[str, dict] = {}  # trial id -> a config past the space's edge
         self._edge_again: list[dict] = []  # such configs a resumed sweep runs again (their trial was cut off)
@@ -179,6 +182,7 @@ class FailureAwareOptunaSearch(OptunaSearch):
         if "edges" not in self.__dict__:
             self._edge_state()
         self.__dict__.setdefault("_edge_again", [])
+        self._measured = [entry if len(entry) == 3 else (*entry, _NO_PROBE) for entry in self._measured]
 
     def __setstate__(self, state: dict) -> None:  # unpickled from Tune's tuner.pkl
         self.__dict__.update(state)
@@ -334,8 +338,7 @@ class FailureAwareOptunaSearch(OptunaSearch):
         measured = [t for t in trials if t.state == TrialState.COMPLETE and _finite(t.value)]
         if not measured:
             return
-        sign = 1 if self.mode == "max" else -1
-        leader = max(measured, key=lambda t: sign * t.value)
+        leader = measured[self._leader_of([(config_key(t.params), t.value) for t in measured])]
         taken = {config_key(t.params) for t in trials} | set(self._outcomes)
         taken |= {config_key(t.system_attrs.get("fixed_params") or {}) for t in trials}
         for config, step in neighbours(leader.params, leader.distributions):
@@ -343,6 +346,20 @@ class FailureAwareOptunaSearch(OptunaSearch):
                 self._ot_study.enqueue_trial(config)
                 _LOCAL.setdefault(self.sweep_token, {})[config_key(config)] = step
                 return
+
+    def _leader_of(self, figures: Sequence[tuple[str, float]]) -> int:
+        """Which of ``figures`` ((config key, value), one per measured trial) leads: by value
+        at the host's typical speed (noise.typical_speed_factors over every measured trial's
+        probe), as the confirmation ranks its candidates, so the local search and the edge
+        steps go on from the config the confirmation would call best, not from one measured
+        in a fast moment of a drifting host. Raw values when any of them has no probe (a
+        warm start's trials, a GPU's)."""
+        factors = typical_speed_factors({config_key(c): probe for c, _, probe in self._measured}) or {}
+        if not all(key in factors for key, _ in figures):
+            factors = {}
+        sign = 1 if self.mode == "max" else -1
+        return max(range(len(figures)),
+                   key=lambda i: sign * figures[i][1] * factors.get(figures[i][0], 1.0) ** sign)
 
     def _running_keys(self) -> set[str]:
         """The config keys of the proposals Tune runs now."""
@@ -374,8 +391,7 @@ class FailureAwareOptunaSearch(OptunaSearch):
         trials = self._ot_study.get_trials(deepcopy=False)
         if any(t.state == TrialState.WAITING for t in trials):
             return None
-        sign = 1 if self.mode == "max" else -1
-        leader, _ = max(self._measured, key=lambda measured: sign * measured[1])
+        leader = self._measured[self._leader_of([(config_key(c), v) for c, v, _ in self._measured])][0]
         taken = set(self._outcomes) | self._running_keys() | {config_key(t.params) for t in trials}
         return edge_step(leader, self._memory.get(config_key(leader)), self.edges,
                          largest_values(self._distributions(), self.edges), taken)
@@ -439,7 +455,8 @@ class FailureAwareOptunaSearch(OptunaSearch):
             return
         value = self._value_of(result)
         if _finite(value):
-            self._measured.append((config, float(value)))
+            probe = (float(result.get("speed_probe_gflops", math.nan)), result.get("speed_probe_kind"))
+            self._measured.append((config, float(value), probe))
         memory = tuple(float(result.get(name, math.nan)) for name in
                        ("peak_memory_mb", "workload_memory_mb", "memory_capacity_mb"))
         self._memory[config_key(config)] = memory
