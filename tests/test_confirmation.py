@@ -197,7 +197,7 @@ def test_confirmation_candidates_prefer_figures_from_quiet_windows_and_skip_the_
     assert [r.number for r in candidates(records, "score", "max")] == [4, 5]  # trial 3's figure is contended
     assert [r.number for r in candidates(records, "score", "max", count=3)] == [4, 5, 3]
     assert round_orders(["a", "b", "c"], 4) == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"], ["a", "b", "c"]]
-    assert search_budget_s(480, 3) == pytest.approx(336) and search_budget_s(480, 0) == 480 and search_budget_s(None, 3) is None
+    assert search_budget_s(480, 3) == pytest.approx(312) and search_budget_s(480, 0) == 480 and search_budget_s(None, 3) is None
 
 
 def test_candidates_are_ranked_at_the_hosts_typical_speed_for_their_math_when_every_trial_probed_it():

@@ -119,6 +119,26 @@ def test_turns_fill_the_time_left_after_the_configs_start_together():
     assert turn_rounds(configs, configs, windows=3, rounds=3, seconds_left=None) == 9  # as many windows as rounds
 
 
+def test_a_third_candidate_takes_turns_only_while_the_rounds_reach_a_claims_precision():
+    """Each config: 14 s to start, 2.1 s a turn. A third candidate costs the called config's
+    rounds: it is kept only while they reach CLAIM_ROUNDS; one candidate alone (the simplest
+    near the best) only when two would get fewer than four rounds."""
+    from accelsweep.sweeps.driver.run.confirm import CLAIM_ROUNDS, turn_candidates
+
+    base, leader, second, third = (record(1, 0, 100.0, baseline=True), record(2, 1, 190.0), record(3, 2, 185.0),
+                                   record(4, 3, 180.0))
+    everyone = [base, leader, second, third]
+    assert CLAIM_ROUNDS == 9  # (0.09 / 0.03) ** 2
+    # 160 s: 56 s to start four, then 8.4 s rounds: 11 (less one as a margin) reach 9: three candidates.
+    assert turn_candidates(base, [leader, second, third], second, everyone, 3, 3, 160.0) == ([leader, second, third], 11)
+    # 110 s: three would get 5 rounds; two get 9 (68 s of 6.3 s rounds, less one).
+    assert turn_candidates(base, [leader, second, third], second, everyone, 3, 3, 110.0) == ([leader, second], 9)
+    # 60 s: two would get 1; the simplest near the best alone gets 6.
+    assert turn_candidates(base, [leader, second, third], second, everyone, 3, 3, 60.0) == ([second], 6)
+    # No time budget: the rounds asked, three candidates.
+    assert turn_candidates(base, [leader, second, third], None, everyone, 3, 3, None) == ([leader, second, third], 9)
+
+
 def test_a_trials_cpus_are_split_as_ray_takes_them():
     whole = lambda searched: {"CPU": 2.0, "memory": 1.0}
     assert _shared_resources(whole, 2, {}) == {"CPU": 1.0, "memory": 1.0}

@@ -129,7 +129,7 @@ def common_parser(description: str, default_samples: int, default_confirm_rounds
     parser.add_argument("--confirm-rounds", type=round_count, default=default_confirm_rounds,
                         help="when the search ends, measure the baseline and the best configs again in this many "
                              "interleaved rounds; the verdict is theirs, or 'not decided' (0: no confirmation; "
-                             f"default: {default_confirm_rounds}; with a time budget the search leaves 30%% "
+                             f"default: {default_confirm_rounds}; with a time budget the search leaves 35%% "
                              "of it to them)")
     parser.add_argument("--local-search", type=int, default=None, metavar="N",
                         help="the search's last N proposals each step from the best config so far to an unmeasured "

@@ -33,20 +33,33 @@ from accelsweep.sweeps.driver.reporting.noise import PRIOR_MARGIN, FigureNoise, 
 from accelsweep.trainables.platforms import get_platform
 from accelsweep.trainables.turns import TurnBaton, drain_steps
 
-__all__ = ["CANDIDATES", "CONFIRMATION", "CONFIRM_BUDGET_SHARE", "Confirmation", "Judgement", "NEAR_BEST",
+__all__ = ["CANDIDATES", "CLAIM_ROUNDS", "CONFIRMATION", "CONFIRM_BUDGET_SHARE", "Confirmation", "Judgement", "NEAR_BEST",
            "PHASE_TAG", "TURN_CANDIDATES", "at_typical_speed", "candidates", "config_key", "fitted", "judge",
            "knobs_changed", "measurements", "one_candidate", "ranked_candidates", "round_orders", "run_confirmation",
-           "search_budget_s", "simplest_near_best"]
+           "search_budget_s", "simplest_near_best", "turn_candidates"]
 
 CANDIDATES = 2  # the search's best configs confirmed against the baseline
-# In turns a config costs one window per round, not a trial: one more candidate fits.
+# In turns a config costs one window per round, not a trial: one more candidate fits,
+# while the rounds still reach CLAIM_ROUNDS (else the third is dropped).
 TURN_CANDIDATES = 3
+# The rounds a claim needs: its standard error, ROUND_NOISE / sqrt(rounds), at CLAIM_SE or
+# under. ROUND_NOISE: the sd of one round's paired log ratio (a candidate's window over the
+# baseline's beside it), the median over the peer benchmark's judge records on this host kind
+# (2-core AMD EPYC: 0.05-0.12, each config's 30 rounds; benchmarks/results/vs_plain_tune*.json).
+# CLAIM_SE: the 3% within which the peer benchmark asks a winner to be of the best: a claim
+# coarser than that cannot tell such configs apart. Nine rounds of the baseline and three
+# candidates do not fit the main job's budget on 2 cores; of two, six or seven do.
+ROUND_NOISE = 0.09
+CLAIM_SE = 0.03
+CLAIM_ROUNDS = math.ceil((ROUND_NOISE / CLAIM_SE) ** 2)
 # With a time budget, the search stops at this share short of what is left of it once Ray
-# is up: the rest is the confirmation's (and whatever the search leaves unused). Sized as the
-# main job's confirmation in turns (4-5 rounds of the baseline and two or three candidates)
-# over its CPU budget, rounded up; 40% was tried for rounds of whole trials (docs/budget.md).
-# Re-measured per host kind by the peer benchmark's checks: benchmarks/results/host_rules.md.
-CONFIRM_BUDGET_SHARE = 0.3
+# is up: the rest is the confirmation's (and whatever the search leaves unused). On the main
+# job's CPU budget (sweeps/neuron_vit.py: 215 s, 207 s once Ray is up) it keeps the search
+# the 136 s it had before that budget grew by 20 s for the confirmation's rounds: 72 s, the
+# start of the baseline and two candidates (about 13 s) and five or six rounds of theirs in turns.
+# 40% was tried for rounds of whole trials (docs/budget.md). Re-measured per host kind by
+# the peer benchmark's checks: benchmarks/results/host_rules.md.
+CONFIRM_BUDGET_SHARE = 0.35
 # How far below the search's best a config's figure may be and still be confirmed as the
 # simplest near it: derived from the run's own noise (reporting/noise.py); this recorded
 # margin stands until the run has measured it.
@@ -354,6 +367,23 @@ def turn_rounds(configs: Sequence[TrialRecord], records: Sequence[TrialRecord], 
     return max(0, min(MAX_TURN_ROUNDS, int((seconds_left - start_s) // round_s) - 1))
 
 
+def turn_candidates(baseline: TrialRecord, chosen: Sequence[TrialRecord], simplest: Optional[TrialRecord],
+                    records: Sequence[TrialRecord], windows: int, rounds: int,
+                    seconds_left: Optional[float]) -> tuple[list[TrialRecord], int]:
+    """(the candidates that take turns, their rounds) within ``seconds_left``: a third
+    candidate only while the rounds still reach CLAIM_ROUNDS (a claim's precision first);
+    one alone (``one_candidate``) only when two would measure fewer than 2 x MIN_ROUNDS."""
+    chosen = list(chosen)
+    turns = turn_rounds([baseline, *chosen], records, windows, rounds, seconds_left)
+    while turns < CLAIM_ROUNDS and len(chosen) > CANDIDATES:
+        chosen = chosen[:-1]
+        turns = turn_rounds([baseline, *chosen], records, windows, rounds, seconds_left)
+    while turns < 2 * MIN_ROUNDS and len(chosen) > 1:  # fewer candidates, each measured more often
+        chosen = chosen[:-1] if len(chosen) > 2 else [one_candidate(chosen, simplest)]
+        turns = turn_rounds([baseline, *chosen], records, windows, rounds, seconds_left)
+    return chosen, turns
+
+
 def _start_seconds(record: TrialRecord, records: Sequence[TrialRecord]) -> float:
     """A config's trial time outside its windows (Ray, setup, warm-up, compile) in the search."""
     spent = record.wall_s - record.metric("measured_s")
@@ -381,10 +411,7 @@ def _run_turns(plan, search: SweepCallback, trainable_for, storage: str, experim
     records = list(search.records.values())
     leader = chosen[0]
     windows = int(baseline.config.get("windows", 3) or 3)
-    turns = turn_rounds([baseline, *chosen], records, windows, rounds, seconds_left)
-    while turns < 2 * MIN_ROUNDS and len(chosen) > 1:  # fewer candidates, each measured more often
-        chosen = chosen[:-1] if len(chosen) > 2 else [one_candidate(chosen, simplest)]
-        turns = turn_rounds([baseline, *chosen], records, windows, rounds, seconds_left)
+    chosen, turns = turn_candidates(baseline, chosen, simplest, records, windows, rounds, seconds_left)
     if turns < MIN_ROUNDS:
         confirmation.skipped = (f"{seconds_left:.0f} s were left of the time budget: too little for the baseline "
                                 f"and the best config to start and measure {MIN_ROUNDS} windows each in turn "
