@@ -22,20 +22,21 @@ import glob
 import json
 import math
 import os
+import re
 import statistics
 import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
+from benchmarks.plain_vit import BASELINE  # noqa: E402
 from benchmarks.recorded_grid import Table  # noqa: E402
 from benchmarks.search_efficiency import rejection_evidence  # noqa: E402
 from benchmarks.vs_plain_tune import share_interval  # noqa: E402
 
 from accelsweep.sweeps.driver.record.tracking import mlflow_client  # noqa: E402
 from accelsweep.sweeps.driver.reporting.noise import PRIOR_MARGIN  # noqa: E402
-from accelsweep.sweeps.driver.run.confirm import CONFIRM_BUDGET_SHARE  # noqa: E402
-from accelsweep.sweeps.neuron_vit import CPU_TIME_BUDGET_S  # noqa: E402
+from accelsweep.sweeps.driver.run.confirm import CLAIM_ROUNDS, CLAIM_SE, ROUND_NOISE  # noqa: E402
 from accelsweep.trainables.contention import CONTENDED_CPUS  # noqa: E402
 from accelsweep.trainables.loop.rejection import REJECT_RATIO  # noqa: E402
 from accelsweep.trainables.platforms.cpu import CpuPlatform  # noqa: E402
@@ -61,11 +62,43 @@ def near_best_and_budget(path: str) -> list[str]:
     pairs = record["pairs"]
     held = {check: sum(pair["checks"][check] for pair in pairs) for check in CHECKS}
     said = ", ".join(f"{words} in {held[check]} of {len(pairs)}" for check, words in CHECKS.items())
-    lines += ["", f"Budget {CPU_TIME_BUDGET_S} s and confirmation share {CONFIRM_BUDGET_SHARE:.0%}: "
+    lines += ["", f"Budget {record['time_budget_s']:g} s and confirmation share {record['confirm_share']:.0%}: "
                   f"{'every check held' if all(v == len(pairs) for v in held.values()) else said}; the judge's "
                   f"best config: {record['best_config']}; configs past the space's edges judged: "
                   f"{len(record.get('beyond_edges', []))}.", ""]
     return lines
+
+
+def claim_precision(path: str) -> list[str]:
+    """ROUND_NOISE against a peer record's judge: the sd of one round's paired log ratio
+    (each judged config's window over the baseline's in the same round), and each pair's
+    claim against the judged gain, beside the error its rounds alone explain."""
+    record = _load(path)
+    judged = record["judged"]
+    base = next(key for key, one in judged.items() if all(one["config"].get(k) == v for k, v in BASELINE.items()))
+    noise = []
+    for key, one in judged.items():
+        pairs = [math.log(a / b) for a, b in zip(one["figures"], judged[base]["figures"]) if a > 0 and b > 0]
+        if key != base and len(pairs) >= 3:
+            noise.append(statistics.stdev(pairs))
+    round_noise = statistics.median(noise)
+    lines = [f"### `{os.path.relpath(path, HERE)}`: {record['machine']}, {record['date']}", "",
+             f"One round's paired noise in the judge: median {round_noise:.3f} (configs {min(noise):.3f}-"
+             f"{max(noise):.3f}, {len(judged[base]['figures'])} rounds each): "
+             f"{math.ceil((round_noise / CLAIM_SE) ** 2)} rounds for a claim's standard error of {CLAIM_SE:.0%} "
+             f"(ROUND_NOISE = {ROUND_NOISE}: CLAIM_ROUNDS = {CLAIM_ROUNDS}).", "",
+             "| seed | claim | judged [95%] | claim's rounds | error (log) | its rounds' noise alone (sd) |",
+             "|---|---|---|---|---|---|"]
+    for pair in record["pairs"]:
+        accel = pair["accelsweep"]
+        said = re.search(r"(\d+) interleaved rounds", accel.get("verdict", ""))
+        gain, claim = accel["confirmed_gain"], accel["claimed_gain"]
+        rounds = int(said.group(1)) if said else 0
+        error = math.log1p(claim) - math.log1p(gain["gain"])
+        alone = round_noise / math.sqrt(rounds) if rounds else math.nan
+        lines.append(f"| {pair['seed']} | {claim:+.1%} | {gain['gain']:+.1%} [{gain['low']:+.1%}, {gain['high']:+.1%}] | "
+                     f"{rounds or '?'} | {error:+.3f} | {alone:.3f} |")
+    return lines + [""]
 
 
 def contention(path: str) -> list[str]:
@@ -161,6 +194,9 @@ def main(argv=None) -> int:
              ""]
     for path in args.peer:
         lines += near_best_and_budget(path)
+    lines += ["## ROUND_NOISE and CLAIM_ROUNDS (the confirmation's rounds for a claim's precision)", ""]
+    for path in args.peer:
+        lines += claim_precision(path)
     lines += ["## CONTENDED_CPUS", ""]
     for path in args.contention:
         lines += contention(path)

@@ -43,7 +43,8 @@ from plain_vit import BASELINE  # noqa: E402
 
 from accelsweep.sweeps.driver.define.edges import next_value  # noqa: E402
 from accelsweep.sweeps.driver.record.tracking import mlflow_client  # noqa: E402
-from accelsweep.sweeps.neuron_vit import batch_sizes  # noqa: E402
+from accelsweep.sweeps.driver.run.confirm import CONFIRM_BUDGET_SHARE  # noqa: E402
+from accelsweep.sweeps.neuron_vit import CPU_TIME_BUDGET_S, batch_sizes  # noqa: E402
 from accelsweep.trainables.platforms import get_platform  # noqa: E402
 
 KNOBS = tuple(BASELINE)
@@ -283,7 +284,7 @@ def main(argv=None) -> int:
                                machine_name=earlier["machine"], date=earlier["date"],
                                judged_by={key: earlier[key] for key in ("judge", "blocks", "judged_at")
                                           if key in earlier} or {"judge": "processes"},
-                               beyond_edges=earlier.get("beyond_edges", ()))
+                               beyond_edges=earlier.get("beyond_edges", ()), budget=_budget_of(earlier))
         return write(result, args.out)
     if args.address and not args.smoke:
         parser.error(f"--address: only with --smoke (each tool's wall includes starting its own Ray), "
@@ -299,7 +300,7 @@ def main(argv=None) -> int:
         figures, order = judge(configs, args.rounds, earlier["smoke"], args.judge, args.judge_blocks)
         return write(judged_result(earlier["pairs"], configs, figures, order, earlier["smoke"],
                                    judged_by=_judged_by(args), date=earlier["date"],
-                                   beyond_edges=earlier.get("beyond_edges", ())), args.out)
+                                   beyond_edges=earlier.get("beyond_edges", ()), budget=_budget_of(earlier)), args.out)
     pairs = []
     for index, seed in enumerate(args.seeds):
         order = ("accelsweep", "plain") if index % 2 == 0 else ("plain", "accelsweep")  # A B, B A, A B, ...
@@ -317,8 +318,14 @@ def main(argv=None) -> int:
     beyond = beyond_edges(list(configs.values()), args.smoke)
     configs.update(beyond)
     figures, order = judge(configs, args.rounds, args.smoke, args.judge, args.judge_blocks)
+    budget = {"time_budget_s": args.time_budget_s or CPU_TIME_BUDGET_S, "confirm_share": CONFIRM_BUDGET_SHARE}
     return write(judged_result(pairs, configs, figures, order, args.smoke, judged_by=_judged_by(args),
-                               beyond_edges=sorted(beyond)), args.out)
+                               beyond_edges=sorted(beyond), budget=budget), args.out)
+
+
+def _budget_of(record: dict) -> dict:
+    """accelsweep's time budget and confirmation share in ``record``'s runs."""
+    return {key: record[key] for key in ("time_budget_s", "confirm_share") if key in record}
 
 
 def beyond_edges(configs: list[dict], smoke: bool) -> dict[str, dict]:
@@ -351,9 +358,11 @@ def _judged_by(args) -> dict:
 
 
 def judged_result(pairs: list, configs: dict, figures: dict, order: list, smoke: bool, machine_name: str = "",
-                  date: str = "", judged_by: dict | None = None, beyond_edges: list[str] | tuple = ()) -> dict:
+                  date: str = "", judged_by: dict | None = None, beyond_edges: list[str] | tuple = (),
+                  budget: dict | None = None) -> dict:
     """Every run's winner as the judge measured it, and the checks of each pair
-    (``beyond_edges``: the keys of the configs judged one step past the space's edges).
+    (``beyond_edges``: the keys of the configs judged one step past the space's edges;
+    ``budget``: accelsweep's ``time_budget_s`` and ``confirm_share`` in the runs).
 
     A config's judged throughput is the baseline's mean times the config's geometric-mean
     ratio to the baseline of the same round: the machine's own speed drifts 20-30% over
@@ -384,7 +393,7 @@ def judged_result(pairs: list, configs: dict, figures: dict, order: list, smoke:
         }
     base = figures[baseline_key]
     return {"machine": machine_name or machine(), "cpus": os.cpu_count(),
-            "date": date or time.strftime("%Y-%m-%d %H:%M"), "smoke": smoke, "pairs": pairs, "baseline_confirmed": base_mean, "best_confirmed": judged[best_key],
+            "date": date or time.strftime("%Y-%m-%d %H:%M"), **(budget or {}), "smoke": smoke, "pairs": pairs, "baseline_confirmed": base_mean, "best_confirmed": judged[best_key],
             "best_config": configs[best_key], "rounds": len(base),
             # The machine's noise: the baseline's spread from round to round.
             "baseline_cv": statistics.stdev(base) / base_mean if len(base) > 1 else float("nan"),

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 
-from benchmarks.host_rules import contention, near_best_and_budget, quiet_sweep
+import math
+
+from benchmarks.host_rules import claim_precision, contention, near_best_and_budget, quiet_sweep
+from benchmarks.plain_vit import BASELINE
 from accelsweep.trainables.contention import CONTENDED_CPUS
 
 
@@ -41,9 +44,28 @@ def test_the_peer_benchmark_says_whether_its_checks_held_and_each_runs_own_margi
             "checks": {"winner_within_3pct_of_best": True, "wall_at_most_75pct": True,
                        "claim_inside_confirmed_interval": True}}
     record = {"machine": "AMD EPYC, 2 CPUs (avx512_bf16)", "date": "2026-11-30 09:00", "pairs": [pair],
-              "best_config": {"batch_size": 128}, "beyond_edges": ["b128"]}
+              "best_config": {"batch_size": 128}, "beyond_edges": ["b128"], "time_budget_s": 215, "confirm_share": 0.35}
     lines = near_best_and_budget(write(tmp_path, "v.json", record))
     assert "| 0 | 8.3% | 0.50 | 99.0% | True |" in lines and any("every check held" in line for line in lines)
+    assert any(line.startswith("Budget 215 s and confirmation share 35%: every check held") for line in lines)
     pair["checks"]["wall_at_most_75pct"] = False
     assert any("wall <= 0.75x in 0 of 1, the winner within 3% of the best in 1 of 1" in line
                for line in near_best_and_budget(write(tmp_path, "w.json", record)))
+
+
+def test_the_rounds_a_claim_needs_come_from_the_judges_paired_noise_and_each_claims_error_is_shown(tmp_path):
+    """One round's paired log ratio spreads by 0.1 (+0.1, 0, -0.1 about the gain): twelve
+    rounds give a claim a 3% standard error. A claim of 4 rounds, +50% against the judged
+    +45%, is off by log(1.5 / 1.45), where its rounds alone explain 0.1 / sqrt(4)."""
+    base = [100.0, 120.0, 90.0]
+    other = [b * 1.45 * math.exp(d) for b, d in zip(base, (0.1, 0.0, -0.1))]
+    gain = {"gain": 0.45, "low": 0.40, "high": 0.50}
+    record = {"machine": "AMD EPYC, 2 CPUs (avx512_bf16)", "date": "2026-11-30 15:00",
+              "judged": {"base": {"config": dict(BASELINE), "figures": base},
+                         "fast": {"config": {**BASELINE, "precision": "bf16"}, "figures": other}},
+              "pairs": [{"seed": 0, "accelsweep": {"claimed_gain": 0.5, "confirmed_gain": gain,
+                                                   "verdict": "confirmed: trial 3's config beats the baseline by "
+                                                              "+50.0% (95% interval +30.0% to +70.0%, 4 interleaved rounds)"}}]}
+    lines = claim_precision(write(tmp_path, "c.json", record))
+    assert any("median 0.100" in line and "12 rounds for a claim's standard error of 3%" in line for line in lines)
+    assert "| 0 | +50.0% | +45.0% [+40.0%, +50.0%] | 4 | +0.034 | 0.050 |" in lines

@@ -128,7 +128,7 @@ def test_a_third_candidate_takes_turns_only_while_the_rounds_reach_a_claims_prec
     base, leader, second, third = (record(1, 0, 100.0, baseline=True), record(2, 1, 190.0), record(3, 2, 185.0),
                                    record(4, 3, 180.0))
     everyone = [base, leader, second, third]
-    assert CLAIM_ROUNDS == 9  # (0.09 / 0.03) ** 2
+    assert CLAIM_ROUNDS == 9  # (0.085 / 0.03) ** 2 = 8.03, rounded up
     # 160 s: 56 s to start four, then 8.4 s rounds: 11 (less one as a margin) reach 9: three candidates.
     assert turn_candidates(base, [leader, second, third], second, everyone, 3, 3, 160.0) == ([leader, second, third], 11)
     # 110 s: three would get 5 rounds; two get 9 (68 s of 6.3 s rounds, less one).

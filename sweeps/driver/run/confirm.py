@@ -44,12 +44,13 @@ CANDIDATES = 2  # the search's best configs confirmed against the baseline
 TURN_CANDIDATES = 3
 # The rounds a claim needs: its standard error, ROUND_NOISE / sqrt(rounds), at CLAIM_SE or
 # under. ROUND_NOISE: the sd of one round's paired log ratio (a candidate's window over the
-# baseline's beside it), the median over the peer benchmark's judge records on this host kind
-# (2-core AMD EPYC: 0.05-0.12, each config's 30 rounds; benchmarks/results/vs_plain_tune*.json).
+# baseline's beside it) in the peer benchmark's judge on this host kind (2-core AMD EPYC): the
+# median of three records' medians, 0.059 / 0.085 / 0.104, each config's 30 rounds (configs
+# 0.05-0.12; benchmarks/results/host_rules.md, which derives it again from every record).
 # CLAIM_SE: the 3% within which the peer benchmark asks a winner to be of the best: a claim
 # coarser than that cannot tell such configs apart. Nine rounds of the baseline and three
 # candidates do not fit the main job's budget on 2 cores; of two, six or seven do.
-ROUND_NOISE = 0.09
+ROUND_NOISE = 0.085
 CLAIM_SE = 0.03
 CLAIM_ROUNDS = math.ceil((ROUND_NOISE / CLAIM_SE) ** 2)
 # With a time budget, the search stops at this share short of what is left of it once Ray
