@@ -36,12 +36,15 @@ from benchmarks.vs_plain_tune import share_interval  # noqa: E402
 
 from accelsweep.sweeps.driver.record.tracking import mlflow_client  # noqa: E402
 from accelsweep.sweeps.driver.reporting.noise import PRIOR_MARGIN  # noqa: E402
+from accelsweep.sweeps.driver.reporting.verdict import PROCESS_SPREAD  # noqa: E402
 from accelsweep.sweeps.driver.run.confirm import CLAIM_ROUNDS, CLAIM_SE, ROUND_NOISE  # noqa: E402
+from accelsweep.sweeps.neuron_vit import CPU_TIME_BUDGET_S  # noqa: E402
 from accelsweep.trainables.contention import CONTENDED_CPUS  # noqa: E402
 from accelsweep.trainables.loop.rejection import REJECT_RATIO  # noqa: E402
 from accelsweep.trainables.platforms.cpu import CpuPlatform  # noqa: E402
 
 RESULTS, DATA = os.path.join(HERE, "results"), os.path.join(HERE, "data")
+BLOCK = 5  # rounds per mean in process_spread: about a claim's rounds
 SLOWED_BY = 0.25  # a competitor that slows a step by this much must read as contended
 CHECKS = {"wall_at_most_75pct": "wall <= 0.75x", "winner_within_3pct_of_best": "the winner within 3% of the best",
           "claim_inside_confirmed_interval": "the claim inside the judge's interval"}
@@ -62,7 +65,10 @@ def near_best_and_budget(path: str) -> list[str]:
     pairs = record["pairs"]
     held = {check: sum(pair["checks"][check] for pair in pairs) for check in CHECKS}
     said = ", ".join(f"{words} in {held[check]} of {len(pairs)}" for check, words in CHECKS.items())
-    lines += ["", f"Budget {record['time_budget_s']:g} s and confirmation share {record['confirm_share']:.0%}: "
+    shortest = min(pair["plain"]["wall_s"] for pair in pairs)
+    lines += ["", f"The shortest plain wall: {shortest:.0f} s (0.75x: {0.75 * shortest:.0f} s; the main job's "
+                  f"budget now: CPU_TIME_BUDGET_S = {CPU_TIME_BUDGET_S} s).",
+              "", f"Budget {record['time_budget_s']:g} s and confirmation share {record['confirm_share']:.0%}: "
                   f"{'every check held' if all(v == len(pairs) for v in held.values()) else said}; the judge's "
                   f"best config: {record['best_config']}; configs past the space's edges judged: "
                   f"{len(record.get('beyond_edges', []))}.", ""]
@@ -82,11 +88,14 @@ def claim_precision(path: str) -> list[str]:
         if key != base and len(pairs) >= 3:
             noise.append(statistics.stdev(pairs))
     round_noise = statistics.median(noise)
+    excess = process_spread(judged, base)
     lines = [f"### `{os.path.relpath(path, HERE)}`: {record['machine']}, {record['date']}", "",
              f"One round's paired noise in the judge: median {round_noise:.3f} (configs {min(noise):.3f}-"
              f"{max(noise):.3f}, {len(judged[base]['figures'])} rounds each): "
              f"{math.ceil((round_noise / CLAIM_SE) ** 2)} rounds for a claim's standard error of {CLAIM_SE:.0%} "
-             f"(ROUND_NOISE = {ROUND_NOISE}: CLAIM_ROUNDS = {CLAIM_ROUNDS}).", "",
+             f"(ROUND_NOISE = {ROUND_NOISE}: CLAIM_ROUNDS = {CLAIM_ROUNDS}). The spread of a config's "
+             f"{BLOCK}-round mean gain beyond what those rounds' noise gives (processes restarted, the host's "
+             f"slow drift): median {excess:.3f} (PROCESS_SPREAD = {PROCESS_SPREAD}).", "",
              "| seed | claim | judged [95%] | claim's rounds | error (log) | its rounds' noise alone (sd) |",
              "|---|---|---|---|---|---|"]
     for pair in record["pairs"]:
@@ -99,6 +108,20 @@ def claim_precision(path: str) -> list[str]:
         lines.append(f"| {pair['seed']} | {claim:+.1%} | {gain['gain']:+.1%} [{gain['low']:+.1%}, {gain['high']:+.1%}] | "
                      f"{rounds or '?'} | {error:+.3f} | {alone:.3f} |")
     return lines + [""]
+
+
+def process_spread(judged: dict, base: str) -> float:
+    """The median, over the judged configs, of how much the spread of their ``BLOCK``-round
+    mean paired log gains exceeds what the rounds' own noise gives (sd / sqrt(BLOCK))."""
+    excess = []
+    for key, one in judged.items():
+        ratios = [math.log(a / b) for a, b in zip(one["figures"], judged[base]["figures"]) if a > 0 and b > 0]
+        blocks = [statistics.fmean(ratios[i:i + BLOCK]) for i in range(0, len(ratios) - BLOCK + 1, BLOCK)]
+        if key == base or len(blocks) < 3:
+            continue
+        white = statistics.stdev(ratios) / math.sqrt(BLOCK)
+        excess.append(math.sqrt(max(0.0, statistics.stdev(blocks) ** 2 - white ** 2)))
+    return statistics.median(excess) if excess else math.nan
 
 
 def contention(path: str) -> list[str]:

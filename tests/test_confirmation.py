@@ -104,6 +104,27 @@ def test_of_candidates_the_rounds_cannot_separate_the_one_changing_fewer_knobs_i
     assert confirmed_verdict(measured, "base", names, "max", even)[0].subject == "trial 14"
 
 
+def test_a_leader_the_rounds_put_clearly_ahead_of_a_simpler_candidate_is_the_call_though_intervals_overlap():
+    """The peer benchmark, 2026-11-30 15:06 (seed 0): trial 6 (b32) +34.2% (+20.4% to
+    +49.6%), trial 7 (b16, a knob fewer) +21.1% (+16.9% to +25.4%), 7 rounds. Against the
+    baseline their intervals overlap; beside each other, round by round, the leader is ahead
+    in every round, by 11% on average: far more than one standard error of that lead (3%), and than
+    the few percent processes differ by. The simpler config was called for +21% and the
+    user lost the 11%."""
+    base = [120.0, 125.0, 118.0, 122.0, 121.0, 119.0, 123.0]
+    simple = [b * g for b, g in zip(base, (1.17, 1.25, 1.16, 1.26, 1.18, 1.24, 1.21))]
+    leader = [b * g for b, g in zip(base, (1.20, 1.52, 1.26, 1.50, 1.22, 1.52, 1.28))]
+    measured = [{"base": (b, False), "lead": (l, False), "simple": (s, False)} for b, l, s in zip(base, leader, simple)]
+    names = {"lead": "trial 6", "simple": "trial 7"}
+    changed = {"lead": ("batch_size", "channels_last", "precision"), "simple": ("channels_last", "precision")}
+    judged, (lead, simpler) = confirmed_verdict(measured, "base", names, "max", changed)
+    assert lead.low <= simpler.high and lead.gain > simpler.gain  # the intervals overlap
+    assert judged.subject == "trial 6" and "is not separated" not in judged.text
+    # Ahead by 2% in every round: within the processes' spread, so the simpler one stands.
+    close = [{"base": (b, False), "lead": (s * 1.02, False), "simple": (s, False)} for b, s in zip(base, simple)]
+    assert confirmed_verdict(close, "base", names, "max", changed)[0].subject == "trial 7"
+
+
 def trial(number, searched, *, baseline=False, contended_windows=0, windows=3, status=FINISHED, **result):
     """A trial of the config ``searched``, scored by ``result["score"]`` (0 unless given)."""
     return TrialRecord(number=number, trial_id=f"t{number}", searched=searched, config=dict(searched),

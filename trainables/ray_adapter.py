@@ -456,7 +456,7 @@ def autoscaler_node_groups() -> Optional[list[tuple[str, dict[str, float], int]]
 
 
 AUTOSCALER_V1 = "autoscaler/_private/monitor.py"
-CONFIG_FLAG = "--autoscaling-config="
+CONFIG_FLAG = "--autoscaling-config"  # the monitor is started with it as --autoscaling-config=PATH
 
 
 def autoscaler_config_path(gcs_address: str) -> Optional[str]:
@@ -469,8 +469,8 @@ def autoscaler_config_path(gcs_address: str) -> Optional[str]:
         if not any(argument.endswith(AUTOSCALER_V1) for argument in arguments):
             continue
         flags = dict(argument.split("=", 1) for argument in arguments if argument.startswith("--") and "=" in argument)
-        if flags.get("--gcs-address", "").rsplit(":", 1)[-1] == port and CONFIG_FLAG[:-1] in flags:
-            return os.path.expanduser(flags[CONFIG_FLAG[:-1]])
+        if flags.get("--gcs-address", "").rsplit(":", 1)[-1] == port and CONFIG_FLAG in flags:
+            return os.path.expanduser(flags[CONFIG_FLAG])
     return None
 
 

@@ -24,7 +24,7 @@ from accelsweep.trainables.turns import turn_key
 
 __all__ = ["Answer", "EQUAL_WITHIN", "HOST_LOADED", "Judgement", "RoundsJudged", "TURN_FIGURES", "Verdict",
            "best_record", "config_key", "confirmed_verdict", "host_slowdown", "judge", "judge_rounds",
-           "knobs_changed", "measurements", "simplest_of_tied", "sweep_answer", "verdict"]
+           "knobs_changed", "measurements", "paired_log_ratios", "simplest_of_tied", "sweep_answer", "verdict"]
 
 
 def best_record(records: Iterable[TrialRecord], metric: str, mode: str) -> Optional[TrialRecord]:
@@ -116,20 +116,41 @@ def verdict(baseline: Optional[TrialRecord], best: Optional[TrialRecord], metric
                    f"(the best, {lead})", change, noise, False, subject=subject)
 
 
-def simplest_of_tied(better: Sequence[RoundsJudged], leader: RoundsJudged,
-                     changed: Mapping[str, Sequence[str]]) -> RoundsJudged:
+def simplest_of_tied(better: Sequence[RoundsJudged], leader: RoundsJudged, changed: Mapping[str, Sequence[str]],
+                     measurements: Sequence[Mapping[str, tuple[float, bool]]], mode: str) -> RoundsJudged:
     """Of the candidates confirmed better than the baseline, the one to recommend: among
-    those whose 95% interval overlaps the ``leader``'s (the rounds do not separate them
-    from it), the one changing the fewest knobs from the baseline, then the higher gain.
-    Breiman's one-standard-error rule, for configs: a knob change must earn its place.
-    Why here: the rounds' interval holds the round-to-round noise of one process per
-    config, not the few percent by which whole processes of one config differ on a shared
-    VM, so a variant can confirm a little above a config that fresh processes measure
-    faster. Without ``changed`` for every tied candidate, the leader."""
-    tied = [j for j in better if j.high >= leader.low and leader.high >= j.low]
-    if not all(j.key in changed for j in tied):
+    those the rounds do not separate from the ``leader``, the one changing the fewest knobs
+    from the baseline, then the higher gain. Breiman's one-standard-error rule, for
+    configs: a knob change must earn its place. Not separated: the leader's lead over the
+    candidate, paired round by round (both measured beside each other, neither contended),
+    is at most one standard error of that lead, or PROCESS_SPREAD. Why the floor: the
+    rounds hold the round-to-round noise of one process per config, not the few percent by
+    which whole processes of one config differ on a shared VM, so a variant can confirm a
+    little above a config that fresh processes measure faster. Why paired, not two
+    intervals against the baseline overlapping: the baseline's own noise is in both of
+    those, and a leader ahead in every round, by far more than either, overlapped a simpler
+    candidate whose rounds spread less (tests/test_confirmation.py has the record). Without
+    ``changed`` for every tied candidate, the leader."""
+    def tied(one: RoundsJudged) -> bool:
+        if one is leader:
+            return True
+        lead = paired_log_ratios(measurements, one.key, leader.key, mode)
+        if len(lead) < 2:
+            return True  # never measured beside each other: nothing separates them
+        return statistics.fmean(lead) <= max(statistics.stdev(lead) / math.sqrt(len(lead)),
+                                             math.log1p(PROCESS_SPREAD))
+
+    tied_ones = [j for j in better if tied(j)]
+    if not all(j.key in changed for j in tied_ones):
         return leader
-    return min(tied, key=lambda j: (len(changed[j.key]), -j.gain))
+    return min(tied_ones, key=lambda j: (len(changed[j.key]), -j.gain))
+
+
+# By how much whole processes of one config differ beyond the rounds' noise on this
+# project's 2-core VM: the peer benchmark's judge restarts every config's process three times;
+# the spread of a config's 5-round mean paired gain beyond what the rounds' noise alone gives
+# is the processes' and the host's slow drift (benchmarks/results/host_rules.md, per record).
+PROCESS_SPREAD = 0.03
 
 
 # Student's t, two-sided 95%, by degrees of freedom (rounds - 1); 1.96 beyond the table.
@@ -157,28 +178,42 @@ class RoundsJudged:
     baseline_values: tuple[float, ...]
 
 
-def judge_rounds(measurements: Sequence[Mapping[str, tuple[float, bool]]], baseline_key: str, key: str,
-                 mode: str) -> RoundsJudged:
-    """``key`` against the baseline: per round (config key -> (figure, contended)), the
-    log ratio of the two, over the rounds in which both measured and neither was contended."""
-    sign = 1 if mode == "max" else -1
-    ratios, values, base_values = [], [], []
+def _quiet_pairs(measurements: Sequence[Mapping[str, tuple[float, bool]]], baseline_key: str,
+                 key: str) -> list[tuple[float, float]]:
+    """(``key``'s figure, ``baseline_key``'s) per round in which both measured and neither
+    was contended."""
+    pairs = []
     for round_ in measurements:
         if key not in round_ or baseline_key not in round_:
             continue
         (value, contended), (base, base_contended) = round_[key], round_[baseline_key]
-        if contended or base_contended or not (value > 0 and base > 0):
-            continue
-        ratios.append(sign * math.log(value / base))
-        values.append(value)
-        base_values.append(base)
+        if not (contended or base_contended) and value > 0 and base > 0:
+            pairs.append((value, base))
+    return pairs
+
+
+def paired_log_ratios(measurements: Sequence[Mapping[str, tuple[float, bool]]], baseline_key: str, key: str,
+                      mode: str) -> list[float]:
+    """Per quiet round of both, the log ratio of ``key``'s figure to ``baseline_key``'s,
+    signed so that + is better."""
+    sign = 1 if mode == "max" else -1
+    return [sign * math.log(value / base) for value, base in _quiet_pairs(measurements, baseline_key, key)]
+
+
+def judge_rounds(measurements: Sequence[Mapping[str, tuple[float, bool]]], baseline_key: str, key: str,
+                 mode: str) -> RoundsJudged:
+    """``key`` against the baseline: per round (config key -> (figure, contended)), the
+    log ratio of the two, over the rounds in which both measured and neither was contended."""
+    pairs = _quiet_pairs(measurements, baseline_key, key)
+    ratios = paired_log_ratios(measurements, baseline_key, key, mode)
+    values, base_values = tuple(v for v, _ in pairs), tuple(b for _, b in pairs)
     if len(ratios) < 2:
         nan = float("nan")
-        return RoundsJudged(key, len(ratios), nan, nan, nan, tuple(values), tuple(base_values))
+        return RoundsJudged(key, len(ratios), nan, nan, nan, values, base_values)
     mean = statistics.fmean(ratios)
     half = t95(len(ratios) - 1) * statistics.stdev(ratios) / math.sqrt(len(ratios))
     return RoundsJudged(key, len(ratios), math.expm1(mean), math.expm1(mean - half), math.expm1(mean + half),
-                        tuple(values), tuple(base_values))
+                        values, base_values)
 
 
 def confirmed_verdict(measurements: Sequence[Mapping[str, tuple[float, bool]]], baseline_key: str,
@@ -187,8 +222,8 @@ def confirmed_verdict(measurements: Sequence[Mapping[str, tuple[float, bool]]], 
     """The verdict of the confirmation rounds (``names``: candidate key -> how to call it,
     e.g. "trial 7"), and each candidate's judgement. ``changed``: candidate key -> the knobs
     its config changes from the baseline's; with it, of the candidates confirmed better
-    whose intervals overlap the leader's, the call is the one that changes fewest
-    (``simplest_of_tied``). Student's t: few rounds give a wide interval, honestly."""
+    that the rounds do not separate from the leader, the call is the one that changes
+    fewest (``simplest_of_tied``). Student's t: few rounds give a wide interval, honestly."""
     judged = [judge_rounds(measurements, baseline_key, key, mode) for key in names]
     decidable = [j for j in judged if j.rounds >= 2]
     ran = len(measurements)
@@ -204,7 +239,7 @@ def confirmed_verdict(measurements: Sequence[Mapping[str, tuple[float, bool]]], 
     better = [j for j in decidable if j.low > 0]
     if better:  # some candidate's whole interval is a gain: the best-confirmed of those is the call
         leader = max(better, key=lambda j: j.gain)
-        best = simplest_of_tied(better, leader, changed or {})
+        best = simplest_of_tied(better, leader, changed or {}, measurements, mode)
         text = f"confirmed: {names[best.key]}'s config beats the baseline by {best.gain:+.1%} ({interval(best)})"
         if best is not leader:
             extra = [k for k in changed[leader.key] if k not in changed[best.key]]

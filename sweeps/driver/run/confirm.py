@@ -44,20 +44,21 @@ CANDIDATES = 2  # the search's best configs confirmed against the baseline
 TURN_CANDIDATES = 3
 # The rounds a claim needs: its standard error, ROUND_NOISE / sqrt(rounds), at CLAIM_SE or
 # under. ROUND_NOISE: the sd of one round's paired log ratio (a candidate's window over the
-# baseline's beside it) in the peer benchmark's judge on this host kind (2-core AMD EPYC): the
-# median of three records' medians, 0.059 / 0.085 / 0.104, each config's 30 rounds (configs
-# 0.05-0.12; benchmarks/results/host_rules.md, which derives it again from every record).
-# CLAIM_SE: the 3% within which the peer benchmark asks a winner to be of the best: a claim
-# coarser than that cannot tell such configs apart. Nine rounds of the baseline and three
-# candidates do not fit the main job's budget on 2 cores; of two, six or seven do.
+# baseline's beside it) in the peer benchmark's judge on this host kind (2-core AMD EPYC), 30
+# rounds per config: the median of its records' medians (benchmarks/results/host_rules.md
+# derives it from each record). CLAIM_SE: the 3% within which the peer benchmark asks a
+# winner to be of the best: a claim coarser than that cannot tell such configs apart. Nine
+# rounds of the baseline and three candidates do not fit the main job's budget on 2 cores;
+# of two, five or six do.
 ROUND_NOISE = 0.085
 CLAIM_SE = 0.03
 CLAIM_ROUNDS = math.ceil((ROUND_NOISE / CLAIM_SE) ** 2)
 # With a time budget, the search stops at this share short of what is left of it once Ray
 # is up: the rest is the confirmation's (and whatever the search leaves unused). On the main
-# job's CPU budget (sweeps/neuron_vit.py: 215 s, 207 s once Ray is up) it keeps the search
-# the 136 s it had before that budget grew by 20 s for the confirmation's rounds: 72 s, the
-# start of the baseline and two candidates (about 13 s) and five or six rounds of theirs in turns.
+# job's CPU budget (sweeps/neuron_vit.py: 210 s, about 202 s once Ray is up) the search keeps
+# 131 s, about the 136 s it had before that budget grew by 15 s for the confirmation's rounds,
+# and the confirmation gets 71 s: the start of the baseline and two candidates (about 13 s)
+# and five or six rounds of theirs in turns.
 # 40% was tried for rounds of whole trials (docs/budget.md). Re-measured per host kind by
 # the peer benchmark's checks: benchmarks/results/host_rules.md.
 CONFIRM_BUDGET_SHARE = 0.35
