@@ -139,6 +139,41 @@ def test_a_third_candidate_takes_turns_only_while_the_rounds_reach_a_claims_prec
     assert turn_candidates(base, [leader, second, third], None, everyone, 3, 3, None) == ([leader, second, third], 9)
 
 
+def test_the_search_stops_early_when_its_best_configs_need_more_than_the_confirmations_share():
+    """The peer benchmark, 2026-11-30 15:21 (seed 0): the search's leader was a batch of 256
+    (6 s windows); in the confirmation's 35% two candidates got fewer than four rounds, and
+    the simplest config within the run's 19% margin, 7% below it in the search, was confirmed
+    alone. The search now stops once what is left is what its best configs need: their
+    start and 2 x MIN_ROUNDS rounds, and one more (at most half of what was left)."""
+    import math
+    import time
+    import types
+
+    from accelsweep.sweeps.driver.run.confirm import ConfirmationReserve, confirmation_need_s
+    from accelsweep.sweeps.driver.run.goal import register
+
+    base = record(1, 0, 100.0, baseline=True)  # 20 s: 14 s to start, 2.1 s a turn
+    slow = record(2, 1, 190.0, wall_s=40.0, measured_s=18.0)  # 22 s to start, 6.1 s a turn
+    quick = record(3, 2, 180.0)
+    records = [base, slow, quick]
+    assert confirmation_need_s(records, "score", "max") == pytest.approx(14 + 22 + 14 + 5 * (2.1 + 6.1 + 2.1))
+    assert math.isnan(confirmation_need_s([slow, quick], "score", "max"))  # no baseline measured yet
+
+    said = []
+    callback = types.SimpleNamespace(sweep_token="reserve-unit", records={r.trial_id: r for r in records},
+                                     reserve_reached=None, _say=said.append)
+    register(callback)
+    reserve = ConfirmationReserve("reserve-unit", 200.0, "score", "max")  # need 101.5 s: capped at 100
+    reserve.started = time.time() - 95
+    assert not reserve.stop_all()
+    reserve.started = time.time() - 101
+    assert reserve.stop_all() and callback.reserve_reached and "stopped 100 s short" in said[0]
+    # Quick configs: the search's own budget (65%) leaves them enough; nothing stops it early.
+    callback.records, callback.reserve_reached = {r.trial_id: r for r in (base, quick)}, None
+    assert not reserve.stop_all()
+    assert not ConfirmationReserve("another-process", 200.0, "score", "max").stop_all()  # no callback here
+
+
 def test_a_trials_cpus_are_split_as_ray_takes_them():
     whole = lambda searched: {"CPU": 2.0, "memory": 1.0}
     assert _shared_resources(whole, 2, {}) == {"CPU": 1.0, "memory": 1.0}

@@ -167,6 +167,8 @@ class SweepCallback(Callback):
         # share of the hardware's peak ends the sweep; ``goal_reached`` then says which and why.
         self.stop_at_utilisation: Optional[float] = None
         self.goal_reached: Optional[str] = None
+        # Why the search stopped short of its budget for the confirmation (confirm.ConfirmationReserve).
+        self.reserve_reached: Optional[str] = None
         # Ends a trial silent past Sweep.trial_timeout_s (deadline.py); set by run_sweep, None: no deadline.
         self.deadline: Optional[TrialDeadline] = None
         # Stops the sweep before its storage path fills up (storage_watch.py); set by run_sweep.
@@ -495,7 +497,8 @@ class SweepCallback(Callback):
         # Trials still running at the end: the time budget ran out (keep what they
         # measured), or the sweep was interrupted (--resume will run them again).
         out_of_time = self.time_budget_s is not None and self.budget_spent_s() >= self.time_budget_s * 0.98
-        out_of_time = out_of_time or self.goal_reached is not None  # cut, like the budget's end: nothing to resume
+        # Cut, like the budget's end: nothing to resume.
+        out_of_time = out_of_time or self.goal_reached is not None or self.reserve_reached is not None
         for record in self.records.values():
             if record.status == "running" and record.run_id is not None:
                 self._finish(record, CUT_BY_BUDGET if out_of_time else INTERRUPTED)

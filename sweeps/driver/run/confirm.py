@@ -22,9 +22,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence
 
+from ray.tune import Stopper
 from ray.tune.search import Searcher
 
 from accelsweep.sweeps.driver.run.callbacks import SweepCallback
+from accelsweep.sweeps.driver.run.goal import callback_of
 from accelsweep.sweeps.driver.record.history import CONFIRMATION, PHASE_TAG
 from accelsweep.sweeps.driver.record.trial_record import NOT_RANKED, TrialRecord
 from accelsweep.sweeps.driver.reporting.verdict import (TURN_FIGURES, Judgement, config_key, judge, knobs_changed,
@@ -33,8 +35,8 @@ from accelsweep.sweeps.driver.reporting.noise import PRIOR_MARGIN, FigureNoise, 
 from accelsweep.trainables.platforms import get_platform
 from accelsweep.trainables.turns import TurnBaton, drain_steps
 
-__all__ = ["CANDIDATES", "CLAIM_ROUNDS", "CONFIRMATION", "CONFIRM_BUDGET_SHARE", "Confirmation", "Judgement", "NEAR_BEST",
-           "PHASE_TAG", "TURN_CANDIDATES", "at_typical_speed", "candidates", "config_key", "fitted", "judge",
+__all__ = ["CANDIDATES", "CLAIM_ROUNDS", "CONFIRMATION", "CONFIRM_BUDGET_SHARE", "Confirmation", "ConfirmationReserve", "Judgement", "NEAR_BEST",
+           "PHASE_TAG", "TURN_CANDIDATES", "at_typical_speed", "candidates", "config_key", "confirmation_need_s", "fitted", "judge",
            "knobs_changed", "measurements", "one_candidate", "ranked_candidates", "round_orders", "run_confirmation",
            "search_budget_s", "simplest_near_best", "turn_candidates"]
 
@@ -62,6 +64,11 @@ CLAIM_ROUNDS = math.ceil((ROUND_NOISE / CLAIM_SE) ** 2)
 # 40% was tried for rounds of whole trials (docs/budget.md). Re-measured per host kind by
 # the peer benchmark's checks: benchmarks/results/host_rules.md.
 CONFIRM_BUDGET_SHARE = 0.35
+# When the search's best configs are slow to measure (a batch of 256 on 2 cores: 6 s windows,
+# 20 s to start), that share leaves two of them fewer than 2 x MIN_ROUNDS rounds and the
+# confirmation falls back to one; so the search stops earlier, once what is left is what
+# they need (ConfirmationReserve), up to this share of what was left once Ray was up.
+MAX_CONFIRM_SHARE = 0.5
 # How far below the search's best a config's figure may be and still be confirmed as the
 # simplest near it: derived from the run's own noise (reporting/noise.py); this recorded
 # margin stands until the run has measured it.
@@ -75,6 +82,52 @@ def search_budget_s(time_budget_s: Optional[float], confirm_rounds: int) -> Opti
     if time_budget_s is None or not confirm_rounds:
         return time_budget_s
     return time_budget_s * (1 - CONFIRM_BUDGET_SHARE)
+
+
+def confirmation_need_s(records: Sequence[TrialRecord], metric: str, mode: str) -> float:
+    """The seconds a confirmation in turns of the baseline and the search's best
+    CANDIDATES so far needs to keep both candidates (``turn_candidates``: 2 x MIN_ROUNDS
+    rounds, and the one ``turn_rounds`` keeps as a margin), their start included; NaN
+    before the baseline and a candidate have measured."""
+    baseline = next((r for r in records if r.is_baseline and r.measured(metric)), None)
+    chosen = candidates(records, metric, mode) if baseline is not None else []
+    if not chosen:
+        return math.nan
+    configs = [baseline, *chosen]
+    return (sum(_start_seconds(r, records) for r in configs)
+            + (2 * MIN_ROUNDS + 1) * sum(_turn_seconds(r) for r in configs))
+
+
+class ConfirmationReserve(Stopper):
+    """Ends the search once what is left of the sweep's budget (``left_s`` when the search
+    started) is what the confirmation of its best configs so far needs
+    (``confirmation_need_s``), at most MAX_CONFIRM_SHARE of ``left_s``: before it, the
+    search's own budget (CONFIRM_BUDGET_SHARE short of ``left_s``) ends it. Holds only the
+    sweep's token (Tune pickles its stoppers); a resumed sweep's, whose callback this
+    process never registered, stops nothing."""
+
+    def __init__(self, sweep_token: str, left_s: float, metric: str, mode: str):
+        self.sweep_token, self.left_s, self.metric, self.mode = sweep_token, left_s, metric, mode
+        self.started = time.time()
+
+    def __call__(self, trial_id: str, result: dict) -> bool:
+        return False  # a trial is never cut for its own figure
+
+    def stop_all(self) -> bool:
+        callback = callback_of(self.sweep_token)
+        if callback is None or callback.reserve_reached:
+            return bool(callback and callback.reserve_reached)
+        need = confirmation_need_s(list(callback.records.values()), self.metric, self.mode)
+        if not math.isfinite(need) or need <= self.left_s * CONFIRM_BUDGET_SHARE:
+            return False  # the search's own budget leaves the confirmation enough
+        need = min(need, self.left_s * MAX_CONFIRM_SHARE)
+        if time.time() - self.started < self.left_s - need:
+            return False
+        callback.reserve_reached = (f"the search stopped {need:.0f} s short of the time budget: what the "
+                                    f"confirmation of its best configs needs to measure them {2 * MIN_ROUNDS} times "
+                                    "each in turn")
+        callback._say(f"[search] {callback.reserve_reached}")
+        return True
 
 
 def candidates(records: Sequence[TrialRecord], metric: str, mode: str, count: int = CANDIDATES) -> list[TrialRecord]:

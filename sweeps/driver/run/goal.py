@@ -14,13 +14,24 @@ from typing import Any
 
 from ray.tune import Stopper
 
-__all__ = ["UtilisationGoal", "watch_goal"]
+__all__ = ["UtilisationGoal", "callback_of", "register", "watch_goal"]
 
 _CALLBACKS: dict[str, Any] = {}  # sweep token -> its SweepCallback, in the driver's process
 
 
-def watch_goal(callback) -> "UtilisationGoal":
+def register(callback) -> None:
+    """``callback`` found by its sweep token (``callback_of``) by this process's stoppers."""
     _CALLBACKS[callback.sweep_token] = callback
+
+
+def callback_of(sweep_token: str) -> Any:
+    """The SweepCallback registered under ``sweep_token`` here (None: another process's, or
+    a resumed sweep's stopper unpickled before its callback was registered)."""
+    return _CALLBACKS.get(sweep_token)
+
+
+def watch_goal(callback) -> "UtilisationGoal":
+    register(callback)
     return UtilisationGoal(callback.sweep_token)
 
 
@@ -32,5 +43,5 @@ class UtilisationGoal(Stopper):
         return False  # a trial is never cut for its own figure: the goal ends the sweep
 
     def stop_all(self) -> bool:
-        callback = _CALLBACKS.get(self.sweep_token)
+        callback = callback_of(self.sweep_token)
         return callback is not None and callback.goal_reached is not None

@@ -28,7 +28,8 @@ from accelsweep.sweeps.driver.run.callbacks import (
     REUSED,
     SweepCallback,
 )
-from accelsweep.sweeps.driver.run.confirm import Confirmation, run_confirmation, search_budget_s
+from accelsweep.sweeps.driver.run.confirm import (Confirmation, ConfirmationReserve, run_confirmation,
+                                                  search_budget_s)
 from accelsweep.sweeps.driver.run.deadline import deadline_for
 from accelsweep.sweeps.driver.record.history import (
     CONFIRM_NOTE_TAG,
@@ -38,7 +39,7 @@ from accelsweep.sweeps.driver.record.history import (
     SEARCHED_OUT_TAG,
     metrics_tag,
 )
-from accelsweep.sweeps.driver.run.goal import watch_goal
+from accelsweep.sweeps.driver.run.goal import register, watch_goal
 from accelsweep.sweeps.driver.record.marker import unfinished_sweep_dir, write_sweep_marker
 from accelsweep.sweeps.driver.define.plan import (
     Plan,
@@ -375,8 +376,8 @@ def _run(plan: Plan, started: float, stop: StopSignals) -> SweepResult:
     else:
         # The search's share of what is left of the budget now that Ray is up (confirm.py).
         left = sweep.time_budget_s - (time.monotonic() - started) if sweep.time_budget_s else None
-        run = _start(plan, trainable, storage, tracker, concurrency,
-                     search_budget_s(max(1.0, left) if left is not None else None, sweep.confirm_rounds))
+        left = max(1.0, left) if left is not None else None
+        run = _start(plan, trainable, storage, tracker, concurrency, search_budget_s(left, sweep.confirm_rounds), left)
     run.callback.board_name, run.callback._board = board_name, board
     gate = _join_fair_share(plan, run.callback.sweep_token, say)
     run.callback._progress, run.callback.verbose = progress, sweep.verbose
@@ -566,9 +567,10 @@ def _resume(plan: Plan, trainable, storage: str, tracker, say: Callable[[str], N
     return _Run(tuner, callback, experiment_dir, parent_run_id)
 
 
-def _start(plan: Plan, trainable, storage: str, tracker, concurrency: int, time_budget_s: Optional[float]) -> _Run:
+def _start(plan: Plan, trainable, storage: str, tracker, concurrency: int, time_budget_s: Optional[float],
+           left_s: Optional[float] = None) -> _Run:
     """A new MLflow parent run and a new Tune experiment for the sweep; ``time_budget_s``:
-    the search's (what the sweep's budget leaves it)."""
+    the search's (what the sweep's budget leaves it); ``left_s``: the sweep's (None: none)."""
     from ray import tune
 
     sweep = plan.sweep
@@ -617,7 +619,7 @@ def _start(plan: Plan, trainable, storage: str, tracker, concurrency: int, time_
                                     reuse_actors=get_platform(sweep.base.platform).reuses_processes),
         run_config=tune.RunConfig(name=os.path.basename(experiment_dir), storage_path=storage,
                                   callbacks=[callback, *([cluster_watch] if cluster_watch else [])], verbose=0,
-                                  stop=_stoppers(callback, sweep, time_budget_s),
+                                  stop=_stoppers(callback, plan, time_budget_s, left_s),
                                   failure_config=tune.FailureConfig(max_failures=sweep.retries)),
     )
     # After Tune's tuner.pkl: a sweep with a marker can always be resumed (resumed_runs.py).
@@ -626,14 +628,19 @@ def _start(plan: Plan, trainable, storage: str, tracker, concurrency: int, time_
     return _Run(tuner, callback, experiment_dir, parent_run_id, cluster_watch)
 
 
-def _stoppers(callback: SweepCallback, sweep: Sweep, time_budget_s: Optional[float]):
-    """What ends the search besides its trials: the utilisation goal, and on a cluster the
-    time budget less the waits for a place (Tune's own budget counts them)."""
+def _stoppers(callback: SweepCallback, plan: Plan, time_budget_s: Optional[float], left_s: Optional[float] = None):
+    """What ends the search besides its trials: the utilisation goal; on a cluster the
+    time budget less the waits for a place (Tune's own budget counts them); locally, with a
+    confirmation and a budget, the time its best configs need (confirm.ConfirmationReserve)."""
     from ray.tune.stopper import CombinedStopper
 
+    sweep = plan.sweep
     stoppers = [watch_goal(callback)] if sweep.stop_at_utilisation else []
     if time_budget_s is not None and _on_a_cluster(sweep):
         stoppers.append(fair_share.BudgetLessWaits(callback.sweep_token, time_budget_s))
+    elif left_s is not None and sweep.confirm_rounds:
+        register(callback)
+        stoppers.append(ConfirmationReserve(callback.sweep_token, left_s, *plan.objectives[0]))
     return None if not stoppers else stoppers[0] if len(stoppers) == 1 else CombinedStopper(*stoppers)
 
 
