@@ -36,7 +36,7 @@ from benchmarks.vs_plain_tune import share_interval  # noqa: E402
 
 from accelsweep.sweeps.driver.record.tracking import mlflow_client  # noqa: E402
 from accelsweep.sweeps.driver.reporting.noise import PRIOR_MARGIN  # noqa: E402
-from accelsweep.sweeps.driver.reporting.verdict import PROCESS_SPREAD  # noqa: E402
+from accelsweep.sweeps.driver.reporting.verdict import TIE_MARGIN  # noqa: E402
 from accelsweep.sweeps.driver.run.confirm import CLAIM_ROUNDS, CLAIM_SE, ROUND_NOISE  # noqa: E402
 from accelsweep.sweeps.neuron_vit import CPU_TIME_BUDGET_S  # noqa: E402
 from accelsweep.trainables.contention import CONTENDED_CPUS  # noqa: E402
@@ -44,7 +44,6 @@ from accelsweep.trainables.loop.rejection import REJECT_RATIO  # noqa: E402
 from accelsweep.trainables.platforms.cpu import CpuPlatform  # noqa: E402
 
 RESULTS, DATA = os.path.join(HERE, "results"), os.path.join(HERE, "data")
-BLOCK = 5  # rounds per mean in process_spread: about a claim's rounds
 SLOWED_BY = 0.25  # a competitor that slows a step by this much must read as contended
 CHECKS = {"wall_at_most_75pct": "wall <= 0.75x", "winner_within_3pct_of_best": "the winner within 3% of the best",
           "claim_inside_confirmed_interval": "the claim inside the judge's interval"}
@@ -88,14 +87,11 @@ def claim_precision(path: str) -> list[str]:
         if key != base and len(pairs) >= 3:
             noise.append(statistics.stdev(pairs))
     round_noise = statistics.median(noise)
-    excess = process_spread(judged, base)
     lines = [f"### `{os.path.relpath(path, HERE)}`: {record['machine']}, {record['date']}", "",
              f"One round's paired noise in the judge: median {round_noise:.3f} (configs {min(noise):.3f}-"
              f"{max(noise):.3f}, {len(judged[base]['figures'])} rounds each): "
              f"{math.ceil((round_noise / CLAIM_SE) ** 2)} rounds for a claim's standard error of {CLAIM_SE:.0%} "
-             f"(ROUND_NOISE = {ROUND_NOISE}: CLAIM_ROUNDS = {CLAIM_ROUNDS}). The spread of a config's "
-             f"{BLOCK}-round mean gain beyond what those rounds' noise gives (processes restarted, the host's "
-             f"slow drift): median {excess:.3f} (PROCESS_SPREAD = {PROCESS_SPREAD}).", "",
+             f"(ROUND_NOISE = {ROUND_NOISE}: CLAIM_ROUNDS = {CLAIM_ROUNDS}).", "",
              "| seed | claim | judged [95%] | claim's rounds | error (log) | its rounds' noise alone (sd) |",
              "|---|---|---|---|---|---|"]
     for pair in record["pairs"]:
@@ -110,18 +106,23 @@ def claim_precision(path: str) -> list[str]:
     return lines + [""]
 
 
-def process_spread(judged: dict, base: str) -> float:
-    """The median, over the judged configs, of how much the spread of their ``BLOCK``-round
-    mean paired log gains exceeds what the rounds' own noise gives (sd / sqrt(BLOCK))."""
-    excess = []
-    for key, one in judged.items():
-        ratios = [math.log(a / b) for a, b in zip(one["figures"], judged[base]["figures"]) if a > 0 and b > 0]
-        blocks = [statistics.fmean(ratios[i:i + BLOCK]) for i in range(0, len(ratios) - BLOCK + 1, BLOCK)]
-        if key == base or len(blocks) < 3:
-            continue
-        white = statistics.stdev(ratios) / math.sqrt(BLOCK)
-        excess.append(math.sqrt(max(0.0, statistics.stdev(blocks) ** 2 - white ** 2)))
-    return statistics.median(excess) if excess else math.nan
+def claim_errors(path: str) -> list[float]:
+    """Each pair's claim against the judge's gain: log(1 + claim) - log(1 + judged)."""
+    pairs = _load(path)["pairs"]
+    return [math.log1p(p["accelsweep"]["claimed_gain"]) - math.log1p(p["accelsweep"]["confirmed_gain"]["gain"])
+            for p in pairs if math.isfinite(p["accelsweep"].get("claimed_gain", math.nan))]
+
+
+def tie_margin(paths: list[str]) -> list[str]:
+    """TIE_MARGIN against every record: how far one candidate's confirmed lead over another
+    can be from the judge's, sqrt(2) x the rms of the claims' errors."""
+    errors = [error for path in paths for error in claim_errors(path)]
+    if not errors:
+        return []
+    rms = math.sqrt(statistics.fmean(e * e for e in errors))
+    return [f"Every record's claims against the judge: {len(errors)} pairs, errors {min(errors):+.3f} to "
+            f"{max(errors):+.3f} (log), rms {rms:.3f}; a lead of one candidate over another, the difference of "
+            f"two such: sqrt(2) x {rms:.3f} = {math.sqrt(2) * rms:.3f} (TIE_MARGIN = {TIE_MARGIN}).", ""]
 
 
 def contention(path: str) -> list[str]:
@@ -220,6 +221,7 @@ def main(argv=None) -> int:
     lines += ["## ROUND_NOISE and CLAIM_ROUNDS (the confirmation's rounds for a claim's precision)", ""]
     for path in args.peer:
         lines += claim_precision(path)
+    lines += tie_margin(args.peer)
     lines += ["## CONTENDED_CPUS", ""]
     for path in args.contention:
         lines += contention(path)

@@ -120,8 +120,10 @@ def test_a_leader_the_rounds_put_clearly_ahead_of_a_simpler_candidate_is_the_cal
     judged, (lead, simpler) = confirmed_verdict(measured, "base", names, "max", changed)
     assert lead.low <= simpler.high and lead.gain > simpler.gain  # the intervals overlap
     assert judged.subject == "trial 6" and "is not separated" not in judged.text
-    # Ahead by 2% in every round: within the processes' spread, so the simpler one stands.
-    close = [{"base": (b, False), "lead": (s * 1.02, False), "simple": (s, False)} for b, s in zip(base, simple)]
+    # Ahead by 4% in every round: within TIE_MARGIN, so the simpler one stands. The peer
+    # benchmark, 2026-11-30 15:34 (seed 0): a b32 variant with a loader worker and a compile
+    # confirmed 3.6% ahead of b64 (+36.1% against +31.4%); the judge put it 8.6% behind.
+    close = [{"base": (b, False), "lead": (s * 1.04, False), "simple": (s, False)} for b, s in zip(base, simple)]
     assert confirmed_verdict(close, "base", names, "max", changed)[0].subject == "trial 7"
 
 

@@ -6,7 +6,7 @@ import json
 
 import math
 
-from benchmarks.host_rules import claim_precision, contention, near_best_and_budget, quiet_sweep
+from benchmarks.host_rules import claim_precision, contention, near_best_and_budget, quiet_sweep, tie_margin
 from benchmarks.plain_vit import BASELINE
 from accelsweep.trainables.contention import CONTENDED_CPUS
 
@@ -69,3 +69,6 @@ def test_the_rounds_a_claim_needs_come_from_the_judges_paired_noise_and_each_cla
     lines = claim_precision(write(tmp_path, "c.json", record))
     assert any("median 0.100" in line and "12 rounds for a claim's standard error of 3%" in line for line in lines)
     assert "| 0 | +50.0% | +45.0% [+40.0%, +50.0%] | 4 | +0.034 | 0.050 |" in lines
+    # The tie margin: sqrt(2) x the claims' rms error over every record (here one, +0.034).
+    assert any("rms 0.034" in line and "= 0.048 (TIE_MARGIN" in line
+               for line in tie_margin([write(tmp_path, "c.json", record)]))
