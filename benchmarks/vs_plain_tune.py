@@ -318,7 +318,9 @@ def main(argv=None) -> int:
     beyond = beyond_edges(list(configs.values()), args.smoke)
     configs.update(beyond)
     figures, order = judge(configs, args.rounds, args.smoke, args.judge, args.judge_blocks)
-    budget = {"time_budget_s": args.time_budget_s or CPU_TIME_BUDGET_S, "confirm_share": CONFIRM_BUDGET_SHARE}
+    # The main job's budget: its CPU default, none in a smoke run (the main job's own rule).
+    main_job_budget = None if args.smoke else CPU_TIME_BUDGET_S
+    budget = {"time_budget_s": args.time_budget_s or main_job_budget, "confirm_share": CONFIRM_BUDGET_SHARE}
     return write(judged_result(pairs, configs, figures, order, args.smoke, judged_by=_judged_by(args),
                                beyond_edges=sorted(beyond), budget=budget), args.out)
 
