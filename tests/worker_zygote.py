@@ -99,7 +99,12 @@ def _is_a_worker_it_can_fork(request: dict) -> bool:
 
 
 def _decided(request: dict, forked: bool, why: str) -> bool:
-    """With ACCELSWEEP_TEST_ZYGOTE_LOG=FILE, a line per worker the raylet starts."""
+    """With ACCELSWEEP_TEST_ZYGOTE_LOG=FILE, a line per worker the raylet starts; a refusal
+    also on this zygote's stderr (zygote.log in its folder), where a test that finds a
+    worker not forked reads why."""
+    if not forked:
+        print(f"refused {os.path.basename(request['argv'][0]) if request['argv'] else '?'}: {why}",
+              file=sys.stderr, flush=True)
     path = os.environ.get("ACCELSWEEP_TEST_ZYGOTE_LOG")
     if path:
         with open(path, "a") as log:
