@@ -199,8 +199,12 @@ def paired_log_ratios(measurements: Sequence[Mapping[str, tuple[float, bool]]], 
                       mode: str) -> list[float]:
     """Per quiet round of both, the log ratio of ``key``'s figure to ``baseline_key``'s,
     signed so that + is better."""
+    return _log_ratios(_quiet_pairs(measurements, baseline_key, key), mode)
+
+
+def _log_ratios(pairs: Sequence[tuple[float, float]], mode: str) -> list[float]:
     sign = 1 if mode == "max" else -1
-    return [sign * math.log(value / base) for value, base in _quiet_pairs(measurements, baseline_key, key)]
+    return [sign * math.log(value / base) for value, base in pairs]
 
 
 def judge_rounds(measurements: Sequence[Mapping[str, tuple[float, bool]]], baseline_key: str, key: str,
@@ -208,7 +212,7 @@ def judge_rounds(measurements: Sequence[Mapping[str, tuple[float, bool]]], basel
     """``key`` against the baseline: per round (config key -> (figure, contended)), the
     log ratio of the two, over the rounds in which both measured and neither was contended."""
     pairs = _quiet_pairs(measurements, baseline_key, key)
-    ratios = paired_log_ratios(measurements, baseline_key, key, mode)
+    ratios = _log_ratios(pairs, mode)
     values, base_values = tuple(v for v, _ in pairs), tuple(b for _, b in pairs)
     if len(ratios) < 2:
         nan = float("nan")

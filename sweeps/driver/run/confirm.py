@@ -35,10 +35,11 @@ from accelsweep.sweeps.driver.reporting.noise import PRIOR_MARGIN, FigureNoise, 
 from accelsweep.trainables.platforms import get_platform
 from accelsweep.trainables.turns import TurnBaton, drain_steps
 
-__all__ = ["CANDIDATES", "CLAIM_ROUNDS", "CONFIRMATION", "CONFIRM_BUDGET_SHARE", "Confirmation", "ConfirmationReserve", "Judgement", "NEAR_BEST",
-           "PHASE_TAG", "TURN_CANDIDATES", "at_typical_speed", "candidates", "config_key", "confirmation_need_s", "fitted", "judge",
-           "knobs_changed", "measurements", "one_candidate", "ranked_candidates", "round_orders", "run_confirmation",
-           "search_budget_s", "simplest_near_best", "turn_candidates"]
+__all__ = ["CANDIDATES", "CLAIM_ROUNDS", "CONFIRMATION", "CONFIRM_BUDGET_SHARE", "Confirmation",
+           "ConfirmationReserve", "Judgement", "NEAR_BEST", "PHASE_TAG", "TURN_CANDIDATES", "at_typical_speed",
+           "candidates", "config_key", "confirmation_need_s", "fitted", "judge", "knobs_changed", "measurements",
+           "one_candidate", "ranked_candidates", "round_orders", "run_confirmation", "search_budget_s",
+           "simplest_near_best", "turn_candidates"]
 
 CANDIDATES = 2  # the search's best configs confirmed against the baseline
 # In turns a config costs one window per round, not a trial: one more candidate fits,
@@ -117,7 +118,7 @@ class ConfirmationReserve(Stopper):
         callback = callback_of(self.sweep_token)
         if callback is None or callback.reserve_reached:
             return bool(callback and callback.reserve_reached)
-        need = confirmation_need_s(list(callback.records.values()), self.metric, self.mode)
+        need = self._need_s(list(callback.records.values()))
         if not math.isfinite(need) or need <= self.left_s * CONFIRM_BUDGET_SHARE:
             return False  # the search's own budget leaves the confirmation enough
         need = min(need, self.left_s * MAX_CONFIRM_SHARE)
@@ -128,6 +129,16 @@ class ConfirmationReserve(Stopper):
                                     "each in turn")
         callback._say(f"[search] {callback.reserve_reached}")
         return True
+
+    def _need_s(self, records: Sequence[TrialRecord]) -> float:
+        """``confirmation_need_s``, computed again only when a trial's figure changed: Tune
+        asks its stoppers at every poll, and the need ranks every record at the host's
+        typical speed."""
+        figures = tuple((r.trial_id, r.status, r.metric(self.metric)) for r in records if r.measured(self.metric))
+        known = getattr(self, "_need_at", None)  # (figures, need); absent in a resumed sweep's pickle
+        if known is None or known[0] != figures:
+            known = self._need_at = (figures, confirmation_need_s(records, self.metric, self.mode))
+        return known[1]
 
 
 def candidates(records: Sequence[TrialRecord], metric: str, mode: str, count: int = CANDIDATES) -> list[TrialRecord]:
