@@ -339,8 +339,9 @@ def test_a_leader_on_the_batch_edge_makes_the_next_batch_tried_while_it_leads_an
             if not isinstance(config, dict):
                 break
             ran.append(config)
-            batch = config["batch_size"]  # faster up to best_batch, slower past it
-            score = (batch if batch <= best_batch else best_batch / 2) * (2 if config["precision"] == "bf16" else 1)
+            batch = config["batch_size"]  # faster up to best_batch, slower past it (clearly: halved per doubling)
+            score = (batch if batch <= best_batch else best_batch ** 2 / batch / 2) * (
+                2 if config["precision"] == "bf16" else 1)
             searcher.on_trial_result(f"t{number}", {"score": float(score), "training_iteration": 1})
             searcher.on_trial_complete(f"t{number}", {"score": float(score), "peak_memory_mb": 500.0 + batch,
                                                       "workload_memory_mb": float(batch),
@@ -369,8 +370,46 @@ def test_a_leader_on_the_batch_edge_makes_the_next_batch_tried_while_it_leads_an
                          result={"score": s, "local_step": f"batch_size {b // 2} -> {b} past the space's edge"})
              for n, b, s in ((2, 128, 150.0), (3, 256, 140.0))]
     assert edge_lines(moved, "score") == [
-        "the space's edge moved (2 trial(s) past it, one step each while the leader sat on the edge): "
+        "the space's edge moved (2 trial(s) past it, one step each while the leader sat on the edge or near it): "
         "batch_size 64 -> 128 (trial 2: 150); batch_size 128 -> 256 (trial 3: 140)"]
+
+
+def test_the_climb_goes_on_past_a_step_the_run_cannot_tell_from_the_leader():
+    """On a plateau one trial per batch ranks 64, 128 and 256 by the host's noise: a step
+    within the run's near-best margin of the leader (here the prior 10%: too few trials
+    measured their noise) is climbed past, one clearly worse is not."""
+    import optuna
+
+    from accelsweep.sweeps.driver.define.edges import climb_base
+    from accelsweep.sweeps.driver.run.searchers import FailureAwareOptunaSearch
+
+    def space(trial):
+        trial.suggest_categorical("batch_size", [16, 32, 64])
+        trial.suggest_categorical("precision", ["fp32", "bf16"])
+
+    def batches(token, scores):
+        searcher = FailureAwareOptunaSearch(space, metric="score", mode="max", sweep_token=token, budget=4,
+                                            points_to_evaluate=[{"batch_size": 64, "precision": "bf16"}],
+                                            sampler=optuna.samplers.RandomSampler(seed=0),
+                                            edges={"batch_size": ("x2", 1024)})
+        ran = []
+        for number in range(4):
+            config = searcher.suggest(f"t{number}")
+            ran.append(config["batch_size"])
+            score = scores.get(config["batch_size"], 10.0) if config["precision"] == "bf16" else 10.0
+            searcher.on_trial_complete(f"t{number}", {"score": score})
+        return ran
+
+    # 128 measured 4% below 64, inside the margin: 256 next (and 512, 256 leading by 3%).
+    assert batches("plateau", {64: 200.0, 128: 192.0, 256: 206.0, 512: 150.0})[:4] == [64, 128, 256, 512]
+    # 128 measured 15% below 64: the climb ends there.
+    assert 256 not in batches("cliff", {64: 200.0, 128: 170.0})
+    # Only a config that differs from the leader in the knob alone carries the climb.
+    leader = {"batch_size": 64, "precision": "bf16"}
+    figures = [(leader, 200.0), ({"batch_size": 128, "precision": "fp32"}, 199.0),
+               ({"batch_size": 128, "precision": "bf16"}, 185.0)]
+    assert climb_base(leader, "batch_size", figures, 0.05, "max") == leader
+    assert climb_base(leader, "batch_size", figures, 0.10, "max") == {"batch_size": 128, "precision": "bf16"}
 
 
 def test_a_sweep_steps_past_its_edge_when_it_asks_and_the_main_job_asks_but_in_a_smoke_run():

@@ -1,14 +1,21 @@
 """Past the space's edge: when the search's leader sits on the largest value of an
-ordered knob, the next value out is tried, and again while it keeps leading.
+ordered knob, the next value out is tried, and again while it leads or the run cannot tell it
+from the leader.
 
 Why: a space is written before the host is known. The main job's CPU batches end at 64;
 on a 2-core Sapphire Rapids both tools' winners sat on 64, and 256 measured 10% faster in
 a plain loop: the seeds' engineers would simply have tried the next batch. The
 platform says which knobs are ordered, how to step out and how far this hardware lets
 them go (``Platform.ordered_knobs``); the batch also stops where its memory would not fit
-(``fits_memory``), and a step that fails (out of memory) or measures worse ends the climb
-on that knob, since it is not the leader. Every step is one of the sweep's trials, inside
-its budget; the summary says which edges moved (``edge_lines``).
+(``fits_memory``). A step that fails (out of memory) or measures clearly worse than the
+leader ends the climb on that knob; one the run cannot tell from the leader (within its
+near-best margin: one trial's figure ranks configs no closer) goes on to the next value
+(``climb_base``), as an engineer tries the next batch while the last was no worse. Why:
+on a plateau one trial per batch ranks 64, 128 and 256 by the host's noise, and the climb
+stopped at the first step that measured a little low; the judge's plain loop, 30 rounds
+in fresh processes, put batch 256 above 128 above 64 (by 1-4% each) in both records that
+measured them (benchmarks/results/vs_plain_tune*.json). Every step is one of the sweep's
+trials, inside its budget; the summary says which edges moved (``edge_lines``).
 """
 
 from __future__ import annotations
@@ -18,7 +25,8 @@ from typing import Any, Mapping, Optional, Sequence
 
 from accelsweep.sweeps.driver.record.trial_record import TrialRecord, config_key
 
-__all__ = ["EDGE_MARK", "MEMORY_SHARE", "edge_lines", "edge_step", "fits_memory", "next_value"]
+__all__ = ["EDGE_MARK", "MEMORY_SHARE", "climb_base", "edge_lines", "edge_step", "fits_memory", "largest_values",
+           "next_value"]
 
 EDGE_MARK = "past the space's edge"
 # Of the memory a trial's peak is measured against, the share a step's predicted peak may
@@ -74,6 +82,26 @@ def edge_step(leader: Mapping[str, Any], memory: Optional[tuple[float, float, fl
     return None
 
 
+def climb_base(leader: Mapping[str, Any], knob: str, figures: Sequence[tuple[Mapping[str, Any], float]],
+               margin: float, mode: str) -> Mapping[str, Any]:
+    """The config the climb on ``knob`` goes on from: of the measured configs that differ
+    from ``leader`` in ``knob`` alone, at a larger value, the farthest whose figure is within
+    ``margin`` of the leader's (``figures``: (config, figure) of every measured config, the
+    leader's among them, on one footing); the leader itself when there is none."""
+    lead = next((f for c, f in figures if dict(c) == dict(leader)), None)
+    if lead is None:
+        return leader
+    base = leader
+    for config, figure in figures:
+        value = config.get(knob)
+        if (set(config) != set(leader) or any(config[k] != v for k, v in leader.items() if k != knob)
+                or isinstance(value, bool) or not isinstance(value, int) or value <= base[knob]):
+            continue
+        if (figure >= lead * (1 - margin)) if mode == "max" else (figure <= lead * (1 + margin)):
+            base = config
+    return base
+
+
 def largest_values(distributions: Mapping[str, Any], edges: Mapping[str, Any]) -> dict[str, int]:
     """Each ordered knob's largest choice in a space of Optuna distributions (counts only)."""
     largest = {}
@@ -96,4 +124,4 @@ def edge_lines(records: Sequence[TrialRecord], metric: str) -> list[str]:
         figure = f"{record.metric(metric):.4g}" if record.measured(metric) else (record.error_cause or record.status)
         said.append(f"{step} (trial {record.number}: {figure})")
     return [f"the space's edge moved ({len(steps)} trial(s) past it, one step each while the leader sat on "
-            "the edge): " + "; ".join(said)]
+            "the edge or near it): " + "; ".join(said)]

@@ -180,7 +180,7 @@ class Sweep:
     local_search: Optional[int] = None
     # While the best config so far sits on the largest value of an ordered knob its
     # platform declares (batch size, loader workers, threads), propose it one step past the
-    # space's edge (define/edges.py), again while the step leads; a quarter of num_samples
+    # space's edge (define/edges.py), again while the step leads or is near it; a quarter of num_samples
     # at most. Off by default: a user's own space is taken as written (the main job turns it on).
     past_edge: bool = False
     # End the sweep once a trial has run whole, uncontended, at or above this share of the

@@ -14,12 +14,12 @@ from optuna.trial import TrialState
 from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
-from accelsweep.sweeps.driver.define.edges import EDGE_MARK, edge_step, largest_values
+from accelsweep.sweeps.driver.define.edges import EDGE_MARK, climb_base, edge_step, largest_values
 from accelsweep.sweeps.driver.record.optuna_study import holds
 from accelsweep.sweeps.driver.record.resumed_runs import MeasuredRun, ResumeNews, resume_news, tell_resumed
 from accelsweep.sweeps.driver.run import fair_share
-from accelsweep.sweeps.driver.record.trial_record import config_key
-from accelsweep.sweeps.driver.reporting.noise import typical_speed_factors
+from accelsweep.sweeps.driver.record.trial_record import NOISE_METRICS, config_key
+from accelsweep.sweeps.driver.reporting.noise import PRIOR_MARGIN, typical_speed_factors, window_noise
 
 __all__ = ["FailureAwareOptunaSearch", "MAX_REPEATED_PROPOSALS", "MeasuredRun", "ResumeNews", "config_key",
            "concurrency_aware_tpe", "label_proposal", "local_proposals", "neighbours", "take_reuses", "tell_resumed"]
@@ -136,7 +136,7 @@ class FailureAwareOptunaSearch(OptunaSearch):
     ``edges`` (``Platform.ordered_knobs``: knob -> (how to step out, how far)): while the
     best measured config sits on the largest value of an ordered knob, its next proposal is
     that config one step past the space's edge (define/edges.py), again while the step
-    leads, ``edge_steps`` at most (None: no limit). Such a config is outside the space's distributions: it runs as a trial of the
+    leads or is within the run's near-best margin of the leader, ``edge_steps`` at most (None: no limit). Such a config is outside the space's distributions: it runs as a trial of the
     sweep (in its budget, its result known here), not as an Optuna trial."""
 
     def __init__(self, *args, repeats: bool = False, sweep_token: str = "", budget: Optional[int] = None,
@@ -170,6 +170,8 @@ class FailureAwareOptunaSearch(OptunaSearch):
         # (config, value, its host speed probe) of each trial measured, edge steps too
         self._measured: list[tuple[dict, float, tuple[float, Optional[str]]]] = []
         self._memory: dict[str, tuple[float, float, float]] = {}  # config key -> (peak, workload, capacity) MB
+        # config key -> (window cv, windows, host probe s) of its trial: the run's near-best margin
+        self._figure_noise: dict[str, tuple[float, float, float]] = {}
         self._edge_trials: dict[str, dict] = {}  # trial id -> a config past the space's edge
         self._edge_again: list[dict] = []  # such configs a resumed sweep runs again (their trial was cut off)
 
@@ -182,6 +184,7 @@ class FailureAwareOptunaSearch(OptunaSearch):
         if "edges" not in self.__dict__:
             self._edge_state()
         self.__dict__.setdefault("_edge_again", [])
+        self.__dict__.setdefault("_figure_noise", {})
         self._measured = [entry if len(entry) == 3 else (*entry, _NO_PROBE) for entry in self._measured]
 
     def __setstate__(self, state: dict) -> None:  # unpickled from Tune's tuner.pkl
@@ -347,15 +350,15 @@ class FailureAwareOptunaSearch(OptunaSearch):
                 _LOCAL.setdefault(self.sweep_token, {})[config_key(config)] = step
                 return
 
-    def _leader_of(self, figures: Sequence[tuple[str, float]]) -> int:
+    def _leader_of(self, figures: Sequence[tuple[str, float]], typical: bool = True) -> int:
         """Which of ``figures`` ((config key, value), one per measured trial) leads: by value
         at the host's typical speed (noise.typical_speed_factors over every measured trial's
         probe), as the confirmation ranks its candidates, so the local search and the edge
         steps go on from the config the confirmation would call best, not from one measured
         in a fast moment of a drifting host. Raw values when any of them has no probe (a
-        warm start's trials, a GPU's)."""
+        warm start's trials, a GPU's). ``typical`` False: ``figures`` are at that speed already."""
         factors = typical_speed_factors({config_key(c): probe for c, _, probe in self._measured}) or {}
-        if not all(key in factors for key, _ in figures):
+        if not typical or not all(key in factors for key, _ in figures):
             factors = {}
         sign = 1 if self.mode == "max" else -1
         return max(range(len(figures)),
@@ -391,10 +394,29 @@ class FailureAwareOptunaSearch(OptunaSearch):
         trials = self._ot_study.get_trials(deepcopy=False)
         if any(t.state == TrialState.WAITING for t in trials):
             return None
-        leader = self._measured[self._leader_of([(config_key(c), v) for c, v, _ in self._measured])][0]
+        figures = self._at_typical_speed()
+        leader = figures[self._leader_of([(config_key(c), f) for c, f in figures], typical=False)][0]
         taken = set(self._outcomes) | self._running_keys() | {config_key(t.params) for t in trials}
-        return edge_step(leader, self._memory.get(config_key(leader)), self.edges,
-                         largest_values(self._distributions(), self.edges), taken)
+        largest = largest_values(self._distributions(), self.edges)
+        for knob, rule in self.edges.items():
+            base = climb_base(leader, knob, figures, self._near_best_margin(), self.mode)
+            step = edge_step(base, self._memory.get(config_key(base)), {knob: rule}, largest, taken)
+            if step is not None:
+                return step
+        return None
+
+    def _at_typical_speed(self) -> list[tuple[dict, float]]:
+        """(config, figure) of each measured trial, at the host's typical speed where every
+        trial probed it (``_leader_of``), else raw."""
+        factors = typical_speed_factors({config_key(c): probe for c, _, probe in self._measured}) or {}
+        sign = 1 if self.mode == "max" else -1
+        return [(c, v * factors.get(config_key(c), 1.0) ** sign) for c, v, _ in self._measured]
+
+    def _near_best_margin(self) -> float:
+        """The run's near-best margin (reporting/noise.py) over the trials measured so far;
+        PRIOR_MARGIN while too few measured it."""
+        noise = window_noise(*zip(*self._figure_noise.values())) if self._figure_noise else None
+        return noise.margin if noise is not None else PRIOR_MARGIN
 
     def _edge_label(self, config: Mapping[str, Any]) -> str:
         return _LOCAL.get(self.sweep_token, {}).get(config_key(config), f"run again {EDGE_MARK}")
@@ -460,3 +482,8 @@ class FailureAwareOptunaSearch(OptunaSearch):
         memory = tuple(float(result.get(name, math.nan)) for name in
                        ("peak_memory_mb", "workload_memory_mb", "memory_capacity_mb"))
         self._memory[config_key(config)] = memory
+        windows = float(result.get("windows_done", math.nan))
+        if 0 < int(result.get("contended_windows", 0) or 0) >= windows:
+            return  # a neighbour's CPU is not the host's noise (noise.figure_noise leaves such trials out too)
+        cv = next((float(result[name]) for name in NOISE_METRICS if _finite(result.get(name))), math.nan)
+        self._figure_noise[config_key(config)] = (cv, windows, float(result.get("host_probe_s", math.nan)))
