@@ -50,8 +50,10 @@ IMPORT_TIME_VARIABLES = ("RAY_", "PYTHON", "OMP_", "KMP_", "MKL_", "OPENBLAS_", 
 READ_WHEN_CALLED = ("PYTHONBREAKPOINT", "RAY_AIR_NEW_OUTPUT", "RAY_ADDRESS")
 # What the preloaded libraries put in their own process's environment when imported, so in
 # a test's after its first in-process sweep: the zygote has them too (importing Ray sets
-# RAY_CLIENT_MODE=0, as good as unset; scikit-learn KMP_DUPLICATE_LIB_OK=True).
-SET_WHEN_IMPORTED = {("RAY_CLIENT_MODE", "0"), ("KMP_DUPLICATE_LIB_OK", "True")}
+# RAY_CLIENT_MODE=0, as good as unset; scikit-learn KMP_DUPLICATE_LIB_OK=True; scikit-learn
+# and joblib KMP_INIT_AT_FORK=FALSE, which only Intel's OpenMP reads, not torch's libgomp: a
+# test that imported either made the next command, and its Ray workers, plain processes).
+SET_WHEN_IMPORTED = {("RAY_CLIENT_MODE", "0"), ("KMP_DUPLICATE_LIB_OK", "True"), ("KMP_INIT_AT_FORK", "FALSE")}
 ROUTED_MODULES = ("accelsweep", "benchmarks", "tests")
 CONSOLE_SCRIPT = os.path.join(os.path.dirname(sys.executable), "accelsweep")
 HEADER_BYTES = 16

@@ -8,14 +8,9 @@ a plain loop: the seeds' engineers would simply have tried the next batch. The
 platform says which knobs are ordered, how to step out and how far this hardware lets
 them go (``Platform.ordered_knobs``); the batch also stops where its memory would not fit
 (``fits_memory``). A step that fails (out of memory) or measures clearly worse than the
-leader ends the climb on that knob; one the run cannot tell from the leader (within its
-near-best margin: one trial's figure ranks configs no closer) goes on to the next value
-(``climb_base``), as an engineer tries the next batch while the last was no worse. Why:
-on a plateau one trial per batch ranks 64, 128 and 256 by the host's noise, and the climb
-stopped at the first step that measured a little low; the judge's plain loop, 30 rounds
-in fresh processes, put batch 256 above 128 above 64 (by 1-4% each) in both records that
-measured them (benchmarks/results/vs_plain_tune*.json). Every step is one of the sweep's
-trials, inside its budget; the summary says which edges moved (``edge_lines``).
+leader ends the climb on that knob; one the run cannot tell from the leader goes on
+(``climb_base``). Every step is one of the sweep's trials, inside its budget; the
+summary says which edges moved (``edge_lines``).
 """
 
 from __future__ import annotations
@@ -87,7 +82,14 @@ def climb_base(leader: Mapping[str, Any], knob: str, figures: Sequence[tuple[Map
     """The config the climb on ``knob`` goes on from: of the measured configs that differ
     from ``leader`` in ``knob`` alone, at a larger value, the farthest whose figure is within
     ``margin`` of the leader's (``figures``: (config, figure) of every measured config, the
-    leader's among them, on one footing); the leader itself when there is none."""
+    leader's among them, on one footing); the leader itself when there is none.
+
+    Why not only past a step that leads: within the run's near-best margin one trial's
+    figure ranks two configs no closer, and on a plateau one trial per batch ranks 64, 128
+    and 256 by the host's noise: the climb stopped at the first step that measured a little
+    low, where the judge's plain loop (30 rounds in fresh processes) put 256 above 128 above
+    64, by 1-4% each, in every record that measured them (benchmarks/results/vs_plain_tune*.json).
+    An engineer tries the next batch while the last was no worse."""
     lead = next((f for c, f in figures if dict(c) == dict(leader)), None)
     if lead is None:
         return leader
