@@ -82,6 +82,10 @@ def test_a_loader_bound_config_is_told_to_add_loader_workers():
     assert found["line"].startswith("waiting for data ") and "more loader workers (num_workers)" in found["line"]
 
 
+# The profiled split of a batch-1 step between dispatch gaps and small operators moves with
+# the host's load: in the parallel lane it named the optimizer (41%) once and other operators
+# (38%) once in three fresh-clone runs; quiet, the host's dispatch is 0.69-0.72.
+@pytest.mark.host_timing
 def test_a_tiny_batch_is_told_its_dispatch_dominates_and_a_wide_one_its_compute():
     tiny = limits("Tiny", 1)
     assert tiny["largest"] == "host", tiny
