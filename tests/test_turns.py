@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from accelsweep.sweeps.driver.run.confirm import (TURN_FIGURES, judge, measurements, round_orders, turn_rounds,
-                                              turns_refused)
+from accelsweep.sweeps.driver.run.confirm import (TURN_FIGURES, _turn_seconds, judge, measurements, round_orders,
+                                                   turn_rounds, turns_refused)
 from accelsweep.sweeps.driver.run.lifecycle import _shared_resources
 from accelsweep.sweeps.driver.record.trial_record import FINISHED, TrialRecord
 from accelsweep.trainables.turns import TurnBaton, drain_steps, trial_turns, current_turns, turn_key
@@ -117,6 +117,33 @@ def test_turns_fill_the_time_left_after_the_configs_start_together():
     assert turn_rounds(configs, configs, windows=3, rounds=3, seconds_left=60.0) == 9
     assert turn_rounds(configs, configs, windows=3, rounds=3, seconds_left=600.0) == 30  # capped
     assert turn_rounds(configs, configs, windows=3, rounds=3, seconds_left=None) == 9  # as many windows as rounds
+
+
+def test_a_turn_measures_to_the_time_floor_not_the_searchs_step_floor():
+    """A batch of 256 on 2 cores steps in 1.1 s: the search's floor of 5 steps made each of
+    its turns 5.5 s where the others' took 2 s. In turns the step floor is TURN_WINDOW_STEPS;
+    the time floor stays, and the confirmation's plan counts turns the same way."""
+    import types
+
+    from accelsweep.trainables.loop.train_loop import _Trial
+    from accelsweep.trainables.turns import TURN_WINDOW_STEPS
+
+    trial = types.SimpleNamespace(config=types.SimpleNamespace(window_min_steps=5, window_min_s=2.0),
+                                  world=types.SimpleNamespace(size=1))
+    assert _Trial.window_bounds(trial, 1.1) == (5, 2.0)
+    assert _Trial.window_bounds(trial, 1.1, in_turns=True) == (TURN_WINDOW_STEPS, 2.0) == (2, 2.0)
+    trial.config.window_min_steps = 1
+    assert _Trial.window_bounds(trial, 1.1, in_turns=True) == (1, 2.0)  # never more steps than asked
+
+    floors = dict(window_min_s=2.0, window_min_steps=5)
+    big = record(2, 1, 230.0, wall_s=40.0, measured_s=16.5, **floors)  # 3 windows of 5 steps of 1.1 s
+    big.result["step_time_p50_s"] = 1.1
+    small = record(3, 2, 236.0, measured_s=6.3, **floors)  # 0.1 s steps: 21 fill 2 s
+    unknown = record(4, 3, 236.0, measured_s=6.3)  # floors not in its config: the search's mean window
+    # A turn: 2 steps of 1.1 s (2.2 s >= 2 s) and one drain step; 20 steps of 0.1 s and one.
+    assert _turn_seconds(big) == pytest.approx(3.3)
+    assert _turn_seconds(small) == pytest.approx(2.1)
+    assert _turn_seconds(unknown) == pytest.approx(2.2)
 
 
 def test_a_third_candidate_takes_turns_only_while_the_rounds_reach_a_claims_precision():

@@ -24,7 +24,8 @@ from typing import Any, Iterator, Mapping, Optional, Sequence
 
 from accelsweep.trainables.ray_adapter import on_this_node
 
-__all__ = ["TurnBaton", "Turns", "current_turns", "drain_steps", "trial_turns", "turn_key"]
+__all__ = ["TURN_WINDOW_STEPS", "TurnBaton", "Turns", "current_turns", "drain_steps", "trial_turns", "turn_key",
+           "turn_window_steps"]
 
 STALL_S = 180.0  # a trial that holds the baton (or the start) this long without a word is passed over
 # A waiting trial's call returns after this long at most ('wait': it calls again), so a
@@ -36,6 +37,20 @@ WAIT_S = 5.0
 def turn_key(searched: Mapping[str, Any]) -> str:
     """The name a config takes turns under: its searched values (one trial per config)."""
     return json.dumps(dict(searched), sort_keys=True, default=str)
+
+
+# A turn's window needs the time floor (window_min_s), not the search's step floor: its
+# figure is one of a round's pairs, and the rounds, not the steps in one window, carry the
+# statistics. The step floor (5 on a CPU) made a batch of 256 on 2 cores hold the baton 5.5 s
+# per turn, and 512 11.5 s, where 2 s is what the others take: a round that long compares its
+# configs across more of the host's drift, and fewer rounds fit the confirmation's budget.
+# Two steps, not one: a window's step-time percentiles and its loss need a step after the first.
+TURN_WINDOW_STEPS = 2
+
+
+def turn_window_steps(window_min_steps: int) -> int:
+    """The fewest steps in a window measured in turns (``TURN_WINDOW_STEPS``)."""
+    return min(window_min_steps, TURN_WINDOW_STEPS)
 
 
 def drain_steps(num_workers: int, prefetch_factor: int = 2) -> int:

@@ -40,7 +40,7 @@ from accelsweep.trainables.timing.limiter import data_range, profile_steps
 from accelsweep.trainables.precision import get_precision
 from accelsweep.trainables.loop.rejection import SlowTrial, StepGuard, TrialLimits, current_limits
 from accelsweep.trainables.loop.watchdog import TrialAborted
-from accelsweep.trainables.turns import current_turns, drain_steps
+from accelsweep.trainables.turns import current_turns, drain_steps, turn_window_steps
 from accelsweep.trainables.workloads.base import Workload, load_workload
 
 __all__ = ["NonFiniteGradient", "NonFiniteLoss", "run_training"]
@@ -152,7 +152,8 @@ def _measure(config: TrialConfig, report, usd_per_hour: float, platform, workloa
         threading = {**threads_fit.figures(), **({"threading": note} if note else {})}
     # Fewer threads than asked: every window counts as contended (its figure is not the config's).
     threads_cut = threads_fit is not None and threads_fit.cut
-    min_steps, min_seconds = trial.window_bounds(warmup_step_s)
+    turns = current_turns()  # a confirmation that takes turns (trainables/turns.py)
+    min_steps, min_seconds = trial.window_bounds(warmup_step_s, in_turns=turns is not None)
     unit = workload.unit
     # Once: a platform may gather them over the workers.
     trial_tags = {**platform.trial_tags(device), **world.placement_tags()}
@@ -168,8 +169,7 @@ def _measure(config: TrialConfig, report, usd_per_hour: float, platform, workloa
     # (trainables/contention.py): the trial's figures come from its trustworthy windows.
     windows = _Windows()
     meter = ContentionMeter()
-    turns = current_turns()  # a confirmation that takes turns (trainables/turns.py): warmed up, so ready
-    if turns is not None:
+    if turns is not None:  # warmed up, so ready
         turns.ready()
     result: dict = {}
     for index in range(1, config.windows + 1):
@@ -493,9 +493,12 @@ class _Trial:
             guard.judge_steps(elapsed, rest)
         return first_step_s, elapsed / rest if rest else first_step_s
 
-    def window_bounds(self, warmup_step_s: float) -> tuple[int, float]:
-        """Each window's minimum steps and seconds."""
+    def window_bounds(self, warmup_step_s: float, in_turns: bool = False) -> tuple[int, float]:
+        """Each window's minimum steps and seconds; ``in_turns``: a confirmation's turn, whose
+        step floor is ``turn_window_steps``."""
         min_steps, min_seconds = self.config.window_min_steps, self.config.window_min_s
+        if in_turns:
+            min_steps = turn_window_steps(min_steps)
         if self.world.size > 1:
             # Workers must run the same number of steps (each step is a collective), and
             # agreeing on "time is up" every step would be a sync per step. So all agree

@@ -33,7 +33,7 @@ from accelsweep.sweeps.driver.reporting.verdict import (TURN_FIGURES, Judgement,
                                                         measurements)
 from accelsweep.sweeps.driver.reporting.noise import PRIOR_MARGIN, FigureNoise, near_best_margin, typical_speed_factors
 from accelsweep.trainables.platforms import get_platform
-from accelsweep.trainables.turns import TurnBaton, drain_steps
+from accelsweep.trainables.turns import TurnBaton, drain_steps, turn_window_steps
 
 __all__ = ["CANDIDATES", "CLAIM_ROUNDS", "CONFIRMATION", "CONFIRM_BUDGET_SHARE", "Confirmation",
            "ConfirmationReserve", "Judgement", "NEAR_BEST", "PHASE_TAG", "TURN_CANDIDATES", "at_typical_speed",
@@ -460,10 +460,16 @@ def _start_seconds(record: TrialRecord, records: Sequence[TrialRecord]) -> float
 
 
 def _turn_seconds(record: TrialRecord) -> float:
-    """One window of ``record``'s config and the untimed steps before it."""
+    """One window of ``record``'s config in turns and the untimed steps before it: whole
+    steps of its search trial's median until both of a turn's floors are met (the time
+    floor, ``turn_window_steps``); the search's mean window where its floors are not known."""
+    step_s = record.metric("step_time_p50_s")
     windows = record.metric("windows_done")
     window_s = record.metric("measured_s") / windows if windows > 0 else float("nan")
-    drain = drain_steps(int(record.config.get("num_workers", 0) or 0)) * record.metric("step_time_p50_s")
+    floor_s, floor_steps = record.config.get("window_min_s"), record.config.get("window_min_steps")
+    if math.isfinite(step_s) and step_s > 0 and floor_s is not None and floor_steps is not None:
+        window_s = max(turn_window_steps(int(floor_steps)), math.ceil(float(floor_s) / step_s)) * step_s
+    drain = drain_steps(int(record.config.get("num_workers", 0) or 0)) * step_s
     return window_s + (drain if math.isfinite(drain) else 0.0)
 
 
