@@ -374,6 +374,39 @@ def test_a_leader_on_the_batch_edge_makes_the_next_batch_tried_while_it_leads_an
         "batch_size 64 -> 128 (trial 2: 150); batch_size 128 -> 256 (trial 3: 140)"]
 
 
+def test_the_climb_skips_a_step_that_cannot_measure_a_window_in_the_time_left():
+    """A batch of 1024 (4.6 s a step on 2 cores) was proposed with 15 s of the search left
+    and cut before its first figure. A step is proposed only while the base's setup, and
+    its warm-up and one window scaled by the batch's ratio, fit what is left."""
+    import time
+
+    import optuna
+
+    from accelsweep.sweeps.driver.define.edges import first_figure_s, fits_time
+    from accelsweep.sweeps.driver.run.searchers import FailureAwareOptunaSearch
+
+    # 2 s of setup, 9 s of loop of which 6 s measured in 3 windows: 2 + 3 + 2 = 7 s to a first window.
+    result = {"setup_s": 2.0, "loop_s": 9.0, "measured_s": 6.0, "windows_done": 3}
+    assert first_figure_s(result) == 7.0
+    assert fits_time(7.0, 2.0, 14.0) and not fits_time(7.0, 2.0, 13.9)
+    assert fits_time(float("nan"), 2.0, 1.0) and fits_time(7.0, 2.0, None)  # unknown: tried
+
+    def space(trial):
+        trial.suggest_categorical("batch_size", [16, 32, 64])
+
+    def climbs(token, seconds_left):
+        searcher = FailureAwareOptunaSearch(space, metric="score", mode="max", sweep_token=token, budget=3,
+                                            points_to_evaluate=[{"batch_size": 64}],
+                                            sampler=optuna.samplers.RandomSampler(seed=0),
+                                            edges={"batch_size": ("x2", 1024)}, ends_at=time.time() + seconds_left)
+        assert searcher.suggest("t0") == {"batch_size": 64}
+        searcher.on_trial_complete("t0", {"score": 200.0, **result})
+        return searcher.suggest("t1")["batch_size"]
+
+    assert climbs("time-enough", 60.0) == 128
+    assert climbs("time-short", 10.0) != 128  # 14 s to its first window: TPE's proposal instead
+
+
 def test_the_climb_goes_on_past_a_step_the_run_cannot_tell_from_the_leader():
     """On a plateau one trial per batch ranks 64, 128 and 256 by the host's noise: a step
     within the run's near-best margin of the leader (here the prior 10%: too few trials

@@ -20,8 +20,8 @@ from typing import Any, Mapping, Optional, Sequence
 
 from accelsweep.sweeps.driver.record.trial_record import TrialRecord, config_key
 
-__all__ = ["EDGE_MARK", "MEMORY_SHARE", "climb_base", "edge_lines", "edge_step", "fits_memory", "largest_values",
-           "next_value"]
+__all__ = ["EDGE_MARK", "MEMORY_SHARE", "climb_base", "edge_lines", "edge_step", "first_figure_s", "fits_memory",
+           "fits_time", "largest_values", "next_value"]
 
 EDGE_MARK = "past the space's edge"
 # Of the memory a trial's peak is measured against, the share a step's predicted peak may
@@ -53,13 +53,34 @@ def fits_memory(memory: Optional[tuple[float, float, float]], ratio: float) -> b
     return peak + max(0.0, workload) * (ratio - 1) <= MEMORY_SHARE * capacity
 
 
+def first_figure_s(result: Mapping[str, Any]) -> float:
+    """From a trial's result: the seconds to its first measured window (its setup, the
+    loop's warm-up, one window), NaN where they are not reported."""
+    setup, loop, measured = (float(result.get(name, math.nan)) for name in ("setup_s", "loop_s", "measured_s"))
+    windows = float(result.get("windows_done", math.nan))
+    return setup + (loop - measured) + measured / windows if windows > 0 else math.nan
+
+
+def fits_time(base_first_figure_s: Optional[float], ratio: float, seconds_left: Optional[float]) -> bool:
+    """Whether a step ``ratio`` times the base's batch can measure one window in the
+    ``seconds_left`` of the search: the base's warm-up and window scaled by the ratio (a
+    step of twice the batch takes about twice as long), its setup not. Why: a batch of 1024
+    (4.6 s a step on 2 cores) was proposed with 15 s left and cut before its first figure;
+    the search's last seconds measured nothing. Unknown figures: tried."""
+    if seconds_left is None or base_first_figure_s is None or not math.isfinite(base_first_figure_s):
+        return True
+    return base_first_figure_s * max(1.0, ratio) <= seconds_left
+
+
 def edge_step(leader: Mapping[str, Any], memory: Optional[tuple[float, float, float]],
               edges: Mapping[str, tuple[str, Optional[int]]], largest: Mapping[str, Any],
-              taken: set) -> Optional[tuple[dict, str]]:
+              taken: set, first_s: Optional[float] = None,
+              seconds_left: Optional[float] = None) -> Optional[tuple[dict, str]]:
     """The first config one step past the space's edge from ``leader`` (its searched
     values) not ``taken`` (config keys measured or running), with what it changed; None
-    when the leader is on no edge, or every step out is taken, past the hardware or
-    memory. ``largest``: each ordered knob's largest value in the space."""
+    when the leader is on no edge, or every step out is taken, past the hardware,
+    memory, or the search's time (``fits_time`` from the leader's ``first_s``).
+    ``largest``: each ordered knob's largest value in the space."""
     for knob, (rule, limit) in edges.items():
         if knob not in leader or knob not in largest:
             continue
@@ -70,6 +91,8 @@ def edge_step(leader: Mapping[str, Any], memory: Optional[tuple[float, float, fl
         if stepped is None:
             continue
         if knob == "batch_size" and not fits_memory(memory, stepped / value):
+            continue
+        if not fits_time(first_s, stepped / value if knob == "batch_size" else 1.0, seconds_left):
             continue
         config = {**leader, knob: stepped}
         if config_key(config) not in taken:

@@ -179,7 +179,8 @@ def _searcher(plan: Plan, sweep_token: str = "", time_budget_s: Optional[float] 
                         points_to_evaluate=first, prior_trials=prior, seed=sweep.seed, repeats=sweep.repeats,
                         sweep_token=sweep_token, edges=_edges(plan), edge_steps=edge_trials(sweep),
                         budget=sweep.num_samples, local_search=local_search_trials(sweep),
-                        local_after=time.time() + time_budget_s * (1 - LOCAL_TIME_SHARE) if time_budget_s else None)
+                        local_after=time.time() + time_budget_s * (1 - LOCAL_TIME_SHARE) if time_budget_s else None,
+                        ends_at=time.time() + time_budget_s if time_budget_s else None)
 
 
 def _edges(plan: Plan) -> dict[str, tuple[str, Optional[int]]]:

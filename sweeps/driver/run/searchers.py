@@ -14,7 +14,7 @@ from optuna.trial import TrialState
 from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
-from accelsweep.sweeps.driver.define.edges import EDGE_MARK, climb_base, edge_step, largest_values
+from accelsweep.sweeps.driver.define.edges import EDGE_MARK, climb_base, edge_step, first_figure_s, largest_values
 from accelsweep.sweeps.driver.record.optuna_study import holds
 from accelsweep.sweeps.driver.record.resumed_runs import MeasuredRun, ResumeNews, resume_news, tell_resumed
 from accelsweep.sweeps.driver.run import fair_share
@@ -142,7 +142,7 @@ class FailureAwareOptunaSearch(OptunaSearch):
     def __init__(self, *args, repeats: bool = False, sweep_token: str = "", budget: Optional[int] = None,
                  local_search: int = 0, local_after: Optional[float] = None, prior_trials: Sequence = (),
                  edges: Optional[Mapping[str, tuple[str, Optional[int]]]] = None, edge_steps: Optional[int] = None,
-                 **kwargs):
+                 ends_at: Optional[float] = None, **kwargs):
         super().__init__(*args, **kwargs)
         # An earlier sweep's results on the same hardware, workload and versions (warm_start.py):
         # completed trials of the study, so TPE models from them. Not this sweep's outcomes:
@@ -151,6 +151,7 @@ class FailureAwareOptunaSearch(OptunaSearch):
             self._ot_study.add_trial(trial)
         self.repeats, self.sweep_token, self.budget = repeats, sweep_token, budget
         self.local_search, self.local_after = local_search, local_after
+        self.ends_at = ends_at  # a time.time() moment: the search's time budget ends (None: no budget)
         self._proposed: dict[str, str] = {}  # trial id -> config key
         self._outcomes: dict[str, tuple[str, Optional[Any]]] = {}  # config key -> (trial id, value; None: failed)
         self.reused = 0
@@ -170,6 +171,7 @@ class FailureAwareOptunaSearch(OptunaSearch):
         # (config, value, its host speed probe) of each trial measured, edge steps too
         self._measured: list[tuple[dict, float, tuple[float, Optional[str]]]] = []
         self._memory: dict[str, tuple[float, float, float]] = {}  # config key -> (peak, workload, capacity) MB
+        self._first_figure_s: dict[str, float] = {}  # config key -> its trial's seconds to a first window
         # config key -> (window cv, windows, host probe s) of its trial: the run's near-best margin
         self._figure_noise: dict[str, tuple[float, float, float]] = {}
         self._edge_trials: dict[str, dict] = {}  # trial id -> a config past the space's edge
@@ -179,7 +181,7 @@ class FailureAwareOptunaSearch(OptunaSearch):
         """What a searcher saved by a version before these counts lacks."""
         for name, empty in (("budget", None), ("_returned", len(getattr(self, "_ot_trials", ()))),
                             ("_recovered", {}), ("_answers", {}), ("local_search", 0),
-                            ("local_after", None)):
+                            ("local_after", None), ("ends_at", None), ("_first_figure_s", {})):
             self.__dict__.setdefault(name, empty)
         if "edges" not in self.__dict__:
             self._edge_state()
@@ -400,7 +402,9 @@ class FailureAwareOptunaSearch(OptunaSearch):
         largest = largest_values(self._distributions(), self.edges)
         for knob, rule in self.edges.items():
             base = climb_base(leader, knob, figures, self._near_best_margin(), self.mode)
-            step = edge_step(base, self._memory.get(config_key(base)), {knob: rule}, largest, taken)
+            left = self.ends_at - time.time() if self.ends_at is not None else None
+            step = edge_step(base, self._memory.get(config_key(base)), {knob: rule}, largest, taken,
+                             self._first_figure_s.get(config_key(base)), left)
             if step is not None:
                 return step
         return None
@@ -482,6 +486,7 @@ class FailureAwareOptunaSearch(OptunaSearch):
         memory = tuple(float(result.get(name, math.nan)) for name in
                        ("peak_memory_mb", "workload_memory_mb", "memory_capacity_mb"))
         self._memory[config_key(config)] = memory
+        self._first_figure_s[config_key(config)] = first_figure_s(result)
         windows = float(result.get("windows_done", math.nan))
         if 0 < int(result.get("contended_windows", 0) or 0) >= windows:
             return  # a neighbour's CPU is not the host's noise (noise.figure_noise leaves such trials out too)
