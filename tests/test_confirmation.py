@@ -106,8 +106,8 @@ def test_of_candidates_the_rounds_cannot_separate_the_one_changing_fewer_knobs_i
 
 
 def test_a_leader_the_rounds_put_clearly_ahead_of_a_simpler_candidate_is_the_call_though_intervals_overlap():
-    """The peer benchmark, 2026-11-30 15:06 (seed 0): trial 6 (b32) +34.2% (+20.4% to
-    +49.6%), trial 7 (b16, a knob fewer) +21.1% (+16.9% to +25.4%), 7 rounds. Against the
+    """A stopped peer-benchmark run (benchmarks/results/budget_history.md), seed 0: trial 6
+    (b32) +34.2% (+20.4% to +49.6%), trial 7 (b16, a knob fewer) +21.1% (+16.9% to +25.4%), 7 rounds. Against the
     baseline their intervals overlap; beside each other, round by round, the leader is ahead
     in every round, by 11% on average: far more than one standard error of that lead (3%), and than
     the few percent processes differ by. The simpler config was called for +21% and the
@@ -122,9 +122,9 @@ def test_a_leader_the_rounds_put_clearly_ahead_of_a_simpler_candidate_is_the_cal
     assert lead.low <= simpler.high and lead.gain > simpler.gain  # the intervals overlap
     assert judged.subject == "trial 6" and "is not separated" not in judged.text
     # Ahead by 4% in every round, with a loader worker and a compile the simpler one lacks:
-    # within TIE_MARGIN, so the simpler one stands. The peer benchmark, 2026-11-30 15:34
-    # (seed 0): a b32 variant with a loader worker and a compile confirmed 3.6% ahead of b64
-    # (+36.1% against +31.4%); the judge put it 8.6% behind.
+    # within TIE_MARGIN, so the simpler one stands. A peer-benchmark run (docs/budget.md, the
+    # tie rule), seed 0: a b32 variant with a loader worker and a compile confirmed 3.6%
+    # ahead of b64 (+36.1% against +31.4%); the judge put it 8.6% behind.
     close = [{"base": (b, False), "lead": (s * 1.04, False), "simple": (s, False)} for b, s in zip(base, simple)]
     loader_and_compile = {**changed, "lead": ("batch_size", "channels_last", "num_workers", "precision",
                                               "torch_compile")}

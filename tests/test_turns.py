@@ -146,6 +146,20 @@ def test_a_turn_measures_to_the_time_floor_not_the_searchs_step_floor():
     assert _turn_seconds(unknown) == pytest.approx(2.2)
 
 
+def test_a_configs_start_in_turns_leaves_out_the_limiters_profiled_steps():
+    """The search's trial profiled a few steps after its windows (the limiter); a trial in
+    turns profiles none, so its start is planned without them: at a batch of 512 on 2 cores
+    they were several seconds of each start, and the reserve stopped the search that much
+    earlier than the confirmation needed."""
+    from accelsweep.sweeps.driver.run.confirm import _start_seconds
+
+    profiled = record(2, 1, 230.0, wall_s=40.0, measured_s=18.0)
+    profiled.result["limit_profile_s"] = 7.0
+    unprofiled = record(3, 2, 230.0, wall_s=40.0, measured_s=18.0)
+    assert _start_seconds(profiled, [profiled]) == pytest.approx(15.0)
+    assert _start_seconds(unprofiled, [unprofiled]) == pytest.approx(22.0)
+
+
 def test_a_third_candidate_takes_turns_only_while_the_rounds_reach_a_claims_precision():
     """Each config: 14 s to start, 2.1 s a turn. A third candidate costs the called config's
     rounds: it is kept only while they reach CLAIM_ROUNDS; one candidate alone (the simplest
@@ -167,11 +181,12 @@ def test_a_third_candidate_takes_turns_only_while_the_rounds_reach_a_claims_prec
 
 
 def test_the_search_stops_early_when_its_best_configs_need_more_than_the_confirmations_share():
-    """The peer benchmark, 2026-11-30 15:21 (seed 0): the search's leader was a batch of 256
-    (6 s windows); in the confirmation's 35% two candidates got fewer than four rounds, and
-    the simplest config within the run's 19% margin, 7% below it in the search, was confirmed
-    alone. The search now stops once what is left is what its best configs need: their
-    start and 2 x MIN_ROUNDS rounds, and one more (at most half of what was left)."""
+    """A stopped peer-benchmark run (benchmarks/results/budget_history.md), seed 0: the
+    search's leader was a batch of 256 (6 s windows); in the confirmation's 35% two
+    candidates got fewer than four rounds, and the simplest config within the run's 19%
+    margin, 7% below it in the search, was confirmed alone. The search now stops once what
+    is left is what its best configs need: their start and 2 x MIN_ROUNDS rounds, and one
+    more (at most half of what was left)."""
     import math
     import time
     import types

@@ -192,6 +192,7 @@ TRAINING_METRICS = MetricSet(
         Metric("limit_optimizer_share", ""),
         Metric("limit_data_share", ""),
         Metric("limit_host_share", ""),
+        Metric("limit_profile_s", "s"),  # the profiled steps' seconds (not in a turn's trial)
         Metric("threads_asked", "threads"),
         Metric("other_cpus_at_start", "cores"),
         Metric("niceness", ""),

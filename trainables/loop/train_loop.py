@@ -277,10 +277,14 @@ def _limiter(trial: "_Trial", platform, world, turns) -> dict[str, Any]:
     if _profiler_enabled():  # a caller's own profiler: one session at a time, and it is theirs
         return {"limiter": "not profiled: a profiler of the caller's was running"}
     trial.counting, trial.profiling = False, True
+    started = time.perf_counter()
     try:
         with trial.segment():
             breakdown = profile_steps(trial.step, trial.sync)
-        return breakdown.figures(narrower_precisions(platform, trial.config))
+        # Its seconds: a confirmation's trial of the same config profiles nothing, so its
+        # start is planned without them (confirm._start_seconds).
+        return {**breakdown.figures(narrower_precisions(platform, trial.config)),
+                "limit_profile_s": time.perf_counter() - started}
     except Exception as error:  # noqa: BLE001 - the trial's figures stand without it; said in its result
         return {"limiter": f"not profiled: {type(error).__name__}: {error}"}
     finally:

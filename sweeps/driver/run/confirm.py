@@ -451,12 +451,17 @@ def turn_candidates(baseline: TrialRecord, chosen: Sequence[TrialRecord], simple
 
 
 def _start_seconds(record: TrialRecord, records: Sequence[TrialRecord]) -> float:
-    """A config's trial time outside its windows (Ray, setup, warm-up, compile) in the search."""
-    spent = record.wall_s - record.metric("measured_s")
+    """A config's trial time outside its windows (Ray, setup, warm-up, compile) in the
+    search, less the limiter's profiled steps (a trial in turns profiles nothing)."""
+    spent = _outside_windows_s(record)
     if math.isfinite(spent) and spent > 0:
         return spent
-    others = [r.wall_s - r.metric("measured_s") for r in records]
-    return max([o for o in others if math.isfinite(o)], default=float("nan"))
+    return max([o for o in map(_outside_windows_s, records) if math.isfinite(o)], default=float("nan"))
+
+
+def _outside_windows_s(record: TrialRecord) -> float:
+    limiter = record.metric("limit_profile_s")
+    return record.wall_s - record.metric("measured_s") - (limiter if math.isfinite(limiter) else 0.0)
 
 
 def _turn_seconds(record: TrialRecord) -> float:

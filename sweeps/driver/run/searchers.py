@@ -136,8 +136,10 @@ class FailureAwareOptunaSearch(OptunaSearch):
     ``edges`` (``Platform.ordered_knobs``: knob -> (how to step out, how far)): while the
     best measured config sits on the largest value of an ordered knob, its next proposal is
     that config one step past the space's edge (define/edges.py), again while the step
-    leads or is within the run's near-best margin of the leader, ``edge_steps`` at most (None: no limit). Such a config is outside the space's distributions: it runs as a trial of the
-    sweep (in its budget, its result known here), not as an Optuna trial."""
+    leads or is within the run's near-best margin of the leader and can measure a window
+    before ``ends_at``, ``edge_steps`` at most (None: no limit). Such a config is outside the
+    space's distributions: it runs as a trial of the sweep (in its budget, its result known
+    here), not as an Optuna trial."""
 
     def __init__(self, *args, repeats: bool = False, sweep_token: str = "", budget: Optional[int] = None,
                  local_search: int = 0, local_after: Optional[float] = None, prior_trials: Sequence = (),
@@ -359,8 +361,10 @@ class FailureAwareOptunaSearch(OptunaSearch):
         steps go on from the config the confirmation would call best, not from one measured
         in a fast moment of a drifting host. Raw values when any of them has no probe (a
         warm start's trials, a GPU's). ``typical`` False: ``figures`` are at that speed already."""
-        factors = typical_speed_factors({config_key(c): probe for c, _, probe in self._measured}) or {}
-        if not typical or not all(key in factors for key, _ in figures):
+        factors = {}
+        if typical:  # else the figures are at that speed already: no probe's factor is read
+            factors = typical_speed_factors({config_key(c): probe for c, _, probe in self._measured}) or {}
+        if not all(key in factors for key, _ in figures):
             factors = {}
         sign = 1 if self.mode == "max" else -1
         return max(range(len(figures)),
