@@ -72,6 +72,8 @@ DESCRIPTIONS = {
     "limit_data_share": "share of a profiled step spent waiting for the next batch (the loader, the copy)",
     "limit_host_share": "share of a profiled step in the host's dispatch: Python and the framework between "
                         "operators, plus each operator call's fixed cost (measured in the trial's process)",
+    "limit_profile_s": "seconds the limiter's profiled steps took after the last window (a confirmation's trial in "
+                       "turns profiles none, so its start is planned without them)",
     "peak_memory_mb": "CPU: peak RSS of the trial process (reset per trial: torch, Ray and the interpreter "
                       "included, about 700 MB); CUDA: `max_memory_allocated`",
     "workload_memory_mb": "what the workload allocates: the peak over what the process held before the model was "
