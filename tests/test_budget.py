@@ -385,11 +385,12 @@ def test_the_climb_skips_a_step_that_cannot_measure_a_window_in_the_time_left():
     from accelsweep.sweeps.driver.define.edges import first_figure_s, fits_time
     from accelsweep.sweeps.driver.run.searchers import FailureAwareOptunaSearch
 
-    # 2 s of setup, 9 s of loop of which 6 s measured in 3 windows: 2 + 3 + 2 = 7 s to a first window.
+    # 2 s of setup, 9 s of loop of which 6 s measured in 3 windows: 3 s of warm-up and 2 s a window.
     result = {"setup_s": 2.0, "loop_s": 9.0, "measured_s": 6.0, "windows_done": 3}
-    assert first_figure_s(result) == 7.0
-    assert fits_time(7.0, 2.0, 14.0) and not fits_time(7.0, 2.0, 13.9)
-    assert fits_time(float("nan"), 2.0, 1.0) and fits_time(7.0, 2.0, None)  # unknown: tried
+    assert first_figure_s(result) == (2.0, 5.0)
+    # Twice the batch: the setup as it was, the warm-up and window twice as long: 12 s.
+    assert fits_time((2.0, 5.0), 2.0, 12.0) and not fits_time((2.0, 5.0), 2.0, 11.9)
+    assert fits_time((2.0, float("nan")), 2.0, 1.0) and fits_time((2.0, 5.0), 2.0, None)  # unknown: tried
 
     def space(trial):
         trial.suggest_categorical("batch_size", [16, 32, 64])
@@ -404,7 +405,7 @@ def test_the_climb_skips_a_step_that_cannot_measure_a_window_in_the_time_left():
         return searcher.suggest("t1")["batch_size"]
 
     assert climbs("time-enough", 60.0) == 128
-    assert climbs("time-short", 10.0) != 128  # 14 s to its first window: TPE's proposal instead
+    assert climbs("time-short", 10.0) != 128  # 12 s to its first window: TPE's proposal instead
 
 
 def test_the_climb_goes_on_past_a_step_the_run_cannot_tell_from_the_leader():

@@ -107,9 +107,9 @@ def test_of_candidates_the_rounds_cannot_separate_the_one_changing_fewer_knobs_i
 
 def test_a_leader_the_rounds_put_clearly_ahead_of_a_simpler_candidate_is_the_call_though_intervals_overlap():
     """A stopped peer-benchmark run (benchmarks/results/budget_history.md), seed 0: trial 6
-    (b32) +34.2% (+20.4% to +49.6%), trial 7 (b16, a knob fewer) +21.1% (+16.9% to +25.4%), 7 rounds. Against the
-    baseline their intervals overlap; beside each other, round by round, the leader is ahead
-    in every round, by 11% on average: far more than one standard error of that lead (3%), and than
+    (b32) +34.2% (+20.4% to +49.6%), trial 7 (b16, a knob fewer) +21.1% (+16.9% to +25.4%),
+    7 rounds. Against the baseline their intervals overlap; beside each other, round by
+    round, the leader is ahead in every round, by 11% on average: far more than one standard error of that lead (3%), and than
     the few percent processes differ by. The simpler config was called for +21% and the
     user lost the 11%."""
     base = [120.0, 125.0, 118.0, 122.0, 121.0, 119.0, 123.0]

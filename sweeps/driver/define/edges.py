@@ -53,28 +53,29 @@ def fits_memory(memory: Optional[tuple[float, float, float]], ratio: float) -> b
     return peak + max(0.0, workload) * (ratio - 1) <= MEMORY_SHARE * capacity
 
 
-def first_figure_s(result: Mapping[str, Any]) -> float:
-    """From a trial's result: the seconds to its first measured window (its setup, the
-    loop's warm-up, one window), NaN where they are not reported."""
+def first_figure_s(result: Mapping[str, Any]) -> tuple[float, float]:
+    """From a trial's result: the seconds to its first measured window, as (its setup, the
+    loop's warm-up and one window); NaN where they are not reported."""
     setup, loop, measured = (float(result.get(name, math.nan)) for name in ("setup_s", "loop_s", "measured_s"))
     windows = float(result.get("windows_done", math.nan))
-    return setup + (loop - measured) + measured / windows if windows > 0 else math.nan
+    return setup, (loop - measured) + measured / windows if windows > 0 else math.nan
 
 
-def fits_time(base_first_figure_s: Optional[float], ratio: float, seconds_left: Optional[float]) -> bool:
+def fits_time(base_first_s: Optional[tuple[float, float]], ratio: float, seconds_left: Optional[float]) -> bool:
     """Whether a step ``ratio`` times the base's batch can measure one window in the
-    ``seconds_left`` of the search: the base's warm-up and window scaled by the ratio (a
-    step of twice the batch takes about twice as long), its setup not. Why: a batch of 1024
-    (4.6 s a step on 2 cores) was proposed with 15 s left and cut before its first figure;
-    the search's last seconds measured nothing. Unknown figures: tried."""
-    if seconds_left is None or base_first_figure_s is None or not math.isfinite(base_first_figure_s):
+    ``seconds_left`` of the search, from the base's ``first_figure_s``: its setup as it
+    was, its warm-up and window scaled by the ratio (a step of twice the batch takes about
+    twice as long). Why: a batch of 1024 was proposed with 15 s left and cut before its
+    first figure; the search's last seconds measured nothing. Unknown figures: tried."""
+    if seconds_left is None or base_first_s is None or not all(math.isfinite(x) for x in base_first_s):
         return True
-    return base_first_figure_s * max(1.0, ratio) <= seconds_left
+    setup, steps = base_first_s
+    return setup + steps * max(1.0, ratio) <= seconds_left
 
 
 def edge_step(leader: Mapping[str, Any], memory: Optional[tuple[float, float, float]],
               edges: Mapping[str, tuple[str, Optional[int]]], largest: Mapping[str, Any],
-              taken: set, first_s: Optional[float] = None,
+              taken: set, first_s: Optional[tuple[float, float]] = None,
               seconds_left: Optional[float] = None) -> Optional[tuple[dict, str]]:
     """The first config one step past the space's edge from ``leader`` (its searched
     values) not ``taken`` (config keys measured or running), with what it changed; None

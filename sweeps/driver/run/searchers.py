@@ -173,7 +173,7 @@ class FailureAwareOptunaSearch(OptunaSearch):
         # (config, value, its host speed probe) of each trial measured, edge steps too
         self._measured: list[tuple[dict, float, tuple[float, Optional[str]]]] = []
         self._memory: dict[str, tuple[float, float, float]] = {}  # config key -> (peak, workload, capacity) MB
-        self._first_figure_s: dict[str, float] = {}  # config key -> its trial's seconds to a first window
+        self._first_figure_s: dict[str, tuple[float, float]] = {}  # config key -> (setup, warm-up + a window) s
         # config key -> (window cv, windows, host probe s) of its trial: the run's near-best margin
         self._figure_noise: dict[str, tuple[float, float, float]] = {}
         self._edge_trials: dict[str, dict] = {}  # trial id -> a config past the space's edge
