@@ -332,6 +332,33 @@ def test_the_simplest_near_best_is_confirmed_when_one_candidate_fits():
     assert fitted(search[0], chosen, search, 3, 70.0, simplest)[0] == [search[2]]
 
 
+def test_the_climbs_best_step_past_the_edge_is_confirmed_beside_the_leader():
+    """The peer benchmark's record (vs_plain_tune.json), seed 2: the climb's b128 step
+    searched 20% under the first guess (b64) in a loaded minute of the host, the climb
+    ended, and b64 and a b32 variant were confirmed: the judge put b128 at 98.9% of its
+    best and b64 at 95.7%. One trial per batch ranks a plateau by the host's moment; the
+    confirmation's rounds compare the step with the leader within seconds."""
+    base = {"batch_size": 16, "precision": "fp32", "channels_last": False, "torch_compile": "none"}
+    guess = {**base, "batch_size": 64, "precision": "bf16", "channels_last": True}
+    climbed = {**guess, "batch_size": 128}
+    search = [trial(1, base, baseline=True, score=170.6), trial(2, guess, score=237.2),
+              trial(3, climbed, score=190.9, local_step="batch_size 64 -> 128 past the space's edge"),
+              trial(12, {**guess, "batch_size": 32}, score=216.1), trial(15, {**guess, "torch_compile": "inductor"},
+                                                                         score=200.5)]
+    assert [r.number for r in candidates(search, "score", "max")] == [2, 3]
+    assert [r.number for r in candidates(search, "score", "max", count=3)] == [2, 3, 12]
+    assert candidates(search, "score", "max", count=1) == [search[1]]
+    # The simplest near the best keeps its place before it; the climb's step comes next.
+    search[4].result["score"] = 240.0  # a variant leads; the first guess is the simplest near it
+    assert [r.number for r in candidates(search, "score", "max", count=3)] == [15, 2, 3]
+    # A step measured only while a neighbour took cores is not one: the ranking alone.
+    search[2].result["contended_windows"] = 3
+    assert [r.number for r in candidates(search, "score", "max", count=3)] == [15, 2, 12]
+    # No climb: as before.
+    search[2].result.update(contended_windows=0, local_step="")
+    assert [r.number for r in candidates(search, "score", "max", count=3)] == [15, 2, 12]
+
+
 def test_confirm_rounds_must_pair_at_least_twice():
     from accelsweep import plan_sweep
 

@@ -25,6 +25,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 from ray.tune import Stopper
 from ray.tune.search import Searcher
 
+from accelsweep.sweeps.driver.define.edges import EDGE_MARK
 from accelsweep.sweeps.driver.run.callbacks import SweepCallback
 from accelsweep.sweeps.driver.run.goal import callback_of
 from accelsweep.sweeps.driver.record.history import CONFIRMATION, PHASE_TAG
@@ -36,10 +37,10 @@ from accelsweep.trainables.platforms import get_platform
 from accelsweep.trainables.turns import TurnBaton, drain_steps, turn_window_steps
 
 __all__ = ["CANDIDATES", "CLAIM_ROUNDS", "CONFIRMATION", "CONFIRM_BUDGET_SHARE", "Confirmation",
-           "ConfirmationReserve", "Judgement", "NEAR_BEST", "PHASE_TAG", "TURN_CANDIDATES", "at_typical_speed",
-           "candidates", "config_key", "confirmation_need_s", "fitted", "judge", "knobs_changed", "measurements",
-           "one_candidate", "ranked_candidates", "round_orders", "run_confirmation", "search_budget_s",
-           "simplest_near_best", "turn_candidates"]
+           "ConfirmationReserve", "Judgement", "NEAR_BEST", "PHASE_TAG", "TURN_CANDIDATES",
+           "at_typical_speed", "best_climb_step", "candidates", "config_key", "confirmation_need_s",
+           "fitted", "judge", "knobs_changed", "measurements", "one_candidate", "ranked_candidates",
+           "round_orders", "run_confirmation", "search_budget_s", "simplest_near_best", "turn_candidates"]
 
 CANDIDATES = 2  # the search's best configs confirmed against the baseline
 # In turns a config costs one window per round, not a trial: one more candidate fits,
@@ -171,9 +172,26 @@ def ranked_candidates(records: Sequence[TrialRecord], metric: str, mode: str, co
     if margin is None:
         margin, _ = near_best_margin(records, metric)
     simplest = simplest_near_best(ranked, figures, baseline, mode, margin) if baseline and count >= 2 else None
-    if simplest is not None and simplest not in picked[:2]:  # second: the last is dropped first when short of time
-        picked = [picked[0], simplest, *[r for r in picked[1:] if r is not simplest]][:count]
+    climbed = best_climb_step(ranked) if count >= 2 else None
+    # The leader first; then the simplest near it (the tie rule's); then the climb's best
+    # step: the last is dropped first when short of time.
+    order = [*ranked[:1], *[r for r in (simplest, climbed) if r is not None], *ranked[1:]]
+    picked = [r for index, r in enumerate(order) if all(r is not o for o in order[:index])][:count]
     return picked, simplest
+
+
+def best_climb_step(ranked: Sequence[TrialRecord]) -> Optional[TrialRecord]:
+    """Of the search's steps past the space's edge (``ranked``: best first), the best with a
+    quiet figure that is not the leader; None when the search climbed no edge. Why a
+    candidate: a step is one trial, measured a minute or more from the config it stepped
+    from, and on a plateau of batches one trial per batch moves with the host's regime by
+    more than the batches differ (benchmarks/results/budget_history.md), so the search ranks
+    them by the host's moment; measured beside the leader in the confirmation's rounds,
+    they are compared within seconds, and the verdict calls the better."""
+    for record in ranked[1:]:
+        if EDGE_MARK in str(record.result.get("local_step", "")) and not record.contended:
+            return record
+    return None
 
 
 def simplest_near_best(ranked: Sequence[TrialRecord], figures: Mapping[str, float], baseline: TrialRecord,
