@@ -77,7 +77,7 @@ def test_a_waiting_trial_is_answered_when_the_baton_moves_without_asking_again()
 
 def test_the_configs_turns_in_rounds_are_rotated_and_the_drain_covers_the_prefetch():
     assert round_orders(["base", "x", "y"], 3) == [["base", "x", "y"], ["x", "y", "base"], ["y", "base", "x"]]
-    assert drain_steps(0) == 1 and drain_steps(2) == 5  # torch's DataLoader prefetches 2 batches a worker
+    assert drain_steps(0) == 0 and drain_steps(2) == 4  # torch's DataLoader prefetches 2 batches a worker
 
 
 def record(number, knob, value, *, baseline=False, figures=None, wall_s=20.0, measured_s=6.0, **config):
@@ -140,10 +140,12 @@ def test_a_turn_measures_to_the_time_floor_not_the_searchs_step_floor():
     big.result["step_time_p50_s"] = 1.1
     small = record(3, 2, 236.0, measured_s=6.3, **floors)  # 0.1 s steps: 21 fill 2 s
     unknown = record(4, 3, 236.0, measured_s=6.3)  # floors not in its config: the search's mean window
-    # A turn: 2 steps of 1.1 s (2.2 s >= 2 s) and one drain step; 20 steps of 0.1 s and one.
-    assert _turn_seconds(big) == pytest.approx(3.3)
-    assert _turn_seconds(small) == pytest.approx(2.1)
-    assert _turn_seconds(unknown) == pytest.approx(2.2)
+    # A turn: 2 steps of 1.1 s (2.2 s >= 2 s); 20 steps of 0.1 s; no loader workers, no drain.
+    assert _turn_seconds(big) == pytest.approx(2.2)
+    assert _turn_seconds(small) == pytest.approx(2.0)
+    assert _turn_seconds(unknown) == pytest.approx(2.1)
+    fed = record(5, 4, 236.0, measured_s=6.3, num_workers=2, **floors)  # 4 prefetched batches drained first
+    assert _turn_seconds(fed) == pytest.approx(2.4)
 
 
 def test_a_configs_start_in_turns_leaves_out_the_limiters_profiled_steps():
@@ -161,7 +163,7 @@ def test_a_configs_start_in_turns_leaves_out_the_limiters_profiled_steps():
 
 
 def test_a_third_candidate_takes_turns_only_while_the_rounds_reach_a_claims_precision():
-    """Each config: 14 s to start, 2.1 s a turn. A third candidate costs the called config's
+    """Each config: 14 s to start, 2.0 s a turn. A third candidate costs the called config's
     rounds: it is kept only while they reach CLAIM_ROUNDS; one candidate alone (the simplest
     near the best) only when two would get fewer than four rounds."""
     from accelsweep.sweeps.driver.run.confirm import CLAIM_ROUNDS, turn_candidates
@@ -170,12 +172,12 @@ def test_a_third_candidate_takes_turns_only_while_the_rounds_reach_a_claims_prec
                                    record(4, 3, 180.0))
     everyone = [base, leader, second, third]
     assert CLAIM_ROUNDS == 9  # (0.085 / 0.03) ** 2 = 8.03, rounded up
-    # 160 s: 56 s to start four, then 8.4 s rounds: 11 (less one as a margin) reach 9: three candidates.
-    assert turn_candidates(base, [leader, second, third], second, everyone, 3, 3, 160.0) == ([leader, second, third], 11)
-    # 110 s: three would get 5 rounds; two get 9 (68 s of 6.3 s rounds, less one).
-    assert turn_candidates(base, [leader, second, third], second, everyone, 3, 3, 110.0) == ([leader, second], 9)
-    # 60 s: two would get 1; the simplest near the best alone gets 6.
-    assert turn_candidates(base, [leader, second, third], second, everyone, 3, 3, 60.0) == ([second], 6)
+    # 160 s: 56 s to start four, then 8 s rounds: 12 (less one as a margin) reach 9: three candidates.
+    assert turn_candidates(base, [leader, second, third], second, everyone, 3, 3, 160.0) == ([leader, second, third], 12)
+    # 110 s: three would get 5 rounds; two get 10 (68 s of 6 s rounds, less one).
+    assert turn_candidates(base, [leader, second, third], second, everyone, 3, 3, 110.0) == ([leader, second], 10)
+    # 60 s: two would get 2; the simplest near the best alone gets 7.
+    assert turn_candidates(base, [leader, second, third], second, everyone, 3, 3, 60.0) == ([second], 7)
     # No time budget: the rounds asked, three candidates.
     assert turn_candidates(base, [leader, second, third], None, everyone, 3, 3, None) == ([leader, second, third], 9)
 
@@ -194,18 +196,18 @@ def test_the_search_stops_early_when_its_best_configs_need_more_than_the_confirm
     from accelsweep.sweeps.driver.run.confirm import ConfirmationReserve, confirmation_need_s
     from accelsweep.sweeps.driver.run.goal import register
 
-    base = record(1, 0, 100.0, baseline=True)  # 20 s: 14 s to start, 2.1 s a turn
-    slow = record(2, 1, 190.0, wall_s=40.0, measured_s=18.0)  # 22 s to start, 6.1 s a turn
+    base = record(1, 0, 100.0, baseline=True)  # 20 s: 14 s to start, 2 s a turn
+    slow = record(2, 1, 190.0, wall_s=41.0, measured_s=18.0)  # 23 s to start, 6 s a turn
     quick = record(3, 2, 180.0)
     records = [base, slow, quick]
-    assert confirmation_need_s(records, "score", "max") == pytest.approx(14 + 22 + 14 + 5 * (2.1 + 6.1 + 2.1))
+    assert confirmation_need_s(records, "score", "max") == pytest.approx(14 + 23 + 14 + 5 * (2 + 6 + 2))
     assert math.isnan(confirmation_need_s([slow, quick], "score", "max"))  # no baseline measured yet
 
     said = []
     callback = types.SimpleNamespace(sweep_token="reserve-unit", records={r.trial_id: r for r in records},
                                      reserve_reached=None, _say=said.append)
     register(callback)
-    reserve = ConfirmationReserve("reserve-unit", 200.0, "score", "max")  # need 101.5 s: capped at 100
+    reserve = ConfirmationReserve("reserve-unit", 200.0, "score", "max")  # need 101 s: capped at 100
     reserve.started = time.time() - 95
     assert not reserve.stop_all()
     reserve.started = time.time() - 101

@@ -55,9 +55,12 @@ def turn_window_steps(window_min_steps: int) -> int:
 
 def drain_steps(num_workers: int, prefetch_factor: int = 2) -> int:
     """Untimed steps before a turn's window: every batch the loader's workers prefetched
-    while the trial waited (torch's DataLoader keeps ``prefetch_factor`` per worker), and
-    one more so the window starts on a step like the ones it times."""
-    return max(0, num_workers) * prefetch_factor + 1
+    while the trial waited (torch's DataLoader keeps ``prefetch_factor`` per worker); they
+    would time faster than the loader feeds. No step for the wait itself: the first step
+    after it costs about 10 ms more than the rest, alike for every config, a fraction of a
+    window's time floor, where an untimed step cost a whole one
+    (benchmarks/results/turn_first_step.md)."""
+    return max(0, num_workers) * prefetch_factor
 
 
 class TurnBaton:
