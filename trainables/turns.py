@@ -41,9 +41,9 @@ def turn_key(searched: Mapping[str, Any]) -> str:
 
 # A turn's window needs the time floor (window_min_s), not the search's step floor: its
 # figure is one of a round's pairs, and the rounds, not the steps in one window, carry the
-# statistics. The step floor (5 on a CPU) made a batch of 256 on 2 cores hold the baton 5.5 s
-# per turn, and 512 11.5 s, where 2 s is what the others take: a round that long compares its
-# configs across more of the host's drift, and fewer rounds fit the confirmation's budget.
+# statistics. The search's step floor made a large batch hold the baton several times as long
+# per turn as the others (docs/budget.md, the confirmation in turns): a round that long
+# compares its configs across more of the host's drift, and fewer rounds fit the budget.
 # Two steps, not one: a window's step-time percentiles and its loss need a step after the first.
 TURN_WINDOW_STEPS = 2
 

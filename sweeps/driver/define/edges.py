@@ -3,8 +3,8 @@ ordered knob, the next value out is tried, and again while it leads or the run c
 from the leader.
 
 Why: a space is written before the host is known. The main job's CPU batches end at 64;
-on a 2-core Sapphire Rapids both tools' winners sat on 64, and 256 measured 10% faster in
-a plain loop: the seeds' engineers would simply have tried the next batch. The
+on a host none of its rules saw, both tools' winners sat on 64 and a plain loop measured 256
+faster (docs/budget.md): the seeds' engineers would simply have tried the next batch. The
 platform says which knobs are ordered, how to step out and how far this hardware lets
 them go (``Platform.ordered_knobs``); the batch also stops where its memory would not fit
 (``fits_memory``). A step that fails (out of memory) or measures clearly worse than the
@@ -65,8 +65,8 @@ def fits_time(base_first_s: Optional[tuple[float, float]], ratio: float, seconds
     """Whether a step ``ratio`` times the base's batch can measure one window in the
     ``seconds_left`` of the search, from the base's ``first_figure_s``: its setup as it
     was, its warm-up and window scaled by the ratio (a step of twice the batch takes about
-    twice as long). Why: a batch of 1024 was proposed with 15 s left and cut before its
-    first figure; the search's last seconds measured nothing. Unknown figures: tried."""
+    twice as long). Why: a large batch proposed in the search's last seconds is cut
+    before its first figure, and those seconds measure nothing. Unknown figures: tried."""
     if seconds_left is None or base_first_s is None or not all(math.isfinite(x) for x in base_first_s):
         return True
     setup, steps = base_first_s
@@ -111,9 +111,10 @@ def climb_base(leader: Mapping[str, Any], knob: str, figures: Sequence[tuple[Map
     Why not only past a step that leads: within the run's near-best margin one trial's
     figure ranks two configs no closer, and on a plateau one trial per batch ranks 64, 128
     and 256 by the host's noise: the climb stopped at the first step that measured a little
-    low, where the judge's plain loop (30 rounds in fresh processes) put 256 above 128 above
-    64, by 1-4% each, in every record that measured them (benchmarks/results/vs_plain_tune*.json).
-    An engineer tries the next batch while the last was no worse."""
+    low, where the judge's plain loop (rounds in fresh processes) put 256 above 128 above 64,
+    a few percent each, in every record that measured them
+    (benchmarks/results/vs_plain_tune*.json). An engineer tries the next batch while the
+    last was no worse."""
     lead = next((f for c, f in figures if dict(c) == dict(leader)), None)
     if lead is None:
         return leader

@@ -59,16 +59,15 @@ CLAIM_SE = 0.03
 CLAIM_ROUNDS = math.ceil((ROUND_NOISE / CLAIM_SE) ** 2)
 # With a time budget, the search stops at this share short of what is left of it once Ray
 # is up: the rest is the confirmation's (and whatever the search leaves unused). On the main
-# job's CPU budget (sweeps/neuron_vit.py: 210 s, about 202 s once Ray is up) the search keeps
-# 131 s, about the 136 s it had before that budget grew by 15 s for the confirmation's rounds,
-# and the confirmation gets 71 s: the start of the baseline and two candidates (about 13 s)
-# and five or six rounds of theirs in turns.
-# 40% was tried for rounds of whole trials (docs/budget.md). Re-measured per host kind by
-# the peer benchmark's checks: benchmarks/results/host_rules.md.
+# job's CPU budget (sweeps/neuron_vit.py) that share holds the start of the baseline and two
+# candidates and a few rounds of theirs in turns, and leaves the search about the time it had
+# before the budget grew for those rounds (docs/budget.md: the split, and the larger share
+# tried for rounds of whole trials). Re-measured per host kind by the peer benchmark's
+# checks: benchmarks/results/host_rules.md.
 CONFIRM_BUDGET_SHARE = 0.35
-# When the search's best configs are slow to measure (a batch of 256 on 2 cores: 6 s windows,
-# 20 s to start), that share leaves two of them fewer than 2 x MIN_ROUNDS rounds and the
-# confirmation falls back to one; so the search stops earlier, once what is left is what
+# When the search's best configs are slow to measure (large batches on a few cores: long
+# windows, a long start), that share leaves two of them fewer than 2 x MIN_ROUNDS rounds and
+# the confirmation falls back to one; so the search stops earlier, once what is left is what
 # they need (ConfirmationReserve), up to this share of what was left once Ray was up.
 MAX_CONFIRM_SHARE = 0.5
 # How far below the search's best a config's figure may be and still be confirmed as the
