@@ -74,18 +74,37 @@ def near_best_and_budget(path: str) -> list[str]:
     return lines
 
 
+def _judged_baseline(judged: dict) -> str:
+    return next(key for key, one in judged.items() if all(one["config"].get(k) == v for k, v in BASELINE.items()))
+
+
+def _round_noises(judged: dict) -> list[float]:
+    """Each judged config's sd of one round's paired log ratio over the baseline."""
+    base, noise = _judged_baseline(judged), []
+    for key, one in judged.items():
+        pairs = [math.log(a / b) for a, b in zip(one["figures"], judged[base]["figures"]) if a > 0 and b > 0]
+        if key != base and len(pairs) >= 3:
+            noise.append(statistics.stdev(pairs))
+    return noise
+
+
+def round_noise_over(paths: list[str]) -> list[str]:
+    """ROUND_NOISE's derivation: the median of the records' median round noise."""
+    medians = [statistics.median(_round_noises(_load(path)["judged"])) for path in paths]
+    derived = statistics.median(medians)
+    return [f"Over these {len(medians)} records: the median of their medians {derived:.3f} "
+            f"(ROUND_NOISE = {ROUND_NOISE}): {math.ceil((derived / CLAIM_SE) ** 2)} rounds for a claim's "
+            f"standard error of {CLAIM_SE:.0%} (CLAIM_ROUNDS = {CLAIM_ROUNDS}).", ""]
+
+
 def claim_precision(path: str) -> list[str]:
     """ROUND_NOISE against a peer record's judge: the sd of one round's paired log ratio
     (each judged config's window over the baseline's in the same round), and each pair's
     claim against the judged gain, beside the error its rounds alone explain."""
     record = _load(path)
     judged = record["judged"]
-    base = next(key for key, one in judged.items() if all(one["config"].get(k) == v for k, v in BASELINE.items()))
-    noise = []
-    for key, one in judged.items():
-        pairs = [math.log(a / b) for a, b in zip(one["figures"], judged[base]["figures"]) if a > 0 and b > 0]
-        if key != base and len(pairs) >= 3:
-            noise.append(statistics.stdev(pairs))
+    base = _judged_baseline(judged)
+    noise = _round_noises(judged)
     round_noise = statistics.median(noise)
     lines = [f"### `{os.path.relpath(path, HERE)}`: {record['machine']}, {record['date']}", "",
              f"One round's paired noise in the judge: median {round_noise:.3f} (configs {min(noise):.3f}-"
@@ -221,6 +240,7 @@ def main(argv=None) -> int:
     lines += ["## ROUND_NOISE and CLAIM_ROUNDS (the confirmation's rounds for a claim's precision)", ""]
     for path in args.peer:
         lines += claim_precision(path)
+    lines += round_noise_over(args.peer)
     lines += tie_margin(args.peer)
     lines += ["## CONTENDED_CPUS", ""]
     for path in args.contention:

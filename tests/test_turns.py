@@ -171,15 +171,18 @@ def test_a_third_candidate_takes_turns_only_while_the_rounds_reach_a_claims_prec
     base, leader, second, third = (record(1, 0, 100.0, baseline=True), record(2, 1, 190.0), record(3, 2, 185.0),
                                    record(4, 3, 180.0))
     everyone = [base, leader, second, third]
-    assert CLAIM_ROUNDS == 9  # (0.085 / 0.03) ** 2 = 8.03, rounded up
-    # 160 s: 56 s to start four, then 8 s rounds: 12 (less one as a margin) reach 9: three candidates.
+    assert CLAIM_ROUNDS == 12  # (0.101 / 0.03) ** 2 = 11.3, rounded up
+    # 160 s: 56 s to start four, then 8 s rounds: 12 (less one as a margin) reach 12: three candidates.
     assert turn_candidates(base, [leader, second, third], second, everyone, 3, 3, 160.0) == ([leader, second, third], 12)
+    # 150 s: three would get 10 rounds, short of 12: two, with 17.
+    assert turn_candidates(base, [leader, second, third], second, everyone, 3, 3, 150.0) == ([leader, second], 17)
     # 110 s: three would get 5 rounds; two get 10 (68 s of 6 s rounds, less one).
     assert turn_candidates(base, [leader, second, third], second, everyone, 3, 3, 110.0) == ([leader, second], 10)
     # 60 s: two would get 2; the simplest near the best alone gets 7.
     assert turn_candidates(base, [leader, second, third], second, everyone, 3, 3, 60.0) == ([second], 7)
-    # No time budget: the rounds asked, three candidates.
-    assert turn_candidates(base, [leader, second, third], None, everyone, 3, 3, None) == ([leader, second, third], 9)
+    # No time budget: the rounds asked (3 x 3 windows), short of 12: two candidates.
+    assert turn_candidates(base, [leader, second, third], None, everyone, 3, 3, None) == ([leader, second], 9)
+    assert turn_candidates(base, [leader, second, third], None, everyone, 4, 3, None) == ([leader, second, third], 12)
 
 
 def test_the_search_stops_early_when_its_best_configs_need_more_than_the_confirmations_share():
