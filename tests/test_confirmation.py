@@ -333,7 +333,7 @@ def test_the_simplest_near_best_is_confirmed_when_one_candidate_fits():
 
 
 def test_the_climbs_best_step_past_the_edge_is_confirmed_beside_the_leader():
-    """The peer benchmark's record (vs_plain_tune.json), seed 2: the climb's b128 step
+    """The peer benchmark's record vs_plain_tune_2026-11-30_2258.json, seed 2: the climb's b128 step
     searched 20% under the first guess (b64) in a loaded minute of the host, the climb
     ended, and b64 and a b32 variant were confirmed: the judge put b128 at 98.9% of its
     best and b64 at 95.7%. One trial per batch ranks a plateau by the host's moment; the
