@@ -154,7 +154,8 @@ def ranked_candidates(records: Sequence[TrialRecord], metric: str, mode: str, co
     the rest (a contended figure may be the only one a config has). Figures are taken at
     the host's typical speed where every trial probed it (``at_typical_speed``). Second
     of them, when it is not the best: the simplest config near the best
-    (``simplest_near_best``, within ``margin``; None: the run's own, ``noise.near_best_margin``)."""
+    (``simplest_near_best``, within ``margin``; None: the run's own, ``noise.near_best_margin``);
+    next, the climb's best step past the space's edge (``best_climb_step``)."""
     baseline = next((r for r in records if r.is_baseline), None)
     base_key = config_key(baseline.searched) if baseline else None
     measured = [r for r in records if r.measured(metric) and r.status not in NOT_RANKED]
@@ -167,7 +168,6 @@ def ranked_candidates(records: Sequence[TrialRecord], metric: str, mode: str, co
         if key != base_key and key not in chosen:
             chosen[key] = record
     ranked = list(chosen.values())
-    picked = ranked[:count]
     if margin is None:
         margin, _ = near_best_margin(records, metric)
     simplest = simplest_near_best(ranked, figures, baseline, mode, margin) if baseline and count >= 2 else None
