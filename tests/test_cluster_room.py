@@ -80,6 +80,26 @@ def test_a_sweep_on_an_autoscaling_cluster_is_sized_to_the_nodes_up_and_those_it
         3, "as asked")
 
 
+def test_a_sweep_is_sized_to_the_whole_trials_each_node_holds_not_the_clusters_sum(monkeypatch):
+    """A trial runs on one node: two nodes of 3 CPUs hold two trials of 2 CPUs, though the
+    cluster has 6; sized by the sum, Tune created a third that waited for a place no node has."""
+    import ray
+
+    from accelsweep.sweeps.driver.run.lifecycle import concurrency_for
+
+    local = SimpleNamespace(max_concurrent_trials=None, num_samples=20, address=None)
+    monkeypatch.setattr(ray_adapter, "nodes_up", lambda: [{"CPU": 3.0, "node:__internal_head__": 1.0},
+                                                          {"CPU": 3.0, "memory": 8e9}])
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 6.0, "memory": 8e9})
+    assert concurrency_for({"CPU": 2.0}, local) == (2, "2 trial(s) fit in the cluster's resources")
+    assert concurrency_for({"CPU": 1.0, "memory": 3e9}, local)[0] == 2  # memory on one node only: 2 there
+    slots, why = concurrency_for({"CPU": 4.0}, local)
+    assert slots == 1 and why.startswith("no node up holds a whole trial (4 CPU; the cluster has that only "
+                                         "summed over its nodes): running one trial at a time"), why
+    slots, why = concurrency_for({"CPU": 8.0}, local)
+    assert slots == 1 and why.startswith("the cluster has 6 CPU now and a trial needs 8: "), why
+
+
 def test_an_autoscaler_v2s_node_types_are_read_as_ray_reads_them(monkeypatch):
     import ray._private.state
     from ray.core.generated import autoscaler_pb2

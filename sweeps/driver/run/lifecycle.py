@@ -16,7 +16,7 @@ import socket
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping, Optional
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
 from accelsweep.sweeps.driver.run import local_ray
 from accelsweep.sweeps.driver.run import fair_share
@@ -126,27 +126,35 @@ def connect_ray(address: Optional[str], verbose: bool = False) -> str:
 
 
 def concurrency_for(per_trial: Mapping[str, float], sweep: Sweep) -> tuple[int, str]:
-    """How many trials fit at once in the cluster's resources and in the nodes its
-    autoscaler may still add (cluster_room.py): Tune may create that many, and their
-    demand is what makes the autoscaler add the nodes. On a cluster other sweeps share,
-    each trial still waits for its seat (fair_share.py)."""
+    """How many trials fit at once on the nodes up, each node holding whole trials (a
+    trial runs on one node: two nodes of 3 CPUs hold two trials of 2 CPUs, not three), and
+    in the nodes its autoscaler may still add (cluster_room.py): Tune may create that many,
+    and their demand is what makes the autoscaler add the nodes. On a cluster other sweeps
+    share, each trial still waits for its seat (fair_share.py)."""
     import ray
 
     if sweep.max_concurrent_trials:
         return sweep.max_concurrent_trials, "as asked"
-    now = ray.cluster_resources()
     counted = [(resource, amount) for resource, amount in per_trial.items() if amount > 0]
-    fit_now = min((int(now.get(resource, 0) // amount) for resource, amount in counted), default=1)
+    nodes = ray_adapter.nodes_up()
+    fit_now = sum(min(int(node.get(r, 0) / a + 1e-9) for r, a in counted) for node in nodes) if counted else 1
     autoscaling = cluster_room.read_autoscaling() if _on_a_cluster(sweep) else None
-    more = cluster_room.slots_to_add(per_trial, autoscaling, ray_adapter.nodes_up()) if autoscaling else 0
+    more = cluster_room.slots_to_add(per_trial, autoscaling, nodes) if autoscaling else 0
     slots = fit_now + more
     if slots < 1:
-        resource, amount = next((r, a) for r, a in counted if now.get(r, 0) < a)
-        return 1, (f"the cluster has {now.get(resource, 0):g} {resource} now and a trial needs {amount:g}: "
-                   "running one trial at a time while the autoscaler adds nodes")
+        now = ray.cluster_resources()
+        short = next(((r, a) for r, a in counted if now.get(r, 0) < a), None)
+        have = (f"the cluster has {now.get(short[0], 0):g} {short[0]} now and a trial needs {short[1]:g}" if short
+                else f"no node up holds a whole trial ({_shape_text(counted)}; the cluster has that only summed "
+                     "over its nodes)")
+        return 1, f"{have}: running one trial at a time while the autoscaler adds nodes"
     where = (f"the nodes up ({fit_now}) and the nodes its autoscaler may add ({more}: {autoscaling.describe(per_trial)})"
              if more else "the cluster's resources")
     return min(slots, sweep.num_samples), f"{slots} trial(s) fit in {where}"
+
+
+def _shape_text(counted: Sequence[tuple[str, float]]) -> str:
+    return ", ".join(f"{amount:g} {resource}" for resource, amount in counted)
 
 
 def _searcher(plan: Plan, sweep_token: str = "", time_budget_s: Optional[float] = None):
