@@ -36,7 +36,7 @@ from benchmarks.vs_plain_tune import share_interval  # noqa: E402
 
 from accelsweep.sweeps.driver.record.tracking import mlflow_client  # noqa: E402
 from accelsweep.sweeps.driver.reporting.noise import PRIOR_MARGIN  # noqa: E402
-from accelsweep.sweeps.driver.reporting.verdict import TIE_MARGIN  # noqa: E402
+from accelsweep.sweeps.driver.reporting.verdict import SITTING_NOISE, TIE_MARGIN, t95  # noqa: E402
 from accelsweep.sweeps.driver.run.confirm import CLAIM_ROUNDS, CLAIM_SE, ROUND_NOISE  # noqa: E402
 from accelsweep.sweeps.neuron_vit import CPU_TIME_BUDGET_S  # noqa: E402
 from accelsweep.trainables.contention import CONTENDED_CPUS  # noqa: E402
@@ -95,6 +95,106 @@ def round_noise_over(paths: list[str]) -> list[str]:
     return [f"Over these {len(medians)} records: the median of their medians {derived:.3f} "
             f"(ROUND_NOISE = {ROUND_NOISE}): {math.ceil((derived / CLAIM_SE) ** 2)} rounds for a claim's "
             f"standard error of {CLAIM_SE:.0%} (CLAIM_ROUNDS = {CLAIM_ROUNDS}).", ""]
+
+
+def _block_spreads(record: dict) -> list[tuple[float, float]]:
+    """Per judged config but the baseline: (the variance of its blocks' mean paired log
+    ratio, the variance its rounds' noise alone gives a block's mean). The judge starts its
+    processes anew for each block, minutes after the last: a block is one sitting."""
+    judged, blocks = record["judged"], record.get("blocks") or 0
+    if record.get("judge") != "windows" or blocks < 2:
+        return []
+    base = judged[_judged_baseline(judged)]["figures"]
+    spreads = []
+    for key, one in judged.items():
+        if one["figures"] is base:
+            continue
+        ratios = [math.log(a / b) for a, b in zip(one["figures"], base) if a > 0 and b > 0]
+        if len(ratios) != len(base):
+            continue
+        bounds = [len(ratios) * b // blocks for b in range(blocks + 1)]
+        parts = [ratios[bounds[b]:bounds[b + 1]] for b in range(blocks)]
+        if min(map(len, parts)) < 2:
+            continue
+        spreads.append((statistics.variance([statistics.fmean(part) for part in parts]),
+                        statistics.fmean(statistics.variance(part) / len(part) for part in parts)))
+    return spreads
+
+
+def sitting_noise(paths: list[str]) -> list[str]:
+    """SITTING_NOISE's derivation: how far one block's gain is from the gain over blocks,
+    beyond what its rounds' noise explains (the blocks' spread less the rounds' share), per
+    record and pooled over every judged config of every record; and what it predicts for a
+    claim's error against what the claims measured."""
+    lines, pooled = [], []
+    for path in paths:
+        spreads = _block_spreads(_load(path))
+        if not spreads:
+            continue
+        pooled += spreads
+        between, rounds = statistics.fmean(s[0] for s in spreads), statistics.fmean(s[1] for s in spreads)
+        lines.append(f"- `{os.path.relpath(path, HERE)}`: {len(spreads)} configs; a block's mean spreads by sd "
+                     f"{math.sqrt(between):.3f}, its rounds alone explain {math.sqrt(rounds):.3f}: "
+                     f"{_excess_words(between, rounds)}")
+    if not pooled:
+        return []
+    between, rounds = statistics.fmean(s[0] for s in pooled), statistics.fmean(s[1] for s in pooled)
+    derived = math.sqrt(max(0.0, between - rounds))
+    errors = [error for path in paths for error in claim_errors(path)]
+    spreads = _claims_round_spreads(paths)  # (sd of one round, rounds) per claim, from its interval
+    rms = math.sqrt(statistics.fmean(e * e for e in errors)) if errors else math.nan
+    alone = math.sqrt(statistics.fmean(sd * sd / n for sd, n in spreads)) if spreads else math.nan
+    round_sd = statistics.median(sd for sd, _ in spreads) if spreads else math.nan
+    held, held_with, claims = _intervals_holding_the_judge(paths, derived)
+    return lines + ["", f"Pooled over {len(pooled)} judged configs: one sitting's gain is off the gain over sittings "
+                        f"by sd {derived:.3f} beyond its rounds' noise (SITTING_NOISE = {SITTING_NOISE}). The "
+                        f"claims' own rounds (one round's sd {round_sd:.3f}, the median over {len(spreads)} claims, "
+                        f"read from their intervals) predict an error against the judge of rms {alone:.3f} alone, "
+                        f"{math.hypot(alone, derived):.3f} with the sitting; the claims measured {rms:.3f} over "
+                        f"{len(errors)} pairs (the judge's own error is in that too). Past "
+                        f"({round_sd:.3f} / {derived:.3f})^2 = {(round_sd / derived) ** 2:.0f} rounds a round takes "
+                        f"less off a claim's error than its sitting leaves in it. The claims' 95% intervals held the "
+                        f"judge's gain in {held} of {claims} pairs from their rounds alone, in {held_with} with "
+                        f"{derived:.3f} beside them.", ""]
+
+
+def _claims_round_spreads(paths: list[str]) -> list[tuple[float, int]]:
+    """Per recorded claim: (the sd of one of its rounds' log ratios, its rounds), read back
+    from its Student's t interval."""
+    spreads = []
+    for path in paths:
+        for pair in _load(path)["pairs"]:
+            said = re.search(r"interval ([-+][\d.]+)% to ([-+][\d.]+)%, (\d+) interleaved rounds",
+                             pair["accelsweep"].get("verdict", ""))
+            if said and int(said.group(3)) >= 2:
+                low, high, rounds = math.log1p(float(said.group(1)) / 100), math.log1p(float(said.group(2)) / 100), \
+                    int(said.group(3))
+                spreads.append(((high - low) / 2 / t95(rounds - 1) * math.sqrt(rounds), rounds))
+    return spreads
+
+
+def _intervals_holding_the_judge(paths: list[str], sitting: float) -> tuple[int, int, int]:
+    """(claims whose interval held the judge's gain, held it widened by ``sitting``, claims)."""
+    held = held_with = claims = 0
+    for path in paths:
+        for pair in _load(path)["pairs"]:
+            accel = pair["accelsweep"]
+            said = re.search(r"interval ([-+][\d.]+)% to ([-+][\d.]+)%", accel.get("verdict", ""))
+            if not said:
+                continue
+            low, high = (math.log1p(float(x) / 100) for x in said.groups())
+            claim, judged = math.log1p(accel["claimed_gain"]), math.log1p(accel["confirmed_gain"]["gain"])
+            half = math.hypot((high - low) / 2, 1.96 * sitting)
+            claims += 1
+            held += low <= judged <= high
+            held_with += claim - half <= judged <= claim + half
+    return held, held_with, claims
+
+
+def _excess_words(between: float, rounds: float) -> str:
+    if between <= rounds:
+        return "nothing beyond them"
+    return f"a sitting adds sd {math.sqrt(between - rounds):.3f}"
 
 
 def claim_precision(path: str) -> list[str]:
@@ -242,6 +342,8 @@ def main(argv=None) -> int:
         lines += claim_precision(path)
     lines += round_noise_over(args.peer)
     lines += tie_margin(args.peer)
+    lines += ["## SITTING_NOISE (what one sitting's claim cannot average away)", ""]
+    lines += sitting_noise(args.peer)
     lines += ["## CONTENDED_CPUS", ""]
     for path in args.contention:
         lines += contention(path)

@@ -25,7 +25,8 @@ from accelsweep.sweeps.driver.run.confirm import (NEAR_BEST, at_typical_speed, c
                                                   search_budget_s)
 from accelsweep.sweeps.driver.record.trial_record import FINISHED, TrialRecord
 from accelsweep.sweeps.driver.reporting.summary import summary
-from accelsweep.sweeps.driver.reporting.verdict import EQUAL_WITHIN, confirmed_verdict, sweep_answer, verdict
+from accelsweep.sweeps.driver.reporting.verdict import (EQUAL_WITHIN, SITTING_NOISE, confirmed_verdict, sweep_answer,
+                                                        verdict)
 from accelsweep.trainables.errors import ConfigError
 from accelsweep.trainables.metrics import Metric, MetricSet
 
@@ -61,6 +62,22 @@ def test_a_narrow_interval_around_no_change_is_a_decision_a_wide_one_is_not():
     assert not wide.decided and wide.text.startswith("not decided: trial 3's config is")
     worse, _ = confirmed_verdict(rounds((100, 50), (100, 51), (100, 49)), "base", {"cand": "trial 3"}, "max")
     assert worse.decided and not worse.beats_baseline and "no config beats the baseline (" in worse.text
+
+
+def test_a_claim_measured_in_one_sitting_keeps_in_its_interval_what_the_sitting_cannot_average_away():
+    """Four rounds in turns that agree within 1%, as a peer record's seed 1 did (its claim
+    +89.2%, interval +88.3% to +90.0%; the judge +76.1%): their own spread says +-0.5%; the
+    sitting's noise (SITTING_NOISE, from the judges' blocks) keeps the interval honest, and a
+    flat candidate can still be called no better than the baseline."""
+    close = rounds((100, 189.0), (100, 189.5), (100, 188.8), (100, 189.6))
+    _, [alone] = confirmed_verdict(close, "base", {"cand": "trial 2"}, "max")
+    judged, [sitting] = confirmed_verdict(close, "base", {"cand": "trial 2"}, "max", sitting_noise=SITTING_NOISE)
+    assert alone.high - alone.low < 0.02 and sitting.gain == alone.gain
+    assert math.log1p(sitting.high) - math.log1p(sitting.gain) >= 1.96 * SITTING_NOISE
+    assert sitting.low < 0.80 and judged.beats_baseline and "+77.4% to +101.9%" in judged.text
+    flat, _ = confirmed_verdict(rounds((100, 101), (100, 100.5), (101, 101)), "base", {"cand": "trial 3"}, "max",
+                                sitting_noise=SITTING_NOISE)
+    assert flat.decided and not flat.beats_baseline and flat.text.startswith("confirmed: no config beats the baseline")
 
 
 def test_a_candidate_confirmed_better_is_the_call_though_another_has_a_higher_undecided_gain():

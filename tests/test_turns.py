@@ -6,6 +6,7 @@ from the trials' records alone."""
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time
 
@@ -15,6 +16,7 @@ from accelsweep.sweeps.driver.run.confirm import (TURN_FIGURES, _turn_seconds, j
                                                    turn_rounds, turns_refused)
 from accelsweep.sweeps.driver.run.lifecycle import _shared_resources
 from accelsweep.sweeps.driver.record.trial_record import FINISHED, TrialRecord
+from accelsweep.sweeps.driver.reporting.verdict import SITTING_NOISE
 from accelsweep.trainables.turns import TurnBaton, drain_steps, trial_turns, current_turns, turn_key
 
 
@@ -104,6 +106,17 @@ def test_turn_figures_are_rounds_a_window_each_and_the_verdict_is_read_from_them
     judged = judge(search, [base, fast], "score", "max")
     assert judged.rounds == 4 and judged.verdict.beats_baseline and "trial 2's config" in judged.verdict.text
     assert 0.95 < judged.verdict.change < 1.05  # +100%: the drift of the baseline's level cancels in each round
+    # Every round was taken in one sitting: the interval holds what that sitting cannot average
+    # away (verdict.SITTING_NOISE); rounds of whole trials are as many sittings, and do not.
+    [fast_judged] = judged.candidates
+    assert math.log1p(fast_judged.high) - math.log1p(fast_judged.gain) >= 1.96 * SITTING_NOISE
+    whole = []
+    for index, (base_figure, fast_figure) in enumerate([(100, 200), (80, 161), (120, 238)]):
+        for knob, value in ((2, base_figure), (1, fast_figure)):
+            whole.append(record(20 + len(whole), knob, value, baseline=knob == 2))
+            whole[-1].result["confirm_round"] = index + 1
+    [whole_judged] = judge(search, whole, "score", "max").candidates
+    assert math.log1p(whole_judged.high) - math.log1p(whole_judged.gain) < 1.96 * SITTING_NOISE
 
 
 def base_key(knob):

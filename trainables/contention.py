@@ -28,13 +28,12 @@ __all__ = ["CONTENDED_CPUS", "HELD_CPUS_VARIABLE", "Contention", "ContentionMete
 
 # Other processes' CPU, in cores, beyond the cores a trial left free, above which a
 # window counts as contended: above what a quiet main job's own neighbours (raylet, GCS,
-# Tune's driver loop, MLflow writes, the progress actor) read (at most 0.046 over its
-# windows), below what a competitor that slows a 2-thread training step by a quarter in
-# every round reads (0.35-0.36), on each host kind recorded (benchmarks/results/host_rules.md,
-# from benchmarks/contention.py). Smaller competitors (0.05-0.25 cores) slow such a step
-# 9-30% and read 0.06-0.21: they show as noise, the confirmation's interleaving spreads them
-# over every config, and one that holds a core from a trial's start costs it a thread
-# (platforms/cpu_threads.py).
+# Tune's driver loop, MLflow writes, the progress actor) read over its windows, below what a
+# competitor that slows a 2-thread training step by a quarter in every round reads, on each
+# host kind recorded (benchmarks/results/host_rules.md, from benchmarks/contention.py).
+# Smaller competitors slow such a step by less and read under it: they show as noise, the
+# confirmation's interleaving spreads them over every config, and one that holds a core
+# from a trial's start costs it a thread (platforms/cpu_threads.py).
 CONTENDED_CPUS = 0.15
 
 _TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100

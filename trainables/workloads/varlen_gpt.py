@@ -133,7 +133,7 @@ class PerDocument(Attention):
     def __init__(self):
         # The documents' lengths as Python ints (a host read) and a loop: not for
         # torch.compile to trace (a compiled model runs this part eagerly). Wrapped here,
-        # not at the class: torch.compiler.disable imports torch's compiler (about 1.3 s),
+        # not at the class: torch.compiler.disable imports torch's compiler (seconds),
         # which importing this module (every test process collects it) need not pay.
         self.attend = torch.compiler.disable(self.attend_eagerly)
 

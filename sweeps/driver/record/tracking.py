@@ -40,9 +40,9 @@ _MAX_PARAM_LENGTH = 6000
 _MAX_TAG_LENGTH = 8000
 # How long a trial's params and window results may wait to go out with its next write
 # (the cut of Tune's loop, the callback's step, sends them at the latest). A short
-# trial's six writes (run, params, two results, final figures, end) become three: 10-20%
-# less of the driver's time through an MLflow server on sqlite, none measurable on the
-# team store, whose cost is each request's database work (docs/team-store.md). In the
+# trial's six writes (run, params, two results, final figures, end) become three: less of
+# the driver's time through an MLflow server on sqlite, none measurable on the team store,
+# whose cost is each request's database work (docs/team-store.md has the figures). In the
 # UI a window shows a second late.
 HOLD_S = 1.0
 
@@ -138,9 +138,9 @@ class SweepTracker:
         self.parent_run_id: Optional[str] = None
         self._held: dict[str, _Held] = {}  # run id -> what waits for its next write
         # Every write goes through it: kept in order while the store does not answer. A
-        # server's answers are waited for behind the driver (tracking_buffer.py): three
-        # requests a trial through the team store took 0.09 s of the driver's time
-        # (docs/team-store.md); a database the driver writes itself is its own CPU either way.
+        # server's answers are waited for behind the driver (tracking_buffer.py), so a trial's
+        # requests through the team store cost the driver little of its time (measured in
+        # docs/team-store.md); a database the driver writes itself is its own CPU either way.
         behind = urlparse(self.tracking_uri).scheme in ("http", "https", "databricks")
         if behind:
             drop_databricks_probe()

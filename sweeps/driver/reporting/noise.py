@@ -61,9 +61,9 @@ def window_noise(window_cvs: Sequence[float], windows: Sequence[float], probes: 
     probes = [v for v in probes if math.isfinite(v) and v > 0]
     if probes:
         # A probe HOST_LOADED slower than the median: a loaded host's moment, whose figure is
-        # flagged and not trusted, so not the noise of the figures that are (in a peer
-        # benchmark's run of 9 trials one probe 58% slow put the drift at 17%, about all of
-        # it, and the margin at 35%).
+        # flagged and not trusted, so not the noise of the figures that are (one such probe
+        # once made nearly all of a run's drift, and its margin several times too wide:
+        # docs/budget.md, the margin).
         steady = statistics.median(probes) * (1 + HOST_LOADED)
         probes = [v for v in probes if v <= steady]
     if min(len(window_cvs), len(windows), len(probes)) < MIN_TRIALS:
