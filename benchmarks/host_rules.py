@@ -37,7 +37,7 @@ from benchmarks.vs_plain_tune import share_interval  # noqa: E402
 from accelsweep.sweeps.driver.record.tracking import mlflow_client  # noqa: E402
 from accelsweep.sweeps.driver.reporting.noise import PRIOR_MARGIN  # noqa: E402
 from accelsweep.sweeps.driver.reporting.verdict import SITTING_NOISE, TIE_MARGIN, t95  # noqa: E402
-from accelsweep.sweeps.driver.run.confirm import CLAIM_ROUNDS, CLAIM_SE, ROUND_NOISE  # noqa: E402
+from accelsweep.sweeps.driver.run.confirm import CLAIM_ROUNDS, ROUND_NOISE, THIRD_ROUNDS  # noqa: E402
 from accelsweep.sweeps.neuron_vit import CPU_TIME_BUDGET_S  # noqa: E402
 from accelsweep.trainables.contention import CONTENDED_CPUS  # noqa: E402
 from accelsweep.trainables.loop.rejection import REJECT_RATIO  # noqa: E402
@@ -89,12 +89,18 @@ def _round_noises(judged: dict) -> list[float]:
 
 
 def round_noise_over(paths: list[str]) -> list[str]:
-    """ROUND_NOISE's derivation: the median of the records' median round noise."""
-    medians = [statistics.median(_round_noises(_load(path)["judged"])) for path in paths]
-    derived = statistics.median(medians)
-    return [f"Over these {len(medians)} records: the median of their medians {derived:.3f} "
-            f"(ROUND_NOISE = {ROUND_NOISE}): {math.ceil((derived / CLAIM_SE) ** 2)} rounds for a claim's "
-            f"standard error of {CLAIM_SE:.0%} (CLAIM_ROUNDS = {CLAIM_ROUNDS}).", ""]
+    """ROUND_NOISE's and CLAIM_ROUNDS' derivation: one round's sd in turns, the median over
+    the records' claims (read back from their intervals), against SITTING_NOISE."""
+    spreads = _claims_round_spreads(paths)
+    if not spreads:
+        return []
+    derived = statistics.median(sd for sd, _ in spreads)
+    rounds = math.ceil((derived / SITTING_NOISE) ** 2)
+    return [f"One round in turns, over these records' {len(spreads)} claims: median sd {derived:.3f} "
+            f"(ROUND_NOISE = {ROUND_NOISE}); past ({derived:.3f} / SITTING_NOISE {SITTING_NOISE})^2 = {rounds} "
+            f"rounds a claim is as precise as its sitting lets it be (CLAIM_ROUNDS = {CLAIM_ROUNDS}; a third "
+            f"candidate takes turns while every candidate gets THIRD_ROUNDS = {THIRD_ROUNDS}). The judge's own "
+            f"rounds, in fresh processes, spread more (above, record by record).", ""]
 
 
 def _block_spreads(record: dict) -> list[tuple[float, float]]:
@@ -151,9 +157,7 @@ def sitting_noise(paths: list[str]) -> list[str]:
                         f"claims' own rounds (one round's sd {round_sd:.3f}, the median over {len(spreads)} claims, "
                         f"read from their intervals) predict an error against the judge of rms {alone:.3f} alone, "
                         f"{math.hypot(alone, derived):.3f} with the sitting; the claims measured {rms:.3f} over "
-                        f"{len(errors)} pairs (the judge's own error is in that too). Past "
-                        f"({round_sd:.3f} / {derived:.3f})^2 = {(round_sd / derived) ** 2:.0f} rounds a round takes "
-                        f"less off a claim's error than its sitting leaves in it. The claims' 95% intervals held the "
+                        f"{len(errors)} pairs (the judge's own error is in that too). The claims' 95% intervals held the "
                         f"judge's gain in {held} of {claims} pairs from their rounds alone, in {held_with} with "
                         f"{derived:.3f} beside them.", ""]
 
@@ -198,7 +202,7 @@ def _excess_words(between: float, rounds: float) -> str:
 
 
 def claim_precision(path: str) -> list[str]:
-    """ROUND_NOISE against a peer record's judge: the sd of one round's paired log ratio
+    """A peer record's judge: the sd of one round's paired log ratio
     (each judged config's window over the baseline's in the same round), and each pair's
     claim against the judged gain, beside the error its rounds alone explain."""
     record = _load(path)
@@ -208,9 +212,7 @@ def claim_precision(path: str) -> list[str]:
     round_noise = statistics.median(noise)
     lines = [f"### `{os.path.relpath(path, HERE)}`: {record['machine']}, {record['date']}", "",
              f"One round's paired noise in the judge: median {round_noise:.3f} (configs {min(noise):.3f}-"
-             f"{max(noise):.3f}, {len(judged[base]['figures'])} rounds each): "
-             f"{math.ceil((round_noise / CLAIM_SE) ** 2)} rounds for a claim's standard error of {CLAIM_SE:.0%} "
-             f"(ROUND_NOISE = {ROUND_NOISE}: CLAIM_ROUNDS = {CLAIM_ROUNDS}).", "",
+             f"{max(noise):.3f}, {len(judged[base]['figures'])} rounds each).", "",
              "| seed | claim | judged [95%] | claim's rounds | error (log) | its rounds' noise alone (sd) |",
              "|---|---|---|---|---|---|"]
     for pair in record["pairs"]:
@@ -337,13 +339,14 @@ def main(argv=None) -> int:
              ""]
     for path in args.peer:
         lines += near_best_and_budget(path)
-    lines += ["## ROUND_NOISE and CLAIM_ROUNDS (the confirmation's rounds for a claim's precision)", ""]
+    lines += ["## The claims against the judge, per record", ""]
     for path in args.peer:
         lines += claim_precision(path)
-    lines += round_noise_over(args.peer)
     lines += tie_margin(args.peer)
-    lines += ["## SITTING_NOISE (what one sitting's claim cannot average away)", ""]
+    lines += ["## SITTING_NOISE, ROUND_NOISE and CLAIM_ROUNDS (what one sitting's claim can and cannot average away)",
+              ""]
     lines += sitting_noise(args.peer)
+    lines += round_noise_over(args.peer)
     lines += ["## CONTENDED_CPUS", ""]
     for path in args.contention:
         lines += contention(path)

@@ -38,7 +38,7 @@ CONFIRM_ROUNDS = 3
 # (benchmarks/vs_plain_tune.py): 0.75x the shortest plain wall recorded on this host kind
 # (benchmarks/results/host_rules.md), less the few seconds a run ends past its budget (the
 # last trial's end, the summary); its growth over the earlier budget is the confirmation's
-# rounds (run/confirm.py: CLAIM_ROUNDS; docs/budget.md).
+# rounds (run/confirm.py; docs/budget.md).
 CPU_TIME_BUDGET_S = 210
 # About three times the longest inductor compile of vit-tiny on 2 cores: one compile past this is stuck.
 CPU_MAX_COMPILE_S = 120

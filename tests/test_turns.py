@@ -175,27 +175,27 @@ def test_a_configs_start_in_turns_leaves_out_the_limiters_profiled_steps():
     assert _start_seconds(unprofiled, [unprofiled]) == pytest.approx(22.0)
 
 
-def test_a_third_candidate_takes_turns_only_while_the_rounds_reach_a_claims_precision():
-    """Each config: 14 s to start, 2.0 s a turn. A third candidate costs the called config's
-    rounds: it is kept only while they reach CLAIM_ROUNDS; one candidate alone (the simplest
+def test_a_third_candidate_takes_turns_while_every_candidate_gets_a_claims_rounds():
+    """Each config: 14 s to start, 2.0 s a turn. A third candidate costs the others rounds:
+    it is kept while they reach THIRD_ROUNDS (a claim's rounds, past which its sitting, not
+    its rounds, limits it, and at least 2 x MIN_ROUNDS); one candidate alone (the simplest
     near the best) only when two would get fewer than four rounds."""
-    from accelsweep.sweeps.driver.run.confirm import CLAIM_ROUNDS, turn_candidates
+    from accelsweep.sweeps.driver.run.confirm import CLAIM_ROUNDS, THIRD_ROUNDS, turn_candidates
 
     base, leader, second, third = (record(1, 0, 100.0, baseline=True), record(2, 1, 190.0), record(3, 2, 185.0),
                                    record(4, 3, 180.0))
     everyone = [base, leader, second, third]
-    assert CLAIM_ROUNDS == 12  # (0.101 / 0.03) ** 2 = 11.3, rounded up
-    # 160 s: 56 s to start four, then 8 s rounds: 12 (less one as a margin) reach 12: three candidates.
-    assert turn_candidates(base, [leader, second, third], second, everyone, 3, 3, 160.0) == ([leader, second, third], 12)
-    # 150 s: three would get 10 rounds, short of 12: two, with 17.
-    assert turn_candidates(base, [leader, second, third], second, everyone, 3, 3, 150.0) == ([leader, second], 17)
-    # 110 s: three would get 5 rounds; two get 10 (68 s of 6 s rounds, less one).
-    assert turn_candidates(base, [leader, second, third], second, everyone, 3, 3, 110.0) == ([leader, second], 10)
+    assert CLAIM_ROUNDS == 3 and THIRD_ROUNDS == 4  # (0.055 / 0.033) ** 2 = 2.8, rounded up; 2 x 2
+    # 110 s: 56 s to start four, then 8 s rounds: 6, less one as a margin: three candidates.
+    assert turn_candidates(base, [leader, second, third], second, everyone, 3, 3, 110.0) == ([leader, second, third], 5)
+    # 95 s: three would get 3 rounds, short of 4: two, with 7 (53 s of 6 s rounds, less one).
+    assert turn_candidates(base, [leader, second, third], second, everyone, 3, 3, 95.0) == ([leader, second], 7)
     # 60 s: two would get 2; the simplest near the best alone gets 7.
     assert turn_candidates(base, [leader, second, third], second, everyone, 3, 3, 60.0) == ([second], 7)
-    # No time budget: the rounds asked (3 x 3 windows), short of 12: two candidates.
-    assert turn_candidates(base, [leader, second, third], None, everyone, 3, 3, None) == ([leader, second], 9)
-    assert turn_candidates(base, [leader, second, third], None, everyone, 4, 3, None) == ([leader, second, third], 12)
+    # No time budget: the rounds asked (3 x 3 windows) for all three.
+    assert turn_candidates(base, [leader, second, third], None, everyone, 3, 3, None) == ([leader, second, third], 9)
+    # One round of one window asked: the least a paired interval needs, for the leader alone.
+    assert turn_candidates(base, [leader, second, third], None, everyone, 1, 1, None) == ([leader], 2)
 
 
 def test_the_search_stops_early_when_its_best_configs_need_more_than_the_confirmations_share():

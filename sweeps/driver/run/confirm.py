@@ -30,33 +30,36 @@ from accelsweep.sweeps.driver.run.callbacks import SweepCallback
 from accelsweep.sweeps.driver.run.goal import callback_of
 from accelsweep.sweeps.driver.record.history import CONFIRMATION, PHASE_TAG
 from accelsweep.sweeps.driver.record.trial_record import NOT_RANKED, TrialRecord
-from accelsweep.sweeps.driver.reporting.verdict import (TURN_FIGURES, Judgement, config_key, judge, knobs_changed,
-                                                        measurements)
+from accelsweep.sweeps.driver.reporting.verdict import (SITTING_NOISE, TURN_FIGURES, Judgement, config_key, judge,
+                                                        knobs_changed, measurements)
 from accelsweep.sweeps.driver.reporting.noise import PRIOR_MARGIN, FigureNoise, near_best_margin, typical_speed_factors
 from accelsweep.trainables.platforms import get_platform
 from accelsweep.trainables.turns import TurnBaton, drain_steps, turn_window_steps
 
 __all__ = ["CANDIDATES", "CLAIM_ROUNDS", "CONFIRMATION", "CONFIRM_BUDGET_SHARE", "Confirmation",
-           "ConfirmationReserve", "Judgement", "NEAR_BEST", "PHASE_TAG", "TURN_CANDIDATES",
+           "ConfirmationReserve", "Judgement", "NEAR_BEST", "PHASE_TAG", "THIRD_ROUNDS", "TURN_CANDIDATES",
            "at_typical_speed", "best_climb_step", "candidates", "config_key", "confirmation_need_s",
            "fitted", "judge", "knobs_changed", "measurements", "one_candidate", "ranked_candidates",
            "round_orders", "run_confirmation", "search_budget_s", "simplest_near_best", "turn_candidates"]
 
 CANDIDATES = 2  # the search's best configs confirmed against the baseline
-# In turns a config costs one window per round, not a trial: one more candidate fits,
-# while the rounds still reach CLAIM_ROUNDS (else the third is dropped).
+# In turns a config costs one window per round, not a trial: one more candidate fits while
+# every candidate still gets THIRD_ROUNDS (else the third is dropped). Why a third: one trial
+# per config ranks the search's near-best configs by the host's moment, and a third slot
+# gives the config the judge finds best another chance to be confirmed (replayed over the
+# recorded peer searches: docs/budget.md, which candidates).
 TURN_CANDIDATES = 3
-# The rounds a claim needs: its standard error, ROUND_NOISE / sqrt(rounds), at CLAIM_SE or
-# under. ROUND_NOISE: the sd of one round's paired log ratio (a candidate's window over the
-# baseline's beside it) in the peer benchmark's judge on this host kind (2-core AMD EPYC), 30
-# rounds per config: the median of its records' medians (benchmarks/results/host_rules.md
-# derives it, record by record and over them). CLAIM_SE: the 3% within which the peer
-# benchmark asks a winner to be of the best: a claim coarser than that cannot tell such
-# configs apart. On the main job's budget on 2 cores three candidates do not reach
-# CLAIM_ROUNDS; two get what fits (docs/budget.md).
-ROUND_NOISE = 0.101
-CLAIM_SE = 0.03
-CLAIM_ROUNDS = math.ceil((ROUND_NOISE / CLAIM_SE) ** 2)
+# The rounds a claim needs: past them a round takes less off the claim's error than the
+# sitting it is measured in leaves in it (verdict.SITTING_NOISE): (ROUND_NOISE /
+# SITTING_NOISE)^2, rounded up. ROUND_NOISE: the sd of one round's paired log ratio in turns
+# (a candidate's window over the baseline's beside it), the median over the peer benchmark's
+# recorded claims, read back from their intervals, on this host kind (2-core AMD EPYC);
+# benchmarks/results/host_rules.md derives both, and checks that the two together predict the
+# claims' error against the judge.
+ROUND_NOISE = 0.055
+CLAIM_ROUNDS = math.ceil((ROUND_NOISE / SITTING_NOISE) ** 2)
+# A third candidate takes turns while every candidate gets a claim's rounds and the
+# 2 x MIN_ROUNDS below which one candidate is confirmed alone.
 # With a time budget, the search stops at this share short of what is left of it once Ray
 # is up: the rest is the confirmation's (and whatever the search leaves unused). On the main
 # job's CPU budget (sweeps/neuron_vit.py) that share holds the start of the baseline and two
@@ -75,6 +78,7 @@ MAX_CONFIRM_SHARE = 0.5
 # margin stands until the run has measured it.
 NEAR_BEST = PRIOR_MARGIN
 MIN_ROUNDS = 2  # fewer pairs decide nothing (a paired interval needs two)
+THIRD_ROUNDS = max(CLAIM_ROUNDS, 2 * MIN_ROUNDS)
 MAX_TURN_ROUNDS = 30  # enough pairs for a t interval; more only lengthens the phase
 
 
@@ -454,11 +458,11 @@ def turn_candidates(baseline: TrialRecord, chosen: Sequence[TrialRecord], simple
                     records: Sequence[TrialRecord], windows: int, rounds: int,
                     seconds_left: Optional[float]) -> tuple[list[TrialRecord], int]:
     """(the candidates that take turns, their rounds) within ``seconds_left``: a third
-    candidate only while the rounds still reach CLAIM_ROUNDS (a claim's precision first);
-    one alone (``one_candidate``) only when two would measure fewer than 2 x MIN_ROUNDS."""
+    candidate only while the rounds still reach THIRD_ROUNDS (a claim's rounds first); one
+    alone (``one_candidate``) only when two would measure fewer than 2 x MIN_ROUNDS."""
     chosen = list(chosen)
     turns = turn_rounds([baseline, *chosen], records, windows, rounds, seconds_left)
-    while turns < CLAIM_ROUNDS and len(chosen) > CANDIDATES:
+    while turns < THIRD_ROUNDS and len(chosen) > CANDIDATES:
         chosen = chosen[:-1]
         turns = turn_rounds([baseline, *chosen], records, windows, rounds, seconds_left)
     while turns < 2 * MIN_ROUNDS and len(chosen) > 1:  # fewer candidates, each measured more often
