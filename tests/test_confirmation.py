@@ -283,6 +283,27 @@ def test_candidates_are_ranked_at_the_hosts_typical_speed_for_their_math_when_ev
     assert [r.number for r in candidates(records, "score", "max", count=3)] == [2, 4, 6]
 
 
+def test_a_figure_from_a_loaded_host_ranks_after_the_trusted_ones_though_scaled_it_tops_them():
+    """A peer benchmark's seed: a b16 trial whose host probe ran well past HOST_LOADED
+    (the console: "not trusted") was scaled by its slow matmul probe to the top of the
+    search and confirmed first, ahead of the b64 first guess, which was left out."""
+    bf16, fp32 = "bfloat16 matmul, 2 threads", "float32 matmul, 2 threads"
+
+    def probed(number, knob, value, gflops, host_s=0.010, kind=bf16, **kwargs):
+        return record(number, knob, value, speed_probe_gflops=gflops, speed_probe_kind=kind, host_probe_s=host_s,
+                      **kwargs)
+
+    records = [probed(1, 1, 143.5, 220.0, kind=fp32, baseline=True),
+               probed(2, 64, 218.7, 900.0), probed(3, 128, 215.7, 900.0), probed(4, 32, 212.0, 900.0),
+               probed(5, 16, 183.2, 700.0, host_s=0.0140)]  # loaded: 40% slower; scaled 183.2 x 900/700 = 235.5
+    assert at_typical_speed(records, "score", "max")["t5"] > 230
+    assert [r.number for r in candidates(records, "score", "max", count=3)] == [2, 3, 4]
+    assert [r.number for r in candidates(records, "score", "max", count=4)] == [2, 3, 4, 5]  # last, not gone
+    # At the host's usual speed it is one of the trusted, and leads.
+    records[-1].result["host_probe_s"] = 0.0101
+    assert [r.number for r in candidates(records, "score", "max", count=3)][0] == 5
+
+
 def test_the_simplest_config_near_the_best_is_confirmed_second():
     """Issue 37's 15:01 record, seed 1: the first guess (b64, bf16) searched 9.5% below a
     two-loader-worker variant of it and was not confirmed; a plain loop in fresh processes

@@ -20,7 +20,7 @@ import os
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Collection, Mapping, Optional, Sequence
 
 from ray.tune import Stopper
 from ray.tune.search import Searcher
@@ -29,9 +29,9 @@ from accelsweep.sweeps.driver.define.edges import EDGE_MARK
 from accelsweep.sweeps.driver.run.callbacks import SweepCallback
 from accelsweep.sweeps.driver.run.goal import callback_of
 from accelsweep.sweeps.driver.record.history import CONFIRMATION, PHASE_TAG
-from accelsweep.sweeps.driver.record.trial_record import NOT_RANKED, TrialRecord
-from accelsweep.sweeps.driver.reporting.verdict import (SITTING_NOISE, TURN_FIGURES, Judgement, config_key, judge,
-                                                        knobs_changed, measurements)
+from accelsweep.sweeps.driver.record.trial_record import NOT_RANKED, TrialRecord, host_slowdown
+from accelsweep.sweeps.driver.reporting.verdict import (HOST_LOADED, SITTING_NOISE, TURN_FIGURES, Judgement,
+                                                        config_key, judge, knobs_changed, measurements)
 from accelsweep.sweeps.driver.reporting.noise import PRIOR_MARGIN, FigureNoise, near_best_margin, typical_speed_factors
 from accelsweep.trainables.platforms import get_platform
 from accelsweep.trainables.turns import TurnBaton, drain_steps, turn_window_steps
@@ -154,8 +154,10 @@ def ranked_candidates(records: Sequence[TrialRecord], metric: str, mode: str, co
                       margin: Optional[float] = None) -> tuple[list[TrialRecord], Optional[TrialRecord]]:
     """(candidates, the simplest config near the best or None). The candidates: the best
     ``count`` configs of the search by ``metric`` other than the baseline's, one
-    trial each (its best): trials whose figure is not from contended windows first, then
-    the rest (a contended figure may be the only one a config has). Figures are taken at
+    trial each (its best): trusted figures first, then the rest (a figure from contended
+    windows, or from a host loaded past HOST_LOADED, which the console calls not trusted;
+    it may be the only one a config has, and scaled to the host's typical speed a loaded
+    moment's figure can top every trusted one). Figures are taken at
     the host's typical speed where every trial probed it (``at_typical_speed``). Second
     of them, when it is not the best: the simplest config near the best
     (``simplest_near_best``, within ``margin``; None: the run's own, ``noise.near_best_margin``);
@@ -164,7 +166,8 @@ def ranked_candidates(records: Sequence[TrialRecord], metric: str, mode: str, co
     base_key = config_key(baseline.searched) if baseline else None
     measured = [r for r in records if r.measured(metric) and r.status not in NOT_RANKED]
     figures = at_typical_speed(measured, metric, mode)
-    ordered = sorted(measured, key=lambda r: (r.contended, -figures[r.trial_id] if mode == "max"
+    untrusted = {r.trial_id for r in measured if r.contended or host_slowdown(r, records) > HOST_LOADED}
+    ordered = sorted(measured, key=lambda r: (r.trial_id in untrusted, -figures[r.trial_id] if mode == "max"
                                               else figures[r.trial_id]))
     chosen: dict[str, TrialRecord] = {}
     for record in ordered:
@@ -174,8 +177,9 @@ def ranked_candidates(records: Sequence[TrialRecord], metric: str, mode: str, co
     ranked = list(chosen.values())
     if margin is None:
         margin, _ = near_best_margin(records, metric)
-    simplest = simplest_near_best(ranked, figures, baseline, mode, margin) if baseline and count >= 2 else None
-    climbed = best_climb_step(ranked) if count >= 2 else None
+    simplest = (simplest_near_best(ranked, figures, baseline, mode, margin, untrusted)
+                if baseline and count >= 2 else None)
+    climbed = best_climb_step(ranked, untrusted) if count >= 2 else None
     # The leader first; then the simplest near it (the tie rule's); then the climb's best
     # step: the last is dropped first when short of time.
     order = [*ranked[:1], *[r for r in (simplest, climbed) if r is not None], *ranked[1:]]
@@ -183,36 +187,39 @@ def ranked_candidates(records: Sequence[TrialRecord], metric: str, mode: str, co
     return picked, simplest
 
 
-def best_climb_step(ranked: Sequence[TrialRecord]) -> Optional[TrialRecord]:
+def best_climb_step(ranked: Sequence[TrialRecord], untrusted: Collection[str] = ()) -> Optional[TrialRecord]:
     """Of the search's steps past the space's edge (``ranked``: best first), the best with a
-    quiet figure that is not the leader; None when the search climbed no edge. Why a
+    trusted figure (quiet, and not in ``untrusted``: trial ids) that is not the leader; None
+    when the search climbed no edge. Why a
     candidate: a step is one trial, measured a minute or more from the config it stepped
     from, and on a plateau of batches one trial per batch moves with the host's regime by
     more than the batches differ (benchmarks/results/budget_history.md), so the search ranks
     them by the host's moment; measured beside the leader in the confirmation's rounds,
     they are compared within seconds, and the verdict calls the better."""
     for record in ranked[1:]:
-        if EDGE_MARK in str(record.result.get("local_step", "")) and not record.contended:
+        if (EDGE_MARK in str(record.result.get("local_step", "")) and not record.contended
+                and record.trial_id not in untrusted):
             return record
     return None
 
 
 def simplest_near_best(ranked: Sequence[TrialRecord], figures: Mapping[str, float], baseline: TrialRecord,
-                       mode: str, margin: float = NEAR_BEST) -> Optional[TrialRecord]:
-    """Of the quiet configs whose figure is within ``margin`` of the best's (``ranked``: best
-    first), the one changing the fewest knobs from the baseline (then the better figure):
+                       mode: str, margin: float = NEAR_BEST, untrusted: Collection[str] = ()) -> Optional[TrialRecord]:
+    """Of the trusted configs (quiet, and not in ``untrusted``: trial ids) whose figure is
+    within ``margin`` of the best's (``ranked``: best first), the one changing the fewest
+    knobs from the baseline (then the better figure):
     the candidate the verdict's tie rule (``verdict.simplest_of_tied``) needs in the
     confirmation to choose it. One trial's figure is not precise enough to rule it out: the
     config a plain loop in fresh processes measures best can search several percent below a
     variant of it with more loader workers, and would then not be confirmed."""
-    quiet = [r for r in ranked if not r.contended]
-    if not quiet:
+    trusted = [r for r in ranked if not r.contended and r.trial_id not in untrusted]
+    if not trusted:
         return None
-    best = figures[quiet[0].trial_id]
+    best = figures[trusted[0].trial_id]
     if mode == "max":
-        near = [r for r in quiet if figures[r.trial_id] >= best * (1 - margin)]
+        near = [r for r in trusted if figures[r.trial_id] >= best * (1 - margin)]
     else:
-        near = [r for r in quiet if figures[r.trial_id] <= best * (1 + margin)]
+        near = [r for r in trusted if figures[r.trial_id] <= best * (1 + margin)]
     changed = knobs_changed(baseline, near)
     sign = -1 if mode == "max" else 1
     return min(near, key=lambda r: (len(changed[config_key(r.searched)]), sign * figures[r.trial_id]))
