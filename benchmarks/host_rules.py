@@ -164,16 +164,20 @@ def sitting_noise(paths: list[str]) -> list[str]:
 
 def _claims_round_spreads(paths: list[str]) -> list[tuple[float, int]]:
     """Per recorded claim: (the sd of one of its rounds' log ratios, its rounds), read back
-    from its Student's t interval."""
+    from its Student's t interval, less the sitting's share where the record's claims held
+    one (``claim_sitting_noise``)."""
     spreads = []
     for path in paths:
-        for pair in _load(path)["pairs"]:
+        record = _load(path)
+        sitting_half = 1.96 * record.get("claim_sitting_noise", 0.0)
+        for pair in record["pairs"]:
             said = re.search(r"interval ([-+][\d.]+)% to ([-+][\d.]+)%, (\d+) interleaved rounds",
                              pair["accelsweep"].get("verdict", ""))
             if said and int(said.group(3)) >= 2:
                 low, high, rounds = math.log1p(float(said.group(1)) / 100), math.log1p(float(said.group(2)) / 100), \
                     int(said.group(3))
-                spreads.append(((high - low) / 2 / t95(rounds - 1) * math.sqrt(rounds), rounds))
+                half = math.sqrt(max(0.0, ((high - low) / 2) ** 2 - sitting_half ** 2))
+                spreads.append((half / t95(rounds - 1) * math.sqrt(rounds), rounds))
     return spreads
 
 
@@ -181,17 +185,19 @@ def _intervals_holding_the_judge(paths: list[str], sitting: float) -> tuple[int,
     """(claims whose interval held the judge's gain, held it widened by ``sitting``, claims)."""
     held = held_with = claims = 0
     for path in paths:
-        for pair in _load(path)["pairs"]:
+        record = _load(path)
+        recorded_half = 1.96 * record.get("claim_sitting_noise", 0.0)  # already in the record's intervals
+        for pair in record["pairs"]:
             accel = pair["accelsweep"]
             said = re.search(r"interval ([-+][\d.]+)% to ([-+][\d.]+)%", accel.get("verdict", ""))
             if not said:
                 continue
             low, high = (math.log1p(float(x) / 100) for x in said.groups())
             claim, judged = math.log1p(accel["claimed_gain"]), math.log1p(accel["confirmed_gain"]["gain"])
-            half = math.hypot((high - low) / 2, 1.96 * sitting)
+            rounds_half = math.sqrt(max(0.0, ((high - low) / 2) ** 2 - recorded_half ** 2))
             claims += 1
-            held += low <= judged <= high
-            held_with += claim - half <= judged <= claim + half
+            held += abs(judged - claim) <= rounds_half
+            held_with += abs(judged - claim) <= math.hypot(rounds_half, 1.96 * sitting)
     return held, held_with, claims
 
 

@@ -43,6 +43,7 @@ from plain_vit import BASELINE  # noqa: E402
 
 from accelsweep.sweeps.driver.define.edges import next_value  # noqa: E402
 from accelsweep.sweeps.driver.record.tracking import mlflow_client  # noqa: E402
+from accelsweep.sweeps.driver.reporting.verdict import SITTING_NOISE  # noqa: E402
 from accelsweep.sweeps.driver.run.confirm import CONFIRM_BUDGET_SHARE  # noqa: E402
 from accelsweep.sweeps.neuron_vit import CPU_TIME_BUDGET_S, batch_sizes  # noqa: E402
 from accelsweep.trainables.platforms import get_platform  # noqa: E402
@@ -320,14 +321,17 @@ def main(argv=None) -> int:
     figures, order = judge(configs, args.rounds, args.smoke, args.judge, args.judge_blocks)
     # The main job's budget: its CPU default, none in a smoke run (the main job's own rule).
     main_job_budget = None if args.smoke else CPU_TIME_BUDGET_S
-    budget = {"time_budget_s": args.time_budget_s or main_job_budget, "confirm_share": CONFIRM_BUDGET_SHARE}
+    # The sitting's noise in accelsweep's claimed intervals (verdict.SITTING_NOISE): host_rules.py
+    # reads each claim's rounds back from its interval.
+    budget = {"time_budget_s": args.time_budget_s or main_job_budget, "confirm_share": CONFIRM_BUDGET_SHARE,
+              "claim_sitting_noise": SITTING_NOISE}
     return write(judged_result(pairs, configs, figures, order, args.smoke, judged_by=_judged_by(args),
                                beyond_edges=sorted(beyond), budget=budget), args.out)
 
 
 def _budget_of(record: dict) -> dict:
     """accelsweep's time budget and confirmation share in ``record``'s runs."""
-    return {key: record[key] for key in ("time_budget_s", "confirm_share") if key in record}
+    return {key: record[key] for key in ("time_budget_s", "confirm_share", "claim_sitting_noise") if key in record}
 
 
 def beyond_edges(configs: list[dict], smoke: bool) -> dict[str, dict]:

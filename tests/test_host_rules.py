@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
-
 import math
 
-from benchmarks.host_rules import claim_precision, contention, near_best_and_budget, quiet_sweep, tie_margin
+import pytest
+
+from benchmarks.host_rules import (_block_spreads, _claims_round_spreads, claim_precision, contention,
+                                   near_best_and_budget, quiet_sweep, tie_margin)
 from benchmarks.plain_vit import BASELINE
 from accelsweep.trainables.contention import CONTENDED_CPUS
 
@@ -53,10 +55,10 @@ def test_the_peer_benchmark_says_whether_its_checks_held_and_each_runs_own_margi
                for line in near_best_and_budget(write(tmp_path, "w.json", record)))
 
 
-def test_the_rounds_a_claim_needs_come_from_the_judges_paired_noise_and_each_claims_error_is_shown(tmp_path):
-    """One round's paired log ratio spreads by 0.1 (+0.1, 0, -0.1 about the gain): twelve
-    rounds give a claim a 3% standard error. A claim of 4 rounds, +50% against the judged
-    +45%, is off by log(1.5 / 1.45), where its rounds alone explain 0.1 / sqrt(4)."""
+def test_the_judges_paired_noise_and_each_claims_error_are_shown(tmp_path):
+    """One round's paired log ratio spreads by 0.1 (+0.1, 0, -0.1 about the gain). A claim
+    of 4 rounds, +50% against the judged +45%, is off by log(1.5 / 1.45), where its rounds
+    alone explain 0.1 / sqrt(4)."""
     base = [100.0, 120.0, 90.0]
     other = [b * 1.45 * math.exp(d) for b, d in zip(base, (0.1, 0.0, -0.1))]
     gain = {"gain": 0.45, "low": 0.40, "high": 0.50}
@@ -67,8 +69,32 @@ def test_the_rounds_a_claim_needs_come_from_the_judges_paired_noise_and_each_cla
                                                    "verdict": "confirmed: trial 3's config beats the baseline by "
                                                               "+50.0% (95% interval +30.0% to +70.0%, 4 interleaved rounds)"}}]}
     lines = claim_precision(write(tmp_path, "c.json", record))
-    assert any("median 0.100" in line and "12 rounds for a claim's standard error of 3%" in line for line in lines)
+    assert any("One round's paired noise in the judge: median 0.100" in line for line in lines)
     assert "| 0 | +50.0% | +45.0% [+40.0%, +50.0%] | 4 | +0.034 | 0.050 |" in lines
     # The tie margin: sqrt(2) x the claims' rms error over every record (here one, +0.034).
     assert any("rms 0.034" in line and "= 0.048 (TIE_MARGIN" in line
                for line in tie_margin([write(tmp_path, "c.json", record)]))
+
+
+def test_a_sittings_noise_is_the_judges_block_spread_beyond_its_rounds_and_a_claims_rounds_are_read_back(tmp_path):
+    """Three blocks of four rounds: within each the candidate's log ratio spreads by +-0.01
+    about the block's level, and the levels (0.30, 0.40, 0.35) spread by 0.05: nearly all of
+    it a sitting's, not the rounds'. A claim's interval, with the sitting's share taken out
+    where its record says its claims held one, gives back its rounds' own spread."""
+    levels, wobble = (0.30, 0.40, 0.35), (0.01, -0.01, 0.01, -0.01)
+    base = [100.0] * 12
+    other = [100.0 * math.exp(level + d) for level in levels for d in wobble]
+    record = {"judge": "windows", "blocks": 3,
+              "judged": {"base": {"config": dict(BASELINE), "figures": base},
+                         "fast": {"config": {**BASELINE, "precision": "bf16"}, "figures": other}}}
+    [(between, rounds)] = _block_spreads(record)
+    assert math.sqrt(between) == pytest.approx(0.05) and rounds < 0.0001
+    # A claim of 4 rounds whose interval is +-t(3) x 0.05 / 2 in log terms, widened by a sitting of 0.03.
+    half = math.hypot(3.182 * 0.05 / 2, 1.96 * 0.03)
+    verdict = (f"confirmed: trial 3's config beats the baseline by +40.0% (95% interval "
+               f"{math.expm1(math.log(1.4) - half):+.1%} to {math.expm1(math.log(1.4) + half):+.1%}, 4 interleaved rounds)")
+    claim = {"pairs": [{"accelsweep": {"verdict": verdict}}]}
+    [(sd, count)] = _claims_round_spreads([write(tmp_path, "s.json", {**claim, "claim_sitting_noise": 0.03})])
+    assert count == 4 and sd == pytest.approx(0.05, abs=0.002)
+    [(unsat, _)] = _claims_round_spreads([write(tmp_path, "r.json", claim)])  # read as the rounds' alone: wider
+    assert unsat > 0.06
