@@ -58,8 +58,6 @@ TURN_CANDIDATES = 3
 # claims' error against the judge.
 ROUND_NOISE = 0.055
 CLAIM_ROUNDS = math.ceil((ROUND_NOISE / SITTING_NOISE) ** 2)
-# A third candidate takes turns while every candidate gets a claim's rounds and the
-# 2 x MIN_ROUNDS below which one candidate is confirmed alone.
 # With a time budget, the search stops at this share short of what is left of it once Ray
 # is up: the rest is the confirmation's (and whatever the search leaves unused). On the main
 # job's CPU budget (sweeps/neuron_vit.py) that share holds the start of the baseline and two
@@ -78,6 +76,8 @@ MAX_CONFIRM_SHARE = 0.5
 # margin stands until the run has measured it.
 NEAR_BEST = PRIOR_MARGIN
 MIN_ROUNDS = 2  # fewer pairs decide nothing (a paired interval needs two)
+# A third candidate takes turns while every candidate gets a claim's rounds and the
+# 2 x MIN_ROUNDS below which one candidate is confirmed alone.
 THIRD_ROUNDS = max(CLAIM_ROUNDS, 2 * MIN_ROUNDS)
 MAX_TURN_ROUNDS = 30  # enough pairs for a t interval; more only lengthens the phase
 
