@@ -88,10 +88,13 @@ def read_autoscaling() -> Optional[Autoscaling]:
         return None
 
 
-def holds(shape: Mapping[str, float], resources: Mapping[str, float]) -> int:
-    """How many trials of ``shape`` one node with ``resources`` holds."""
+def holds(shape: Mapping[str, float], resources: Mapping[str, float],
+          uncounted: Sequence[str] = UNCOUNTED) -> int:
+    """How many whole trials of ``shape`` one node with ``resources`` holds, leaving out the
+    resources named in ``uncounted`` (autoscaler node types declare no memory; a node up
+    reports what it has, and a trial asking for memory is held by it)."""
     counts = [math.floor(resources.get(name, 0.0) / amount + 1e-9) for name, amount in shape.items()
-              if amount > 0 and name not in UNCOUNTED]
+              if amount > 0 and name not in uncounted]
     return max(0, min(counts)) if counts else 0
 
 

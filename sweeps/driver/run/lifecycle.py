@@ -137,7 +137,7 @@ def concurrency_for(per_trial: Mapping[str, float], sweep: Sweep) -> tuple[int, 
         return sweep.max_concurrent_trials, "as asked"
     counted = [(resource, amount) for resource, amount in per_trial.items() if amount > 0]
     nodes = ray_adapter.nodes_up()
-    fit_now = sum(min(int(node.get(r, 0) / a + 1e-9) for r, a in counted) for node in nodes) if counted else 1
+    fit_now = sum(cluster_room.holds(per_trial, node, uncounted=()) for node in nodes) if counted else 1
     autoscaling = cluster_room.read_autoscaling() if _on_a_cluster(sweep) else None
     more = cluster_room.slots_to_add(per_trial, autoscaling, nodes) if autoscaling else 0
     slots = fit_now + more
