@@ -178,8 +178,9 @@ TURN_MISJUDGED = ("num_workers", "torch_compile")
 # or two) is from the gain over many sittings, beyond what its rounds' noise explains: the
 # sd of the judge's block means (each block fresh processes, minutes apart) less the part its
 # rounds explain, pooled over every peer record's judged configs on this host kind, the
-# 2-core AMD EPYC VM (benchmarks/results/host_rules.md). More rounds in the same sitting do not
-# shrink it, so a confirmation in turns counts it in each claim's interval: without it, the
+# 2-core AMD EPYC VM (benchmarks/results/host_rules.md). It is the host's level over minutes,
+# not the process's (benchmarks/results/sitting_spread.md): more rounds in the same sitting do
+# not shrink it, so a confirmation in turns counts it in each claim's interval: without it, the
 # intervals of claims whose few rounds happened to agree missed the judge's gain.
 SITTING_NOISE = 0.033
 
