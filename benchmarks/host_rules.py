@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 from benchmarks.plain_vit import BASELINE  # noqa: E402
 from benchmarks.recorded_grid import Table  # noqa: E402
 from benchmarks.search_efficiency import rejection_evidence  # noqa: E402
-from benchmarks.vs_plain_tune import share_interval  # noqa: E402
+from benchmarks.vs_plain_tune import block_spreads, share_interval  # noqa: E402
 
 from accelsweep.sweeps.driver.record.tracking import mlflow_client  # noqa: E402
 from accelsweep.sweeps.driver.reporting.noise import PRIOR_MARGIN  # noqa: E402
@@ -104,27 +104,12 @@ def round_noise_over(paths: list[str]) -> list[str]:
 
 
 def _block_spreads(record: dict) -> list[tuple[float, float]]:
-    """Per judged config but the baseline: (the variance of its blocks' mean paired log
-    ratio, the variance its rounds' noise alone gives a block's mean). The judge starts its
-    processes anew for each block, minutes after the last: a block is one sitting."""
+    """Per judged config of a record but the baseline: its blocks' spread and its rounds'
+    share of it (vs_plain_tune.block_spreads)."""
     judged, blocks = record["judged"], record.get("blocks") or 0
     if record.get("judge") != "windows" or blocks < 2:
         return []
-    base = judged[_judged_baseline(judged)]["figures"]
-    spreads = []
-    for key, one in judged.items():
-        if one["figures"] is base:
-            continue
-        ratios = [math.log(a / b) for a, b in zip(one["figures"], base) if a > 0 and b > 0]
-        if len(ratios) != len(base):
-            continue
-        bounds = [len(ratios) * b // blocks for b in range(blocks + 1)]
-        parts = [ratios[bounds[b]:bounds[b + 1]] for b in range(blocks)]
-        if min(map(len, parts)) < 2:
-            continue
-        spreads.append((statistics.variance([statistics.fmean(part) for part in parts]),
-                        statistics.fmean(statistics.variance(part) / len(part) for part in parts)))
-    return spreads
+    return block_spreads({key: one["figures"] for key, one in judged.items()}, _judged_baseline(judged), blocks)
 
 
 def sitting_noise(paths: list[str]) -> list[str]:
@@ -152,6 +137,7 @@ def sitting_noise(paths: list[str]) -> list[str]:
     alone = math.sqrt(statistics.fmean(sd * sd / n for sd, n in spreads)) if spreads else math.nan
     round_sd = statistics.median(sd for sd, _ in spreads) if spreads else math.nan
     held, held_with, claims = _intervals_holding_the_judge(paths, derived)
+    inside = claims_inside_the_judge(paths)
     return lines + ["", f"Pooled over {len(pooled)} judged configs: one sitting's gain is off the gain over sittings "
                         f"by sd {derived:.3f} beyond its rounds' noise (SITTING_NOISE = {SITTING_NOISE}). The "
                         f"claims' own rounds (one round's sd {round_sd:.3f}, the median over {len(spreads)} claims, "
@@ -159,7 +145,12 @@ def sitting_noise(paths: list[str]) -> list[str]:
                         f"{math.hypot(alone, derived):.3f} with the sitting; the claims measured {rms:.3f} over "
                         f"{len(errors)} pairs (the judge's own error is in that too). The claims' 95% intervals held the "
                         f"judge's gain in {held} of {claims} pairs from their rounds alone, in {held_with} with "
-                        f"{derived:.3f} beside them.", ""]
+                        f"{derived:.3f} beside them.", "",
+                    "The judge's own interval: its rounds fall in blocks (3 by default), and a block's level is shared by "
+                    "its rounds, so the judge counts its blocks' spread beyond their rounds (pooled over the "
+                    "record's configs, over the square root of the blocks) beside the rounds' t interval. "
+                    f"The claims inside it: {inside[0]} of {inside[2]} from the rounds alone, {inside[1]} with "
+                    f"the blocks' spread.", ""]
 
 
 def _claims_round_spreads(paths: list[str]) -> list[tuple[float, int]]:
@@ -199,6 +190,32 @@ def _intervals_holding_the_judge(paths: list[str], sitting: float) -> tuple[int,
             held += abs(judged - claim) <= rounds_half
             held_with += abs(judged - claim) <= math.hypot(rounds_half, 1.96 * sitting)
     return held, held_with, claims
+
+
+def claims_inside_the_judge(paths: list[str]) -> tuple[int, int, int]:
+    """(claims inside the judge's interval from its rounds alone, inside it with its blocks'
+    spread beside them (vs_plain_tune.block_noise), claims). A record written since the
+    judge counts its blocks has them in its interval already."""
+    rounds_only = with_blocks = claims = 0
+    for path in paths:
+        record = _load(path)
+        spreads = _block_spreads(record)
+        pooled = (math.sqrt(max(0.0, statistics.fmean(s[0] for s in spreads) - statistics.fmean(s[1] for s in spreads)))
+                  if spreads else 0.0)
+        block_half = 1.96 * pooled / math.sqrt(record.get("blocks") or 1)
+        for pair in record["pairs"]:
+            accel = pair["accelsweep"]
+            if not math.isfinite(accel.get("claimed_gain", math.nan)):
+                continue
+            gain = accel["confirmed_gain"]
+            centre, half = math.log1p(gain["gain"]), (math.log1p(gain["high"]) - math.log1p(gain["low"])) / 2
+            if "block_noise" in record:
+                half = math.sqrt(max(0.0, half ** 2 - block_half ** 2))
+            error = abs(math.log1p(accel["claimed_gain"]) - centre)
+            claims += 1
+            rounds_only += error <= half
+            with_blocks += error <= math.hypot(half, block_half)
+    return rounds_only, with_blocks, claims
 
 
 def _excess_words(between: float, rounds: float) -> str:

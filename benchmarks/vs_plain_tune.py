@@ -239,13 +239,49 @@ _T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2
         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
 
 
-def paired_gain(values: list[float], baseline: list[float]) -> dict:
-    """The mean gain over the baseline by round (exp of the mean log ratio) and its 95% interval."""
+def paired_gain(values: list[float], baseline: list[float], blocks: int = 1, block_sd: float = 0.0) -> dict:
+    """The mean gain over the baseline by round (exp of the mean log ratio) and its 95%
+    interval: the rounds' Student's t, and where the rounds were taken in ``blocks``
+    sittings whose gains spread by ``block_sd`` beyond their rounds (``block_noise``), that
+    spread over the blocks beside it. Rounds of one sitting share its level, so counting
+    each as independent alone gives an interval too narrow for the gain over sittings."""
     ratios = [math.log(v / b) for v, b in zip(values, baseline)]
     mean = statistics.fmean(ratios)
     half = (_T95[min(len(ratios) - 2, len(_T95) - 1)] * statistics.stdev(ratios) / math.sqrt(len(ratios))
             if len(ratios) > 1 else float("nan"))
+    half = math.hypot(half, 1.96 * block_sd / math.sqrt(blocks)) if block_sd > 0 else half
     return {"gain": math.expm1(mean), "low": math.expm1(mean - half), "high": math.expm1(mean + half)}
+
+
+def block_spreads(figures: dict[str, list[float]], baseline_key: str, blocks: int) -> list[tuple[float, float]]:
+    """Per judged config but the baseline: (the variance of its blocks' mean paired log
+    ratio, the variance its rounds' noise alone gives a block's mean). The judge starts its
+    processes anew for each block, minutes after the last: a block is one sitting."""
+    base = figures[baseline_key]
+    spreads = []
+    for key, values in figures.items():
+        if key == baseline_key:
+            continue
+        ratios = [math.log(a / b) for a, b in zip(values, base) if a > 0 and b > 0]
+        if len(ratios) != len(base):
+            continue
+        bounds = [len(ratios) * b // blocks for b in range(blocks + 1)]
+        parts = [ratios[bounds[b]:bounds[b + 1]] for b in range(blocks)]
+        if min(map(len, parts)) < 2:
+            continue
+        spreads.append((statistics.variance([statistics.fmean(part) for part in parts]),
+                        statistics.fmean(statistics.variance(part) / len(part) for part in parts)))
+    return spreads
+
+
+def block_noise(figures: dict[str, list[float]], baseline_key: str, blocks: int) -> float:
+    """How far one block's gain is from the gain over blocks beyond its rounds' noise (sd),
+    pooled over the judged configs (three blocks per config say too little alone); 0 with
+    fewer than two blocks."""
+    spreads = block_spreads(figures, baseline_key, blocks) if blocks >= 2 else []
+    if not spreads:
+        return 0.0
+    return math.sqrt(max(0.0, statistics.fmean(s[0] for s in spreads) - statistics.fmean(s[1] for s in spreads)))
 
 
 def main(argv=None) -> int:
@@ -359,7 +395,7 @@ def beyond_edges(configs: list[dict], smoke: bool) -> dict[str, dict]:
 
 
 def _judged_by(args) -> dict:
-    return {"judge": args.judge, "blocks": args.judge_blocks if args.judge == "windows" else None,
+    return {"judge": args.judge, "blocks": min(args.judge_blocks, args.rounds) if args.judge == "windows" else None,
             "judged_at": time.strftime("%Y-%m-%d %H:%M")}
 
 
@@ -373,10 +409,15 @@ def judged_result(pairs: list, configs: dict, figures: dict, order: list, smoke:
     A config's judged throughput is the baseline's mean times the config's geometric-mean
     ratio to the baseline of the same round: the machine's own speed drifts 20-30% over
     minutes on a shared VM (issue 27), and a ratio within one round cancels most of that
-    drift, which a mean over rounds keeps. Each config's plain mean is kept beside it."""
+    drift, which a mean over rounds keeps. Each config's plain mean is kept beside it. The
+    gain's interval counts the spread of the judge's blocks beyond their rounds
+    (``block_noise``, recorded): the host's level moves between sittings minutes apart
+    (benchmarks/results/sitting_spread.md), and three blocks sample it three times."""
     baseline_key = config_key(BASELINE)
     base_mean = statistics.fmean(figures[baseline_key])
-    gains = {key: paired_gain(values, figures[baseline_key]) for key, values in figures.items()}
+    blocks = ((judged_by or {}).get("judge") == "windows" and (judged_by or {}).get("blocks")) or 1
+    spread = block_noise(figures, baseline_key, blocks)
+    gains = {key: paired_gain(values, figures[baseline_key], blocks, spread) for key, values in figures.items()}
     judged = {key: base_mean * (1 + gains[key]["gain"]) for key in figures}
     best_key = max(judged, key=judged.get)
     for pair in pairs:
@@ -405,7 +446,7 @@ def judged_result(pairs: list, configs: dict, figures: dict, order: list, smoke:
             "baseline_cv": statistics.stdev(base) / base_mean if len(base) > 1 else float("nan"),
             "judged": {key: {"config": configs[key], "figures": figures[key], "mean": statistics.fmean(figures[key]),
                              "judged": judged[key], "gain": gains[key]} for key in configs},
-            "judge_order": order, **(judged_by or {}), "beyond_edges": list(beyond_edges)}
+            "judge_order": order, **(judged_by or {}), "block_noise": spread, "beyond_edges": list(beyond_edges)}
 
 
 def write(result: dict, out: str) -> int:

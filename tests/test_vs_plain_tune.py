@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from benchmarks.plain_vit import BASELINE
-from benchmarks.vs_plain_tune import _value, config_key, describe, paired_gain
+from benchmarks.vs_plain_tune import _value, block_noise, config_key, describe, paired_gain
 from tests.conftest import REPO
 
 
@@ -24,6 +24,29 @@ def test_paired_gain_is_the_geometric_mean_ratio_with_its_interval():
     spread = paired_gain([120.0, 100.0], [100.0, 100.0])
     assert spread["low"] < 0 < spread["gain"] < spread["high"]  # two rounds that disagree decide nothing
     assert math.isnan(paired_gain([120.0], [100.0])["low"])
+
+
+def blocked_figures(block_levels):
+    """A baseline flat at 100 and two configs whose gain moves by block (``block_levels``,
+    one per block of three rounds), each round within a block 1% apart."""
+    rounds = [1.0, 1.01, 0.99]
+    config = [130.0 * level * r for level in block_levels for r in rounds]
+    other = [150.0 * level * r for level in block_levels for r in reversed(rounds)]
+    return {"base": [100.0] * len(config), "a": config, "b": other}
+
+
+def test_the_judges_interval_counts_its_blocks_spread_beyond_their_rounds():
+    moving = blocked_figures([1.0, 1.06, 0.95])
+    noise = block_noise(moving, "base", 3)
+    assert 0.04 < noise < 0.07  # the blocks' levels, not their rounds' 1%
+    assert block_noise(blocked_figures([1.0, 1.0, 1.0]), "base", 3) == 0.0
+    assert block_noise(moving, "base", 1) == 0.0
+    rounds_only = paired_gain(moving["a"], moving["base"])
+    counted = paired_gain(moving["a"], moving["base"], 3, noise)
+    assert counted["gain"] == rounds_only["gain"]
+    half = math.log1p(counted["high"]) - math.log1p(counted["gain"])
+    assert math.isclose(half, math.hypot(math.log1p(rounds_only["high"]) - math.log1p(rounds_only["gain"]),
+                                         1.96 * noise / math.sqrt(3)))
 
 
 def test_a_config_is_keyed_by_every_knob_with_the_baseline_filling_gaps():
