@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 from benchmarks.plain_vit import BASELINE  # noqa: E402
 from benchmarks.recorded_grid import Table  # noqa: E402
 from benchmarks.search_efficiency import rejection_evidence  # noqa: E402
-from benchmarks.vs_plain_tune import block_spreads, share_interval  # noqa: E402
+from benchmarks.vs_plain_tune import block_noise, block_spreads, share_interval  # noqa: E402
 
 from accelsweep.sweeps.driver.record.tracking import mlflow_client  # noqa: E402
 from accelsweep.sweeps.driver.reporting.noise import PRIOR_MARGIN  # noqa: E402
@@ -103,13 +103,19 @@ def round_noise_over(paths: list[str]) -> list[str]:
             f"rounds, in fresh processes, spread more (above, record by record).", ""]
 
 
+def _judged_blocks(record: dict) -> tuple[dict[str, list[float]], str, int]:
+    """A record's judged figures by config key, its baseline's key and its judge's blocks
+    (0 where its judge took none: fresh processes per measurement)."""
+    judged = record["judged"]
+    blocks = (record.get("blocks") or 0) if record.get("judge") == "windows" else 0
+    return {key: one["figures"] for key, one in judged.items()}, _judged_baseline(judged), blocks
+
+
 def _block_spreads(record: dict) -> list[tuple[float, float]]:
     """Per judged config of a record but the baseline: its blocks' spread and its rounds'
     share of it (vs_plain_tune.block_spreads)."""
-    judged, blocks = record["judged"], record.get("blocks") or 0
-    if record.get("judge") != "windows" or blocks < 2:
-        return []
-    return block_spreads({key: one["figures"] for key, one in judged.items()}, _judged_baseline(judged), blocks)
+    figures, baseline, blocks = _judged_blocks(record)
+    return block_spreads(figures, baseline, blocks) if blocks >= 2 else []
 
 
 def sitting_noise(paths: list[str]) -> list[str]:
@@ -199,10 +205,8 @@ def claims_inside_the_judge(paths: list[str]) -> tuple[int, int, int]:
     rounds_only = with_blocks = claims = 0
     for path in paths:
         record = _load(path)
-        spreads = _block_spreads(record)
-        pooled = (math.sqrt(max(0.0, statistics.fmean(s[0] for s in spreads) - statistics.fmean(s[1] for s in spreads)))
-                  if spreads else 0.0)
-        block_half = 1.96 * pooled / math.sqrt(record.get("blocks") or 1)
+        figures, baseline, blocks = _judged_blocks(record)
+        block_half = 1.96 * block_noise(figures, baseline, blocks) / math.sqrt(max(1, blocks))
         for pair in record["pairs"]:
             accel = pair["accelsweep"]
             if not math.isfinite(accel.get("claimed_gain", math.nan)):

@@ -93,16 +93,19 @@ def analyse(blocks: list[dict[str, list[float]]]) -> dict:
     for config in CONFIGS:
         ratios = []
         for figures in blocks:
-            off = [statistics.fmean(math.log(v) for v in values) for values in
-                   zip(*(figures[f"{arm_off} | {config} | {c}"] for c in range(COPIES)))]
-            on = [statistics.fmean(math.log(v) for v in values) for values in
-                  zip(*(figures[f"{arm_on} | {config} | {c}"] for c in range(COPIES)))]
+            off, on = (_copies_log_mean(figures, arm, config) for arm in (arm_off, arm_on))
             ratios += [b - a for a, b in zip(off, on)]
         mean, sd = statistics.fmean(ratios), statistics.stdev(ratios)
         half = 1.96 * sd / math.sqrt(len(ratios))
         out["thp_gain"][config] = {"gain": math.expm1(mean), "low": math.expm1(mean - half),
                                    "high": math.expm1(mean + half), "rounds": len(ratios)}
     return out
+
+
+def _copies_log_mean(figures: dict[str, list[float]], arm: str, config: str) -> list[float]:
+    """By round: the mean log throughput of the copies of ``config`` in ``arm``."""
+    return [statistics.fmean(math.log(v) for v in values)
+            for values in zip(*(figures[f"{arm} | {config} | {copy}"] for copy in range(COPIES)))]
 
 
 def main() -> None:

@@ -415,7 +415,8 @@ def judged_result(pairs: list, configs: dict, figures: dict, order: list, smoke:
     (benchmarks/results/sitting_spread.md), and three blocks sample it three times."""
     baseline_key = config_key(BASELINE)
     base_mean = statistics.fmean(figures[baseline_key])
-    blocks = ((judged_by or {}).get("judge") == "windows" and (judged_by or {}).get("blocks")) or 1
+    judged_by = judged_by or {}
+    blocks = (judged_by.get("judge") == "windows" and judged_by.get("blocks")) or 1
     spread = block_noise(figures, baseline_key, blocks)
     gains = {key: paired_gain(values, figures[baseline_key], blocks, spread) for key, values in figures.items()}
     judged = {key: base_mean * (1 + gains[key]["gain"]) for key in figures}
@@ -446,7 +447,7 @@ def judged_result(pairs: list, configs: dict, figures: dict, order: list, smoke:
             "baseline_cv": statistics.stdev(base) / base_mean if len(base) > 1 else float("nan"),
             "judged": {key: {"config": configs[key], "figures": figures[key], "mean": statistics.fmean(figures[key]),
                              "judged": judged[key], "gain": gains[key]} for key in configs},
-            "judge_order": order, **(judged_by or {}), "block_noise": spread, "beyond_edges": list(beyond_edges)}
+            "judge_order": order, **judged_by, "block_noise": spread, "beyond_edges": list(beyond_edges)}
 
 
 def write(result: dict, out: str) -> int:
