@@ -23,8 +23,9 @@ from accelsweep import Objective, Sweep, SweepConfig, declare_metrics, run_sweep
 from accelsweep.sweeps.driver.run.confirm import (NEAR_BEST, at_typical_speed, candidates, config_key, fitted, judge,
                                                   knobs_changed, one_candidate, ranked_candidates, round_orders,
                                                   search_budget_s)
-from accelsweep.sweeps.driver.record.trial_record import FINISHED, TrialRecord
+from accelsweep.sweeps.driver.record.trial_record import FINISHED, TrialRecord, trusted
 from accelsweep.sweeps.driver.reporting.summary import summary
+from accelsweep.sweeps.driver.run.callbacks import SweepCallback
 from accelsweep.sweeps.driver.reporting.verdict import (EQUAL_WITHIN, SITTING_NOISE, confirmed_verdict, sweep_answer,
                                                         verdict)
 from accelsweep.trainables.errors import ConfigError
@@ -299,6 +300,16 @@ def test_a_figure_from_a_loaded_host_ranks_after_the_trusted_ones_though_scaled_
     assert at_typical_speed(records, "score", "max")["t5"] > 230
     assert [r.number for r in candidates(records, "score", "max", count=3)] == [2, 3, 4]
     assert [r.number for r in candidates(records, "score", "max", count=4)] == [2, 3, 4, 5]  # last, not gone
+    # The one test of trust: the same trial the candidates put last, the verdict and the
+    # console call not trusted.
+    loaded = records[-1]
+    assert [trusted(r, records) for r in records] == [True, True, True, True, False]
+    assert verdict(records[0], loaded, "score", "max", records).text.startswith("not trusted: trial 5 ran while")
+    line = SweepCallback.progress_line(type("Fake", (), {
+        "total_trials": 5, "metrics": MetricSet((Metric("score", "", "max", progress="{:.1f}"),), ("score",)), "records": {r.trial_id: r for r in records},
+        "host_slowdown": SweepCallback.host_slowdown, "host_loaded": SweepCallback.host_loaded,
+        "local_step": lambda self, record: ""})(), loaded)
+    assert "(host loaded: its speed probe ran 40% slower than the sweep's typical; not trusted)" in line
     # At the host's usual speed it is one of the trusted, and leads.
     records[-1].result["host_probe_s"] = 0.0101
     assert [r.number for r in candidates(records, "score", "max", count=3)][0] == 5

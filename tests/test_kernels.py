@@ -242,7 +242,8 @@ def test_noisy_kernel_figures_are_flagged_in_progress_and_summary():
     steady, noisy, machine = record(1, 0.01), record(2, 0.2), record(3, 0.2, host_cv=0.3)
     line = SweepCallback.progress_line
     fake = type("Fake", (), {"total_trials": 3, "metrics": KERNEL_METRICS, "records": {},
-                             "host_slowdown": SweepCallback.host_slowdown, "local_step": lambda self, record: ""})()
+                             "host_slowdown": SweepCallback.host_slowdown, "host_loaded": SweepCallback.host_loaded,
+                             "local_step": lambda self, record: ""})()
     assert "noisy" not in line(fake, steady) and "(noisy: its windows disagree)" in line(fake, noisy)
     assert "(noisy: the machine's own speed moved too, host cv 30%)" in line(fake, machine)
     text = summary("k", [steady, noisy], "latency_p50_s", "min", ["impl"], "", "", 1.0)

@@ -11,8 +11,10 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
+from accelsweep.trainables.timing.windows import HOST_LOADED
+
 __all__ = ["CUT_BY_BUDGET", "FAILED", "FINISHED", "INTERRUPTED", "NOISE_METRICS", "NOT_RANKED", "REJECTED", "REUSED",
-           "STOPPED_EARLY", "TrialRecord", "config_key", "host_slowdown", "ranked"]
+           "STOPPED_EARLY", "TrialRecord", "config_key", "host_loaded", "host_slowdown", "ranked", "trusted"]
 
 FINISHED, STOPPED_EARLY, FAILED, CUT_BY_BUDGET = "finished", "stopped early", "failed", "cut by time budget"
 INTERRUPTED = "interrupted"  # the sweep stopped (Ctrl-C) while it ran: --resume runs it again
@@ -119,3 +121,16 @@ def host_slowdown(record: TrialRecord, records: Sequence[TrialRecord]) -> float:
     if not probes or not own > 0:
         return float("nan")
     return own / statistics.median(probes) - 1
+
+
+def host_loaded(record: TrialRecord, records: Sequence[TrialRecord]) -> bool:
+    """It ran while the host was loaded: its probe more than HOST_LOADED slower than the
+    sweep's typical (``host_slowdown``)."""
+    return host_slowdown(record, records) > HOST_LOADED
+
+
+def trusted(record: TrialRecord, records: Sequence[TrialRecord]) -> bool:
+    """Its figure can rank it and decide a verdict: not contended in every window, and not
+    taken on a loaded host. The one test behind the console's "not trusted", the verdict's
+    and the confirmation's choice of candidates."""
+    return not record.contended and not host_loaded(record, records)

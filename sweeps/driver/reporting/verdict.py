@@ -17,7 +17,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Optional, Sequence
 
-from accelsweep.sweeps.driver.record.trial_record import FAILED, TrialRecord, host_slowdown, ranked
+from accelsweep.sweeps.driver.record.trial_record import FAILED, TrialRecord, host_loaded, host_slowdown, ranked
 from accelsweep.sweeps.driver.reporting.changes import describe_change, is_relative
 from accelsweep.trainables.timing.windows import HOST_LOADED
 from accelsweep.trainables.turns import turn_key
@@ -73,7 +73,7 @@ def verdict(baseline: Optional[TrialRecord], best: Optional[TrialRecord], metric
     noise = 2 * math.sqrt(baseline.noise ** 2 + best.noise ** 2)
     pair = [baseline] if best is baseline else [baseline, best]
     contended = [r for r in pair if r.contended]
-    loaded = [r for r in pair if host_slowdown(r, records) > HOST_LOADED and r not in contended]
+    loaded = [r for r in pair if host_loaded(r, records) and r not in contended]
     noise_text = f"+-{noise:.1%}" if math.isfinite(noise) else "unknown (one window per trial: windows >= 2 measure it)"
     if best is baseline:
         if not any(r is not baseline and r.measured(metric) for r in records):

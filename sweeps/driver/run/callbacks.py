@@ -23,11 +23,10 @@ from accelsweep.sweeps.driver.run.deadline import TrialDeadline
 from accelsweep.sweeps.driver.define.first_guess import LABEL as GUESS_LABEL
 from accelsweep.sweeps.driver.record.trial_record import (CUT_BY_BUDGET, FAILED, FINISHED, INTERRUPTED, NOISE_METRICS,
                                                           REJECTED, REUSED, STOPPED_EARLY, TrialRecord, config_key,
-                                                          host_slowdown)
+                                                          host_loaded, host_slowdown)
 from accelsweep.sweeps.driver.run.searchers import local_proposals, take_reuses
 from accelsweep.trainables.cost import CostBasis, trial_cost_usd
 from accelsweep.trainables.loop.failures import ERROR, failure_cause, one_line
-from accelsweep.trainables.timing.windows import HOST_LOADED
 from accelsweep.trainables.metrics import CONTENTION_METRICS, TRAINING_METRICS, MetricSet
 from accelsweep.trainables.harness.microbench import NOISY_CV
 from accelsweep.sweeps.driver.record.resumed_runs import run_for, take_over
@@ -531,9 +530,9 @@ class SweepCallback(Callback):
                          "error_cause": record.error_cause or ERROR})
         if record.retries:
             tags["retries"] = str(record.retries)
-        loaded = self.host_slowdown(record)
-        if loaded > HOST_LOADED:
-            tags["host_loaded"] = f"its speed probe ran {loaded:.0%} slower than the sweep's typical"
+        if self.host_loaded(record):
+            slowdown = self.host_slowdown(record)
+            tags["host_loaded"] = f"its speed probe ran {slowdown:.0%} slower than the sweep's typical"
         if record.disturbed:
             tags["contended"] = self.contention_text(record)
         capture = record.result.get("nan_capture_path")
@@ -649,6 +648,9 @@ class SweepCallback(Callback):
     def host_slowdown(self, record: TrialRecord) -> float:
         return host_slowdown(record, list(self.records.values()))
 
+    def host_loaded(self, record: TrialRecord) -> bool:
+        return host_loaded(record, list(self.records.values()))
+
     def _say(self, line: str) -> None:
         (self.print_line or (lambda text: print(text, flush=True)))(line)
 
@@ -679,9 +681,9 @@ class SweepCallback(Callback):
             host_cv = record.metric("host_cv")
             noisy = (f" (noisy: the machine's own speed moved too, host cv {host_cv:.0%})" if host_cv > NOISY_CV
                      else " (noisy: its windows disagree)")
-        loaded = self.host_slowdown(record)
-        if loaded > HOST_LOADED:
-            noisy += f" (host loaded: its speed probe ran {loaded:.0%} slower than the sweep's typical; not trusted)"
+        if self.host_loaded(record):
+            noisy += (f" (host loaded: its speed probe ran {self.host_slowdown(record):.0%} slower than the sweep's "
+                      "typical; not trusted)")
         if record.disturbed:
             noisy += f" (contended: {self.contention_text(record)})"
         return f"{head} -> {', '.join(figures)}{interpreted}{noisy} [{record.status}]"

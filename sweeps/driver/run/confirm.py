@@ -29,8 +29,8 @@ from accelsweep.sweeps.driver.define.edges import EDGE_MARK
 from accelsweep.sweeps.driver.run.callbacks import SweepCallback
 from accelsweep.sweeps.driver.run.goal import callback_of
 from accelsweep.sweeps.driver.record.history import CONFIRMATION, PHASE_TAG
-from accelsweep.sweeps.driver.record.trial_record import NOT_RANKED, TrialRecord, host_slowdown
-from accelsweep.sweeps.driver.reporting.verdict import (HOST_LOADED, SITTING_NOISE, TURN_FIGURES, Judgement,
+from accelsweep.sweeps.driver.record.trial_record import NOT_RANKED, TrialRecord, trusted
+from accelsweep.sweeps.driver.reporting.verdict import (SITTING_NOISE, TURN_FIGURES, Judgement,
                                                         config_key, judge, knobs_changed, measurements)
 from accelsweep.sweeps.driver.reporting.noise import PRIOR_MARGIN, FigureNoise, near_best_margin, typical_speed_factors
 from accelsweep.trainables.platforms import get_platform
@@ -166,7 +166,7 @@ def ranked_candidates(records: Sequence[TrialRecord], metric: str, mode: str, co
     base_key = config_key(baseline.searched) if baseline else None
     measured = [r for r in records if r.measured(metric) and r.status not in NOT_RANKED]
     figures = at_typical_speed(measured, metric, mode)
-    untrusted = {r.trial_id for r in measured if r.contended or host_slowdown(r, records) > HOST_LOADED}
+    untrusted = {r.trial_id for r in measured if not trusted(r, records)}
     ordered = sorted(measured, key=lambda r: (r.trial_id in untrusted, -figures[r.trial_id] if mode == "max"
                                               else figures[r.trial_id]))
     chosen: dict[str, TrialRecord] = {}
