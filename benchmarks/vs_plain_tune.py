@@ -421,6 +421,9 @@ def judged_result(pairs: list, configs: dict, figures: dict, order: list, smoke:
     gains = {key: paired_gain(values, figures[baseline_key], blocks, spread) for key, values in figures.items()}
     judged = {key: base_mean * (1 + gains[key]["gain"]) for key in figures}
     best_key = max(judged, key=judged.get)
+    # A winner's share of the best moves between sittings as its gain over the baseline
+    # does: its interval counts the blocks' spread of the ratios to the best, pooled likewise.
+    best_spread = block_noise(figures, best_key, blocks)
     for pair in pairs:
         for tool in ("accelsweep", "plain"):
             run = pair[tool]
@@ -428,7 +431,8 @@ def judged_result(pairs: list, configs: dict, figures: dict, order: list, smoke:
             run["confirmed"] = judged[key]
             run["of_best"] = judged[key] / judged[best_key]
             # The judge's own resolution: the winner against the best config, paired by round.
-            against_best = paired_gain(figures[key], figures[best_key])
+            against_best = paired_gain(figures[key], figures[best_key], blocks,
+                                       best_spread if key != best_key else 0.0)  # the best's own: exactly 1
             run["of_best_interval"] = [1 + against_best["low"], 1 + against_best["high"]]
             run["confirmed_gain"] = gains[key]
         accel, plain = pair["accelsweep"], pair["plain"]

@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from benchmarks.plain_vit import BASELINE
-from benchmarks.vs_plain_tune import _value, block_noise, config_key, describe, paired_gain
+from benchmarks.vs_plain_tune import _value, block_noise, config_key, describe, judged_result, paired_gain
 from tests.conftest import REPO
 
 
@@ -47,6 +47,27 @@ def test_the_judges_interval_counts_its_blocks_spread_beyond_their_rounds():
     half = math.log1p(counted["high"]) - math.log1p(counted["gain"])
     assert math.isclose(half, math.hypot(math.log1p(rounds_only["high"]) - math.log1p(rounds_only["gain"]),
                                          1.96 * noise / math.sqrt(3)))
+
+
+def test_a_winners_share_of_the_best_counts_the_blocks_spread_and_the_bests_own_is_exactly_one():
+    moving = blocked_figures([1.0, 1.06, 0.95])
+    a, b = {**BASELINE, "batch_size": 64}, {**BASELINE, "batch_size": 128}
+    keys = {"base": config_key(BASELINE), "a": config_key(a), "b": config_key(b)}
+    figures = {keys[name]: values for name, values in moving.items()}
+    configs = {keys["base"]: BASELINE, keys["a"]: a, keys["b"]: b}
+
+    def run(winner):
+        return {"winner": winner, "wall_s": 100.0, "claimed_gain": 0.3}
+
+    pairs = [{"seed": 0, "order": ["accelsweep", "plain"], "accelsweep": run(a), "plain": run(b)}]
+    result = judged_result(pairs, configs, figures, list(configs), smoke=True, machine_name="m", date="d",
+                           judged_by={"judge": "windows", "blocks": 3})
+    winner, best = result["pairs"][0]["accelsweep"], result["pairs"][0]["plain"]
+    assert best["of_best_interval"] == [1.0, 1.0] and best["of_best"] == 1.0
+    rounds_only = paired_gain(figures[keys["a"]], figures[keys["b"]])
+    low, high = winner["of_best_interval"]
+    assert low < 1 + rounds_only["low"] and high > 1 + rounds_only["high"]
+    assert low < winner["of_best"] < high
 
 
 def test_a_config_is_keyed_by_every_knob_with_the_baseline_filling_gaps():
