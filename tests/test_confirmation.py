@@ -214,18 +214,26 @@ def test_the_summary_table_utilisation_and_answer_name_the_verdicts_config_the_l
     assert "search's leader: trial 14 at 371 score (one trial per config); the confirmation's rounds name trial 2" \
         in text
     assert "utilisation: best (trial 2) at" in text and "verdict: confirmed: trial 2's config" in text
+    # The table's figures are one search trial each (180 and 352: +95.6%); the confirmed row
+    # beside them gives the verdict's gain, paired by round, not a second answer.
+    gain = next(j.gain for j in answer.judgement.candidates if j.key == config_key(simple))
+    assert f"+{gain:.1%}" in answer.judgement.verdict.text
+    row = next(line for line in text.splitlines() if line.startswith("score, confirmed (median of rounds)"))
+    assert row.split()[-3:] == ["182", "356", f"+{gain:.1%}"], row
     # The rounds decide that nothing beats the baseline: the baseline is the answer.
     level = confirmed({"base": (180, 181, 182), "twin": (181, 180, 183), "simple": (180, 182, 181)})
     answer = sweep_answer(search, level, "score", "max")
     assert answer.best.is_baseline and not answer.judgement.verdict.beats_baseline and answer.judgement.verdict.decided
-    assert "confirmed best (trial 1)" in summary("s", search, "score", "max", list(base), "", "ui", 1.0,
-                                                 confirmations=level)
+    text = summary("s", search, "score", "max", list(base), "", "ui", 1.0, confirmations=level)
+    assert "confirmed best (trial 1)" in text
+    row = next(line for line in text.splitlines() if line.startswith("score, confirmed (median of rounds)"))
+    assert row.split()[-2:] == ["181", "181"], row  # the baseline against itself: no change to state
     # Rounds that decide nothing: the search's leader stands, not called confirmed.
     unsure = confirmed({"base": (180, 185, 182), "twin": (150, 260, 200), "simple": (140, 250, 210)})
     answer = sweep_answer(search, unsure, "score", "max")
     assert not answer.judgement.verdict.decided and answer.best.number == 14 and not answer.confirmed
-    assert "confirmed best" not in summary("s", search, "score", "max", list(base), "", "ui", 1.0,
-                                           confirmations=unsure)
+    text = summary("s", search, "score", "max", list(base), "", "ui", 1.0, confirmations=unsure)
+    assert "confirmed best" not in text and "score, confirmed" not in text
     # No confirmation: the search's leader, as before.
     assert sweep_answer(search, [], "score", "max").best.number == 14
     assert "best (trial 14)" in summary("s", search, "score", "max", list(base), "", "ui", 1.0)
