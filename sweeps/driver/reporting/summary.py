@@ -20,7 +20,8 @@ from typing import Iterable, Mapping, Optional, Sequence, Union
 
 from accelsweep.kernels.registry import get_op
 from accelsweep.sweeps.driver.define.edges import edge_lines
-from accelsweep.sweeps.driver.record.trial_record import CUT_BY_BUDGET, REJECTED, REUSED, TrialRecord, ranked
+from accelsweep.sweeps.driver.record.trial_record import (CUT_BY_BUDGET, REJECTED, REUSED, TrialRecord, ranked,
+                                                          trusted)
 from accelsweep.sweeps.driver.reporting.changes import describe_change
 from accelsweep.sweeps.driver.reporting.verdict import (Judgement, best_record, config_key, measurements,
                                                         sweep_answer, verdict)
@@ -258,9 +259,10 @@ def summary_blocks(title: str, records: Sequence[TrialRecord], metric: str, mode
         lines += ["", Table(tuple(map(tuple, rows))), ""]
         judged = verdict(base, leader, metric, mode, records)  # the search's, on its own leader
         if answer.confirmed and leader is not None and leader is not best:
+            unconfirmed = "" if config_key(leader.searched) in confirmed.names else f"; {_not_confirmed(leader, records)}"
             lines.append(f"search's leader: trial {leader.number} at "
-                         f"{_format(_fmt(declared, metric), leader.metric(metric))} {metric} (one trial per config); "
-                         f"the confirmation's rounds name trial {best.number}"
+                         f"{_format(_fmt(declared, metric), leader.metric(metric))} {metric} (one trial per config)"
+                         f"{unconfirmed}; the confirmation's rounds name trial {best.number}"
                          + (" (the baseline)" if best.is_baseline else ""))
         if confirmed is not None:
             if judged is not None:
@@ -349,6 +351,15 @@ def _confirmation_lines(judged: Judgement, search: Sequence[TrialRecord], confir
     return lines
 
 
+def _not_confirmed(leader: TrialRecord, records: Sequence[TrialRecord]) -> str:
+    """Why the search's best figure was not among the configs confirmed."""
+    if not trusted(leader, records):
+        return "not confirmed: its figure is not trusted (contended, or taken on a loaded host)"
+    return ("not confirmed: the confirmation takes the search's best at the host's typical speed (each figure "
+            "scaled by its trial's speed probe), the simplest config near it and the climb's best step past the "
+            "space's edge, as many as its time holds")
+
+
 def _confirmed_median(confirmations: Sequence[TrialRecord], metric: str, key: str) -> float:
     """A config's (by config key) median over the confirmation's quiet rounds."""
     values = [v for round_ in measurements(confirmations, metric) for k, (v, c) in round_.items()
@@ -365,7 +376,7 @@ def _confirmed_row(label: str, fmt: str, judged: Judgement, confirmations: Seque
     key = config_key(best.searched)
     gain = next((j.gain for j in judged.candidates if j.key == key), float("nan"))
     change = "" if best.is_baseline else f"{gain:+.1%}" if math.isfinite(gain) else "-"
-    return [f"{label}, confirmed (median of rounds)", _format(fmt, _confirmed_median(confirmations, metric,
+    return ["  confirmed (median of rounds)", _format(fmt, _confirmed_median(confirmations, metric,
                                                                                       config_key(base.searched))),
             _format(fmt, _confirmed_median(confirmations, metric, key)), change]
 

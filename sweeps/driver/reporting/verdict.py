@@ -74,7 +74,10 @@ def verdict(baseline: Optional[TrialRecord], best: Optional[TrialRecord], metric
     pair = [baseline] if best is baseline else [baseline, best]
     contended = [r for r in pair if r.contended]
     loaded = [r for r in pair if host_loaded(r, records) and r not in contended]
-    noise_text = f"+-{noise:.1%}" if math.isfinite(noise) else "unknown (one window per trial: windows >= 2 measure it)"
+    spreadless = " and ".join("the baseline" if r is baseline else f"trial {r.number}" for r in pair
+                              if not math.isfinite(r.noise))
+    noise_text = (f"+-{noise:.1%}" if math.isfinite(noise)
+                  else f"unknown (no window-to-window spread for {spreadless}: it takes 2 windows or more)")
     if best is baseline:
         if not any(r is not baseline and r.measured(metric) for r in records):
             # Nothing else was measured (the budget ran out, every other trial failed): no comparison.
