@@ -179,6 +179,41 @@ def test_a_cpu_peak_is_measured_once_per_machine_and_then_read_from_the_cache(tm
     assert first.theoretical_tflops == pytest.approx(2 * 2.44540 * 32 / 1e3, rel=1e-4)
 
 
+def test_a_quiet_peak_is_measured_again_at_later_moments_until_enough_agree_and_the_best_kept(tmp_path,
+                                                                                               monkeypatch):
+    """A bf16 peak cached from one slow moment of a shared VM (about half the GEMM's
+    speed a minute later, with no contention flagged) made every later trial's utilisation
+    twice its truth."""
+    figures = iter([0.2, 0.41, 0.39, 0.5])
+    clock = [1000.0]
+    quiet = [True]
+    monkeypatch.setattr(peaks.time, "time", lambda: clock[0])
+    monkeypatch.setattr(peaks, "quiet_now", lambda: quiet[0])
+
+    def measure(dtype, threads):
+        value = next(figures)
+        return {"tflops": value, "best": value, "runs_tflops": [value], "dtype": dtype, "threads": threads,
+                "gemm_size": 64, "torch": "x", "measured_at": "now", "other_cpus": 0.0, "contended": False}
+
+    monkeypatch.setattr(peaks, "measure_cpu_peak", measure)
+    cache = str(tmp_path / "peaks.json")
+
+    def peak_at(seconds):
+        clock[0] = seconds
+        return peaks.cpu_peak("bfloat16", 2, cpuinfo=CPUINFO_VM, cache=cache)
+
+    assert peak_at(1000).tflops == 0.2
+    assert peak_at(1000 + peaks.PEAK_SPACING_S - 1).tflops == 0.2  # too soon for another moment
+    quiet[0] = False
+    assert "(cached)" in peak_at(1000 + peaks.PEAK_SPACING_S).basis  # due, but the machine is busy: later
+    quiet[0] = True
+    assert peak_at(1000 + peaks.PEAK_SPACING_S + 1).tflops == 0.41  # the second moment
+    third = 1000 + 3 * peaks.PEAK_SPACING_S
+    assert peak_at(third).tflops == 0.41  # the third moment measured 0.39: the best stands
+    assert peak_at(third + 10 * peaks.PEAK_SPACING_S).tflops == 0.41  # settled: 0.5 is never measured
+    assert peaks.PEAK_MOMENTS == 3 and next(figures) == 0.5
+
+
 def test_a_contended_peak_is_measured_again_when_the_machine_is_quiet_and_the_best_kept(tmp_path, monkeypatch):
     figures = iter([0.05, 0.09, 0.07, 0.2])
     quiet = iter([False, True, True, True])

@@ -330,24 +330,51 @@ def quiet_now(seconds: float = QUIET_PROBE_S) -> bool:
     return not (contention and contention.contended)
 
 
+# A peak stands once this many quiet measurements, at least PEAK_SPACING_S apart, agree on
+# its best. One moment is not enough: a shared VM's speed moves by 20-30% for minutes at a
+# time, and a neighbour using a fifth of a core (below what the contention meter calls
+# contended) can halve a two-thread GEMM whose threads wait for each other; a peak cached
+# from such a moment understates every later utilisation figure, and a sweep's
+# stop-at-utilisation goal is reached early. Each further moment costs one trial a
+# measurement (about 2.5 s).
+PEAK_MOMENTS = 3
+PEAK_SPACING_S = 600.0
+
+
+def _quiet_moments(kept: Optional[Mapping]) -> int:
+    """The quiet measurements behind a cached figure (one written before they were
+    counted: one, unless it was contended)."""
+    if not kept:
+        return 0
+    return int(kept.get("quiet_moments", 0 if kept.get("contended") else 1))
+
+
+def _settled(kept: Mapping, now: float) -> bool:
+    """A quiet figure taken at enough moments, or measured too recently for another."""
+    return (_quiet_moments(kept) >= PEAK_MOMENTS
+            or now - float(kept.get("measured_epoch", 0.0)) < PEAK_SPACING_S)
+
+
 def cached_measurement(what: str, measure, cpuinfo: str, cache: Optional[str] = None) -> tuple[dict, bool]:
     """``measure()``'s result for ``what`` on this machine: from the cache, or measured now
     and kept. A peak is the best the machine reaches, so the cache keeps the best figure
-    seen. One taken while other processes held cores (``contended``) only understates it:
-    it is measured again by the first caller that finds the machine quiet (a busy one
-    costs its callers a QUIET_PROBE_S look, not a measurement). Returns the figure and
-    whether it came from the cache."""
+    seen, measured at PEAK_MOMENTS quiet moments before it stands. One taken while other
+    processes held cores (``contended``) only understates it: it is measured again by the
+    first caller that finds the machine quiet; so is a quiet one whose next moment is due
+    (a busy machine costs its callers a QUIET_PROBE_S look, not a measurement). Returns the
+    figure and whether it came from the cache."""
     path = cache or cache_file("peaks.json")
     key = _machine_key(cpuinfo, what)
     with locked_json_cache(path) as entries:
-        kept = entries.get(key)
-        if kept and (not kept.get("contended") or not quiet_now()):
+        kept, now = entries.get(key), time.time()
+        if kept and ((not kept.get("contended") and _settled(kept, now)) or not quiet_now()):
             return kept, True
         figure = measure()
+        moments = _quiet_moments(kept) + (0 if figure.get("contended") else 1)
         if kept and kept.get("best", 0) > figure.get("best", 0):
-            # The faster figure stands; once any run was quiet, it is no longer re-measured.
+            # The faster figure stands, quiet once any run of it or after it was.
             figure = {**kept, "contended": bool(kept.get("contended") and figure.get("contended"))}
-        figure["attempts"] = (kept or {}).get("attempts", 0) + 1
+        figure.update(attempts=(kept or {}).get("attempts", 0) + 1, quiet_moments=moments, measured_epoch=now)
         entries[key] = figure
         return figure, False
 
