@@ -162,15 +162,25 @@ def test_the_cpu_peak_microbenchmark_repeats_within_5_percent_on_a_quiet_machine
         assert max(best) <= theoretical * 1.3, (best, theoretical)
 
 
-def test_a_cpu_peak_is_measured_once_per_machine_and_then_read_from_the_cache(tmp_path, monkeypatch):
-    calls = []
+def fake_gemm(values, contended=False, calls=None):
+    """A stand-in for ``peaks.measure_cpu_peak`` whose best runs are ``values`` in turn;
+    ``calls`` collects what it was asked."""
+    values = iter(values)
 
     def measure(dtype, threads):
-        calls.append((dtype, threads))
-        return {"tflops": 0.1, "best": 0.1, "runs_tflops": [0.1], "dtype": dtype, "threads": threads,
-                "gemm_size": 64, "torch": "x", "measured_at": "now", "other_cpus": 0.0, "contended": False}
+        if calls is not None:
+            calls.append((dtype, threads))
+        value = next(values)
+        return {"tflops": value, "best": value, "runs_tflops": [value], "dtype": dtype, "threads": threads,
+                "gemm_size": 64, "torch": "x", "measured_at": "now", "other_cpus": 1.0 if contended else 0.0,
+                "contended": contended}
 
-    monkeypatch.setattr(peaks, "measure_cpu_peak", measure)
+    return measure
+
+
+def test_a_cpu_peak_is_measured_once_per_machine_and_then_read_from_the_cache(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(peaks, "measure_cpu_peak", fake_gemm([0.1, 0.1], calls=calls))
     cache = str(tmp_path / "peaks.json")
     first = peaks.cpu_peak("float32", 2, cpuinfo=CPUINFO_VM, cache=cache)
     second = peaks.cpu_peak("float32", 2, cpuinfo=CPUINFO_VM, cache=cache)
@@ -184,18 +194,10 @@ def test_a_quiet_peak_is_measured_again_at_later_moments_until_enough_agree_and_
     """A bf16 peak cached from one slow moment of a shared VM (about half the GEMM's
     speed a minute later, with no contention flagged) made every later trial's utilisation
     twice its truth."""
-    figures = iter([0.2, 0.41, 0.39, 0.5])
-    clock = [1000.0]
-    quiet = [True]
+    calls, clock, quiet = [], [1000.0], [True]
     monkeypatch.setattr(peaks.time, "time", lambda: clock[0])
     monkeypatch.setattr(peaks, "quiet_now", lambda: quiet[0])
-
-    def measure(dtype, threads):
-        value = next(figures)
-        return {"tflops": value, "best": value, "runs_tflops": [value], "dtype": dtype, "threads": threads,
-                "gemm_size": 64, "torch": "x", "measured_at": "now", "other_cpus": 0.0, "contended": False}
-
-    monkeypatch.setattr(peaks, "measure_cpu_peak", measure)
+    monkeypatch.setattr(peaks, "measure_cpu_peak", fake_gemm([0.2, 0.41, 0.39, 0.5], calls=calls))
     cache = str(tmp_path / "peaks.json")
 
     def peak_at(seconds):
@@ -211,20 +213,13 @@ def test_a_quiet_peak_is_measured_again_at_later_moments_until_enough_agree_and_
     third = 1000 + 3 * peaks.PEAK_SPACING_S
     assert peak_at(third).tflops == 0.41  # the third moment measured 0.39: the best stands
     assert peak_at(third + 10 * peaks.PEAK_SPACING_S).tflops == 0.41  # settled: 0.5 is never measured
-    assert peaks.PEAK_MOMENTS == 3 and next(figures) == 0.5
+    assert peaks.PEAK_MOMENTS == 3 and len(calls) == 3
 
 
 def test_a_contended_peak_is_measured_again_when_the_machine_is_quiet_and_the_best_kept(tmp_path, monkeypatch):
-    figures = iter([0.05, 0.09, 0.07, 0.2])
     quiet = iter([False, True, True, True])
     monkeypatch.setattr(peaks, "quiet_now", lambda: next(quiet))
-
-    def measure(dtype, threads):
-        value = next(figures)
-        return {"tflops": value, "best": value, "runs_tflops": [value], "dtype": dtype, "threads": threads,
-                "gemm_size": 64, "torch": "x", "measured_at": "now", "other_cpus": 1.0, "contended": True}
-
-    monkeypatch.setattr(peaks, "measure_cpu_peak", measure)
+    monkeypatch.setattr(peaks, "measure_cpu_peak", fake_gemm([0.05, 0.09, 0.07, 0.2], contended=True))
     cache = str(tmp_path / "peaks.json")
     seen = [peaks.cpu_peak("float32", 2, cpuinfo=CPUINFO_VM, cache=cache) for _ in range(5)]
     # Measured; a busy machine: the cached one; quiet: measured again, the best kept each time.
