@@ -17,6 +17,7 @@ this machine's cores, so a trial's throughput here says nothing of that instance
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -200,6 +201,11 @@ def down(port: int = DEFAULT_PORT) -> int:
                 _record_address(previous_file.read().strip() or None)
         except OSError:
             _record_address(None)
+    # Its autoscaler's config and the address to put back are its own: no other cluster
+    # reads them, and each port's would otherwise stay in the user's cache for good.
+    for leftover in (config_path(port), config_path(port) + ".previous-address"):
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(leftover)
     return len(pids)
 
 
