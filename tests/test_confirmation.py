@@ -252,6 +252,17 @@ def test_the_summary_table_utilisation_and_answer_name_the_verdicts_config_the_l
 def test_for_a_minimised_objective_lower_is_the_gain():
     judged, _ = confirmed_verdict(rounds((2.0, 1.0), (2.1, 1.0), (1.9, 1.0)), "base", {"cand": "trial 2"}, "min")
     assert judged.beats_baseline and judged.change > 0.8
+    # The summary's confirmed row is the value's own change, as the search's row above it.
+    base, fast = {"impl": "reference"}, {"impl": "fused"}
+    search = [trial(1, base, baseline=True, score=10.0), trial(2, fast, score=5.0)]
+    confirmations = [trial(10 + 2 * index + column, config, baseline=config is base, score=value / (column + 1),
+                           confirm_round=index + 1)
+                     for index, value in enumerate((10.0, 10.2, 9.8)) for column, config in enumerate((base, fast))]
+    text = summary("s", search, "score", "min", ["impl"], "", "ui", 1.0, confirmations=confirmations)
+    assert "verdict: confirmed: trial 2's config beats the baseline by +100.0%" in text, text
+    assert next(line for line in text.splitlines() if line.startswith("score ")).split()[-1] == "-50.0%"
+    assert next(line for line in text.splitlines()
+                if line.startswith("  confirmed (median of rounds)")).split()[-3:] == ["10", "5", "-50.0%"]
 
 
 def record(number, knob, value, **options):

@@ -255,7 +255,7 @@ def summary_blocks(title: str, records: Sequence[TrialRecord], metric: str, mode
             rows.append([label, _format(fmt, base_value), _format(fmt, best_value),
                          describe_change(base_value, best_value, fmt=fmt)])
             if name == metric and answer.confirmed and base is not None:
-                rows.append(_confirmed_row(label, fmt, confirmed, confirmations, metric, base, best))
+                rows.append(_confirmed_row(label, fmt, confirmed, confirmations, metric, mode, base, best))
         lines += ["", Table(tuple(map(tuple, rows))), ""]
         judged = verdict(base, leader, metric, mode, records)  # the search's, on its own leader
         if answer.confirmed and leader is not None and leader is not best:
@@ -368,14 +368,16 @@ def _confirmed_median(confirmations: Sequence[TrialRecord], metric: str, key: st
 
 
 def _confirmed_row(label: str, fmt: str, judged: Judgement, confirmations: Sequence[TrialRecord], metric: str,
-                   base: TrialRecord, best: TrialRecord) -> list[str]:
+                   mode: str, base: TrialRecord, best: TrialRecord) -> list[str]:
     """The first objective as the confirmation measured the table's two configs: its rows
     above are one search trial each, taken minutes apart, and the host's speed moves
     between them by more than the gain's interval; the change is the verdict's (paired
-    by round), so the table and the verdict give one gain."""
+    by round), so the table and the verdict give one gain. As the rows above, it is the
+    value's own change: a minimised figure's gain (+ is better) turned back."""
     key = config_key(best.searched)
     gain = next((j.gain for j in judged.candidates if j.key == key), float("nan"))
-    change = "" if best.is_baseline else f"{gain:+.1%}" if math.isfinite(gain) else "-"
+    change = gain if mode == "max" else 1 / (1 + gain) - 1
+    change = "" if best.is_baseline else f"{change:+.1%}" if math.isfinite(change) else "-"
     return ["  confirmed (median of rounds)", _format(fmt, _confirmed_median(confirmations, metric,
                                                                                       config_key(base.searched))),
             _format(fmt, _confirmed_median(confirmations, metric, key)), change]
