@@ -335,7 +335,8 @@ def test_a_figure_from_a_loaded_host_ranks_after_the_trusted_ones_though_scaled_
     assert [trusted(r, records) for r in records] == [True, True, True, True, False]
     assert verdict(records[0], loaded, "score", "max", records).text.startswith("not trusted: trial 5 ran while")
     line = SweepCallback.progress_line(type("Fake", (), {
-        "total_trials": 5, "metrics": MetricSet((Metric("score", "", "max", progress="{:.1f}"),), ("score",)), "records": {r.trial_id: r for r in records},
+        "total_trials": 5, "metrics": MetricSet((Metric("score", "", "max", progress="{:.1f}"),), ("score",)),
+        "records": {r.trial_id: r for r in records},
         "host_slowdown": SweepCallback.host_slowdown, "host_loaded": SweepCallback.host_loaded,
         "local_step": lambda self, record: ""})(), loaded)
     assert "(host loaded: its speed probe ran 40% slower than the sweep's typical; not trusted)" in line

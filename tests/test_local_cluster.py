@@ -76,8 +76,8 @@ def cluster():
                 if started.session_dir in " ".join(_args(pid))], "processes of the cluster left running"
     assert not _listening(port)
     assert local_cluster._recorded_address() == before
-    assert not [path for path in (local_cluster.config_path(port), local_cluster.config_path(port) + ".previous-address")
-                if os.path.exists(path)], "its files left in the cache"
+    files = (local_cluster.config_path(port), local_cluster.config_path(port) + ".previous-address")
+    assert not [path for path in files if os.path.exists(path)], "its files left in the cache"
 
 
 def _args(pid: int) -> list[str]:

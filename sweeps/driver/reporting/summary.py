@@ -259,7 +259,8 @@ def summary_blocks(title: str, records: Sequence[TrialRecord], metric: str, mode
         lines += ["", Table(tuple(map(tuple, rows))), ""]
         judged = verdict(base, leader, metric, mode, records)  # the search's, on its own leader
         if answer.confirmed and leader is not None and leader is not best:
-            unconfirmed = "" if config_key(leader.searched) in confirmed.names else f"; {_not_confirmed(leader, records)}"
+            unconfirmed = ("" if config_key(leader.searched) in confirmed.names
+                           else f"; {_not_confirmed(leader, records)}")
             lines.append(f"search's leader: trial {leader.number} at "
                          f"{_format(_fmt(declared, metric), leader.metric(metric))} {metric} (one trial per config)"
                          f"{unconfirmed}; the confirmation's rounds name trial {best.number}"
