@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +23,16 @@ import pytest
 # read it; the serial pass (one test at a time, what a user's trial does) keeps spinning.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+# The suite's caches stay out of the user's (~/.cache/accelsweep: CPU peaks, FLOP counts,
+# compile caches, local clusters' files): its peaks are measured under its own load (two
+# workers, passive waiting) and a user's sweeps would read them back as this machine's. One
+# folder per run of pytest, its xdist workers' too (they inherit the variable), removed when
+# the run that made it ends. Set before the zygotes and the session's Ray instance start.
+_TEST_CACHE_MADE = "ACCELSWEEP_TEST_CACHE" not in os.environ
+if _TEST_CACHE_MADE:
+    os.environ["ACCELSWEEP_TEST_CACHE"] = tempfile.mkdtemp(prefix="accelsweep-test-cache-")
+os.environ["XDG_CACHE_HOME"] = os.environ["ACCELSWEEP_TEST_CACHE"]
 
 from tests import shared_ray as shared_ray_instance
 from tests import worker_zygote, zygote
@@ -90,6 +101,8 @@ def pytest_runtest_makereport(item, call):
 def pytest_sessionfinish(session, exitstatus):
     zygote.Zygote.stop()
     worker_zygote.stop_session_workers()
+    if _TEST_CACHE_MADE:
+        shutil.rmtree(os.environ["ACCELSWEEP_TEST_CACHE"], ignore_errors=True)
 
 
 
