@@ -9,6 +9,7 @@ never a speed: every fake node shares this machine's two cores.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -55,6 +56,18 @@ def test_a_gpu_type_gets_rays_gpu_count_and_accelerator_type():
 def test_a_type_the_instance_table_lacks_is_refused_by_name():
     with pytest.raises(Exception, match="InstanceType must be one of .*got 'm5.large'"):
         local_cluster.node_resources("m5.large", {})
+
+
+def test_the_clusters_files_are_written_where_the_cache_does_not_exist_yet(tmp_path, monkeypatch):
+    """A fresh machine's first command can be `accelsweep cluster up`: no folder in the
+    user's cache yet."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "never-used"))
+    local_cluster.write_files(6390, {"cluster_name": "accelsweep-local"}, "127.0.0.1:6379")
+    with open(local_cluster.config_path(6390)) as written:
+        assert json.load(written) == {"cluster_name": "accelsweep-local"}
+    with open(local_cluster.config_path(6390) + ".previous-address") as written:
+        assert written.read() == "127.0.0.1:6379"
+    assert local_cluster.config_path(6390).startswith(str(tmp_path / "never-used"))
 
 
 def _listening(port: int) -> bool:

@@ -83,6 +83,16 @@ def config_path(port: int) -> str:
     return cache_file(f"local-cluster-{port}.json")
 
 
+def write_files(port: int, config: Mapping[str, Any], previous: Optional[str]) -> None:
+    """The cluster's files in the user's cache (made if this is its first use): its
+    autoscaler's config, and the address ``down`` puts back."""
+    os.makedirs(os.path.dirname(config_path(port)), exist_ok=True)
+    with open(config_path(port), "w") as config_file:
+        json.dump(config, config_file, indent=1)
+    with open(config_path(port) + ".previous-address", "w") as previous_file:
+        previous_file.write(previous or "")
+
+
 def ray_command() -> str:
     return os.path.join(os.path.dirname(sys.executable), "ray")
 
@@ -119,12 +129,8 @@ def up(cluster_yaml: Optional[str] = None, port: int = DEFAULT_PORT,
     if find(port) is not None:
         raise ConfigError("port", "a port no Ray cluster of this machine uses", port,
                           f"A cluster is up there already (accelsweep cluster down --port {port} stops it).")
-    config = autoscaling_config(cluster, port, idle_timeout_s)
     previous = _recorded_address()
-    with open(config_path(port), "w") as config_file:
-        json.dump(config, config_file, indent=1)
-    with open(config_path(port) + ".previous-address", "w") as previous_file:
-        previous_file.write(previous or "")
+    write_files(port, autoscaling_config(cluster, port, idle_timeout_s), previous)
     command = [ray_command(), "start", "--head", f"--node-ip-address={LOOPBACK}", f"--port={port}",
                f"--autoscaling-config={config_path(port)}", f"--num-cpus={head_cpus(cluster)}", "--num-gpus=0",
                "--dashboard-host=127.0.0.1", "--disable-usage-stats"]
