@@ -335,12 +335,13 @@ def _confirmation_lines(judged: Judgement, search: Sequence[TrialRecord], confir
     lines: list[Block] = [f"confirmation: {judged.rounds} interleaved round(s), {len(confirmations)} trial(s), "
                           f"{spent:.0f} s" + (f", {contended} contended (left out of the pairs)" if contended else "")]
     by_key = {j.key: j for j in judged.candidates}
+    medians = _confirmed_medians(confirmations, metric)
     rows = [["config", "search", "confirmed (median of rounds)", "change vs baseline", "95% interval", "quiet pairs"]]
     for key, name in judged.names.items():
         same = [r for r in search if config_key(r.searched) == key and r.measured(metric)]
         searched = max((r.metric(metric) for r in same), default=float("nan")) if mode == "max" else \
             min((r.metric(metric) for r in same), default=float("nan"))
-        median = _confirmed_median(confirmations, metric, key)
+        median = medians.get(key, float("nan"))
         one = by_key.get(key)
         if one is None:  # the baseline
             rows.append([name, _format(fmt, searched), _format(fmt, median), "", "", ""])
@@ -361,11 +362,14 @@ def _not_confirmed(leader: TrialRecord, records: Sequence[TrialRecord]) -> str:
             "space's edge, as many as its time holds")
 
 
-def _confirmed_median(confirmations: Sequence[TrialRecord], metric: str, key: str) -> float:
-    """A config's (by config key) median over the confirmation's quiet rounds."""
-    values = [v for round_ in measurements(confirmations, metric) for k, (v, c) in round_.items()
-              if k == key and not c and math.isfinite(v)]
-    return statistics.median(values) if values else float("nan")
+def _confirmed_medians(confirmations: Sequence[TrialRecord], metric: str) -> dict[str, float]:
+    """Each config's (by config key) median over the confirmation's quiet rounds."""
+    values: dict[str, list[float]] = {}
+    for round_ in measurements(confirmations, metric):
+        for key, (value, contended) in round_.items():
+            if not contended and math.isfinite(value):
+                values.setdefault(key, []).append(value)
+    return {key: statistics.median(figures) for key, figures in values.items()}
 
 
 def _confirmed_row(label: str, fmt: str, judged: Judgement, confirmations: Sequence[TrialRecord], metric: str,
@@ -379,9 +383,9 @@ def _confirmed_row(label: str, fmt: str, judged: Judgement, confirmations: Seque
     gain = next((j.gain for j in judged.candidates if j.key == key), float("nan"))
     change = gain if mode == "max" else 1 / (1 + gain) - 1
     change = "" if best.is_baseline else f"{change:+.1%}" if math.isfinite(change) else "-"
-    return ["  confirmed (median of rounds)", _format(fmt, _confirmed_median(confirmations, metric,
-                                                                                      config_key(base.searched))),
-            _format(fmt, _confirmed_median(confirmations, metric, key)), change]
+    medians = _confirmed_medians(confirmations, metric)
+    return ["  confirmed (median of rounds)", _format(fmt, medians.get(config_key(base.searched), float("nan"))),
+            _format(fmt, medians.get(key, float("nan"))), change]
 
 
 def _search_lines(records: Sequence[TrialRecord], planned: Optional[int], searched_out: bool,
