@@ -70,6 +70,49 @@ def test_the_clusters_files_are_written_where_the_cache_does_not_exist_yet(tmp_p
     assert local_cluster.config_path(6390).startswith(str(tmp_path / "never-used"))
 
 
+def _files(port: int) -> list[str]:
+    return [path for path in (local_cluster.config_path(port), local_cluster.config_path(port) + ".previous-address")
+            if os.path.exists(path)]
+
+
+def test_an_up_stopped_after_ray_started_leaves_nothing_running(monkeypatch):
+    """A Ctrl-C (or any error) after `ray start` succeeded: the half-started cluster would
+    hold the port and Ray's recorded address with no `up` to answer for it."""
+    port = free_port()
+    before = local_cluster._recorded_address()
+    started_find = local_cluster.find
+
+    def interrupted_once_it_runs(asked_port):
+        running = started_find(asked_port)
+        if running is not None:
+            raise KeyboardInterrupt
+        return running
+
+    monkeypatch.setattr(local_cluster, "find", interrupted_once_it_runs)
+    with pytest.raises(KeyboardInterrupt):
+        local_cluster.up(port=port)  # recording its address, as `accelsweep cluster up` does
+    monkeypatch.undo()
+    assert local_cluster._gcs_session(port) is None and not _listening(port)
+    assert local_cluster._recorded_address() == before
+    assert not _files(port)
+
+
+def test_down_after_a_crash_puts_the_address_back_and_removes_the_files(tmp_path, monkeypatch):
+    """Its processes gone (killed, the machine's OOM killer): `down` finds no cluster on
+    the port, and still owes the user the address and the cache it took."""
+    monkeypatch.setattr(local_cluster, "_address_file", lambda: str(tmp_path / "ray_current_cluster"))
+    port = free_port()
+    local_cluster.write_files(port, {"cluster_name": "accelsweep-local"}, "10.0.0.7:6379")
+    local_cluster._record_address(f"127.0.0.1:{port}")  # what its `ray start` recorded
+    assert local_cluster.down(port) == 0
+    assert local_cluster._recorded_address() == "10.0.0.7:6379"
+    assert not _files(port)
+    # A recorded loopback address with no files of ours is someone else's `ray start`.
+    local_cluster._record_address(f"127.0.0.1:{port}")
+    local_cluster.down(port)
+    assert local_cluster._recorded_address() == f"127.0.0.1:{port}"
+
+
 def _listening(port: int) -> bool:
     with socket.socket() as probe:
         return probe.connect_ex(("127.0.0.1", port)) == 0
@@ -89,8 +132,7 @@ def cluster():
                 if started.session_dir in " ".join(_args(pid))], "processes of the cluster left running"
     assert not _listening(port)
     assert local_cluster._recorded_address() == before
-    files = (local_cluster.config_path(port), local_cluster.config_path(port) + ".previous-address")
-    assert not [path for path in files if os.path.exists(path)], "its files left in the cache"
+    assert not _files(port), "its files left in the cache"
 
 
 def _args(pid: int) -> list[str]:

@@ -137,15 +137,23 @@ def up(cluster_yaml: Optional[str] = None, port: int = DEFAULT_PORT,
     env = {**os.environ, **CLUSTER_ENV}
     if node_timeout_s is not None:
         env["AUTOSCALER_HEARTBEAT_TIMEOUT_S"] = str(max(1, round(node_timeout_s)))  # Ray reads an integer
-    started = subprocess.run(command, env=env, capture_output=True, text=True, timeout=START_TIMEOUT_S)
-    running = find(port)
-    if started.returncode != 0 or running is None:
-        if running is not None:
-            down(port)
-        raise RuntimeError(f"`{' '.join(command)}` failed (exit {started.returncode}):\n{started.stderr[-2000:]}")
-    if not record_address:
-        _record_address(previous)
-    return running
+    try:
+        started = subprocess.run(command, env=env, capture_output=True, text=True, timeout=START_TIMEOUT_S)
+        running = find(port)
+        if started.returncode != 0 or running is None:
+            raise RuntimeError(f"`{' '.join(command)}` failed (exit {started.returncode}):\n{started.stderr[-2000:]}")
+        if not record_address:
+            _record_address(previous)
+        return running
+    except BaseException:
+        # Whatever of it did start (a `ray start` that timed out half-way, a step after it
+        # that raised, a Ctrl-C) would hold the port and Ray's recorded address with no one
+        # to stop it. The port was free a moment ago, so a GCS on it now is this one's, its
+        # autoscaler up or not (`find` asks for both).
+        session_dir = _gcs_session(port)
+        stop_processes(instance_processes(session_dir) if session_dir else [])
+        _forget(port, ours=True)
+        raise
 
 
 def _address_file() -> str:
@@ -175,20 +183,26 @@ def _record_address(address: Optional[str]) -> None:
 def find(port: int) -> Optional[LocalCluster]:
     """The cluster whose GCS serves ``port`` here, if it is one ``up`` started (its
     autoscaler reads this port's config); None when there is none."""
-    session_dir = None
-    table = process_table(include_zombies=False)
-    for pid in table:
-        args = command_line(pid) or []
-        if args and os.path.basename(args[0]) == "gcs_server" and f"--gcs_server_port={port}" in args:
-            logs = next((a.split("=", 1)[1] for a in args if a.startswith("--log_dir=")), "")
-            session_dir = os.path.dirname(logs.rstrip("/"))
-    if not session_dir:
+    session_dir = _gcs_session(port)
+    if session_dir is None:
         return None
-    ours = any(f"--autoscaling-config={config_path(port)}" in (command_line(pid) or ()) for pid in table)
+    ours = any(f"--autoscaling-config={config_path(port)}" in (command_line(pid) or ())
+               for pid in process_table(include_zombies=False))
     if not ours:
         raise ConfigError("port", "the port of a cluster `accelsweep cluster up` started", port,
                           f"The Ray cluster there ({session_dir}) is someone else's: it is not stopped here.")
     return LocalCluster(port, session_dir)
+
+
+def _gcs_session(port: int) -> Optional[str]:
+    """The session folder of the Ray GCS serving ``port`` here, whoever started it."""
+    for pid in process_table(include_zombies=False):
+        args = command_line(pid) or []
+        if args and os.path.basename(args[0]) == "gcs_server" and f"--gcs_server_port={port}" in args:
+            logs = next((a.split("=", 1)[1] for a in args if a.startswith("--log_dir=")), "")
+            if logs:
+                return os.path.dirname(logs.rstrip("/"))
+    return None
 
 
 def down(port: int = DEFAULT_PORT) -> int:
@@ -197,22 +211,30 @@ def down(port: int = DEFAULT_PORT) -> int:
     and nothing else; how many there were. Never ``ray stop``: it stops every Ray process
     of the machine."""
     cluster = find(port)
-    if cluster is None:
-        return 0
-    pids = instance_processes(cluster.session_dir)
+    pids = instance_processes(cluster.session_dir) if cluster is not None else []
     stop_processes(pids)
-    if _recorded_address() == cluster.address:  # else someone's `ray start` came since: theirs
+    _forget(port, ours=cluster is not None)
+    return len(pids)
+
+
+def _forget(port: int, ours: bool) -> None:
+    """Put back the address recorded before ``up`` on ``port`` and remove the cluster's
+    files. ``ours``: a cluster of ``up`` was found there; else only a cluster that left its
+    files (one that crashed, or an ``up`` that failed) is forgotten."""
+    previous_path = config_path(port) + ".previous-address"
+    if not ours and not os.path.exists(previous_path):
+        return  # never ours: a `ray start` of someone else's may have recorded this address
+    if _recorded_address() == f"{LOOPBACK}:{port}":  # else someone's `ray start` came since: theirs
         try:
-            with open(config_path(port) + ".previous-address") as previous_file:
+            with open(previous_path) as previous_file:
                 _record_address(previous_file.read().strip() or None)
         except OSError:
             _record_address(None)
     # Its autoscaler's config and the address to put back are its own: no other cluster
     # reads them, and each port's would otherwise stay in the user's cache for good.
-    for leftover in (config_path(port), config_path(port) + ".previous-address"):
+    for leftover in (config_path(port), previous_path):
         with contextlib.suppress(FileNotFoundError):
             os.remove(leftover)
-    return len(pids)
 
 
 def nodes_by_type() -> dict[str, int]:
