@@ -29,10 +29,12 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 # workers, passive waiting) and a user's sweeps would read them back as this machine's. One
 # folder per run of pytest, its xdist workers' too (they inherit the variable), removed when
 # the run that made it ends. Set before the zygotes and the session's Ray instance start.
+# The user's data folder too (the team store's default folder), in the same one.
 _TEST_CACHE_MADE = "ACCELSWEEP_TEST_CACHE" not in os.environ
 if _TEST_CACHE_MADE:
     os.environ["ACCELSWEEP_TEST_CACHE"] = tempfile.mkdtemp(prefix="accelsweep-test-cache-")
 os.environ["XDG_CACHE_HOME"] = os.environ["ACCELSWEEP_TEST_CACHE"]
+os.environ["XDG_DATA_HOME"] = os.path.join(os.environ["ACCELSWEEP_TEST_CACHE"], "data")
 
 from tests import shared_ray as shared_ray_instance
 from tests import worker_zygote, zygote

@@ -288,11 +288,14 @@ print("JOBS " + json.dumps({"entrypoints": [job.get("Entrypoint", "") for job in
 
 
 @pytest.mark.slow
-def test_a_local_instance_serves_nothing_beyond_what_ray_needs():
+def test_a_local_instance_serves_nothing_beyond_what_ray_needs(tmp_path):
     """Every listener of the instance (GCS, raylet, workers, agents, the driver's own core
     worker) on 127.0.0.1 only, token auth on; the job table and every Ray process free of
     the password the driver was given."""
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE")}
+    # Ray's default token auth writes its token to ~/.ray/auth_token: a home of the test's own,
+    # not the user's (whose token a later `ray start` of theirs would read).
+    env["HOME"] = str(tmp_path)
     env["MLFLOW_TRACKING_PASSWORD"] = "Hunter2Secret"  # exported, and in the command line below
     done = subprocess.run([sys.executable, "-c", LISTENERS, "--tracking-uri",
                            "http://user:Hunter2Secret@127.0.0.1:5000"], cwd=REPO, env=env, capture_output=True,
@@ -317,6 +320,7 @@ def test_a_local_instance_serves_nothing_beyond_what_ray_needs():
         assert listener["host"] in loopback, listener
     gcs = [s for s in found if "gcs_server" in s["command"] and s["port"] is None]
     assert gcs and all(s["auth"] == ["RAY_AUTH_MODE=token"] for s in gcs), gcs
+    assert (tmp_path / ".ray" / "auth_token").stat().st_size > 0  # the token Ray made for it
     for dashboard in (s for s in found if "dashboard.py" in s["command"] and s["port"] is None):
         # Ray runs a minimal dashboard head even with include_dashboard=False: no web
         # frontend, and bound to 127.0.0.1 should it ever listen.
