@@ -97,14 +97,15 @@ def test_an_up_stopped_after_ray_started_leaves_nothing_running(monkeypatch):
     assert not _files(port)
 
 
-def test_down_after_a_crash_puts_the_address_back_and_removes_the_files(tmp_path, monkeypatch):
+def test_down_after_a_crash_puts_the_address_back_and_removes_the_files(tmp_path, monkeypatch, capsys):
     """Its processes gone (killed, the machine's OOM killer): `down` finds no cluster on
     the port, and still owes the user the address and the cache it took."""
     monkeypatch.setattr(local_cluster, "_address_file", lambda: str(tmp_path / "ray_current_cluster"))
     port = free_port()
     local_cluster.write_files(port, {"cluster_name": "accelsweep-local"}, "10.0.0.7:6379")
     local_cluster._record_address(f"127.0.0.1:{port}")  # what its `ray start` recorded
-    assert local_cluster.down(port) == 0
+    assert local_cluster.main(["down", "--port", str(port)]) == 0
+    assert "removed the files of one that stopped on its own" in capsys.readouterr().out
     assert local_cluster._recorded_address() == "10.0.0.7:6379"
     assert not _files(port)
     # A recorded loopback address with no files of ours is someone else's `ray start`.

@@ -281,9 +281,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                   f"--instance-type c7i.2xlarge\nstop it:            accelsweep cluster down"
                   + (f" --port {args.port}" if args.port != DEFAULT_PORT else ""))
         elif args.action == "down":
+            left_files = os.path.exists(config_path(args.port))
             stopped = down(args.port)
             print(f"stopped {stopped} processes of the local cluster on port {args.port}" if stopped
-                  else f"no local cluster on port {args.port}")
+                  else f"no local cluster running on port {args.port}; removed the files of one that stopped "
+                       f"on its own" if left_files else f"no local cluster on port {args.port}")
         else:
             cluster = find(args.port)
             if cluster is None:
