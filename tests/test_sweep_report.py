@@ -12,6 +12,7 @@ import pytest
 from accelsweep.sweeps.driver.record.history import SweepHistory
 from accelsweep.sweeps.driver.record.trial_record import TrialRecord
 from accelsweep.sweeps.driver.reporting.report_artifacts import _stamp, knob_importances
+from accelsweep.sweeps.driver.reporting.verdict import sweep_answer
 from accelsweep.trainables.metrics import Metric, MetricSet
 
 METRICS = MetricSet(metrics=(Metric("score", "", "max", label="score", progress="{:.1f}"),), headline=("score",))
@@ -29,11 +30,15 @@ def record(number, score, **result):
                        result={"score": score, **result})
 
 
+def device_stamp(sweep: SweepHistory) -> str:
+    return _stamp(sweep, sweep_answer(sweep.records, sweep.confirmations, *sweep.objectives[0]).best).device
+
+
 def test_the_device_stamp_says_what_is_true():
-    assert _stamp(history([record(1, 1.0, device="cpu: AMD EPYC")])).device == "cpu: AMD EPYC"
+    assert device_stamp(history([record(1, 1.0, device="cpu: AMD EPYC")])) == "cpu: AMD EPYC"
     # A user's trainable that reports no device still measured: it is not "no trial measured".
-    assert _stamp(history([record(1, 1.0), record(2, 2.0)])).device == "not reported by the trainable"
-    assert _stamp(history([record(1, float("nan"))])).device == "no trial measured"
+    assert device_stamp(history([record(1, 1.0), record(2, 2.0)])) == "not reported by the trainable"
+    assert device_stamp(history([record(1, float("nan"))])) == "no trial measured"
 
 
 def synthetic_study(url, directions):

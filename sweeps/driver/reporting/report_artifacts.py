@@ -21,6 +21,7 @@ import warnings
 from typing import Callable, Optional
 
 from accelsweep.sweeps.driver.record.history import SweepHistory, load_sweep
+from accelsweep.sweeps.driver.record.trial_record import TrialRecord
 from accelsweep.sweeps.driver.record.optuna_study import quiet_optuna, shared_storage
 from accelsweep.sweeps.driver.reporting import plots
 from accelsweep.sweeps.driver.reporting.plots import PlotStamp
@@ -41,8 +42,7 @@ def is_kernel_sweep(history: SweepHistory) -> bool:
     return "impl" in history.knobs and "latency_p50_s" in history.metrics.names
 
 
-def _stamp(history: SweepHistory):
-    best = sweep_answer(history.records, history.confirmations, *history.objectives[0]).best
+def _stamp(history: SweepHistory, best: Optional[TrialRecord]):
     machine = history.tags.get("hardware") or (
         f"{history.tags.get('host.machine', 'unknown machine')}, {history.tags.get('host.cpus', '?')} CPUs")
     date = datetime.datetime.fromtimestamp(history.started_ms / 1000).strftime("%Y-%m-%d %H:%M")
@@ -115,7 +115,8 @@ def build_report(history: SweepHistory, out_dir: str, study_url: Optional[str] =
     ``out_dir/plots``)."""
     metric, mode = history.objectives[0]
     os.makedirs(os.path.join(out_dir, PLOTS_DIR), exist_ok=True)
-    stamp = _stamp(history)
+    answer = sweep_answer(history.records, history.confirmations, metric, mode)
+    stamp = _stamp(history, answer.best)
 
     def at(name: str) -> str:
         return os.path.join(out_dir, PLOTS_DIR, name)
@@ -127,7 +128,6 @@ def build_report(history: SweepHistory, out_dir: str, study_url: Optional[str] =
                  roofline_plot(history.records, at("roofline.png"), stamp)]
     else:
         importances, evaluator, note = knob_importances(history, study_url)
-        answer = sweep_answer(history.records, history.confirmations, metric, mode)
         drawn = [plots.tradeoff_plot(history.records, metric, mode, COST_METRIC, "min", at("tradeoff.png"), stamp,
                                      labels=labels, cost_note=history.cost_note, answer=answer.best),
                  plots.progress_plot(history.records, metric, mode, at("progress.png"), stamp,
@@ -147,7 +147,7 @@ def build_report(history: SweepHistory, out_dir: str, study_url: Optional[str] =
                             objectives=history.objectives, planned_trials=history.planned_trials,
                             searched_out=history.searched_out, goal_reached=history.goal_reached,
                             confirmations=history.confirmations,
-                            confirm_note=history.confirm_note)
+                            confirm_note=history.confirm_note, answer=answer)
     blocks += ["", f"machine: {stamp.machine}; device: {stamp.device}; started {stamp.date}; "
                    f"MLflow parent run {history.parent_run_id} ({history.name})"]
     images = [(os.path.relpath(path, out_dir), os.path.splitext(os.path.basename(path))[0]) for path in drawn]

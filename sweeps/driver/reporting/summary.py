@@ -23,7 +23,7 @@ from accelsweep.sweeps.driver.define.edges import edge_lines
 from accelsweep.sweeps.driver.record.trial_record import (CUT_BY_BUDGET, REJECTED, REUSED, TrialRecord, ranked,
                                                           trusted)
 from accelsweep.sweeps.driver.reporting.changes import describe_change
-from accelsweep.sweeps.driver.reporting.verdict import (Judgement, best_record, config_key, measurements,
+from accelsweep.sweeps.driver.reporting.verdict import (Answer, Judgement, best_record, config_key, measurements,
                                                         sweep_answer, verdict)
 from accelsweep.trainables.roofline import roofline_phrase
 from accelsweep.trainables.errors import ConfigError
@@ -133,12 +133,12 @@ def summary(title: str, records: Sequence[TrialRecord], metric: str, mode: str, 
             cost_note: str, ui_command: str, elapsed_s: float, metrics: Optional[MetricSet] = None,
             objectives: Sequence[tuple[str, str]] = (), planned_trials: Optional[int] = None,
             searched_out: bool = False, confirmations: Sequence[TrialRecord] = (), confirm_note: str = "",
-            goal_reached: str = "") -> str:
+            goal_reached: str = "", answer: Optional[Answer] = None) -> str:
     """The summary as the console prints it (``summary_blocks`` says what is in it)."""
     return plain(summary_blocks(title, records, metric, mode, knobs, cost_note, ui_command, elapsed_s,
                                 metrics=metrics, objectives=objectives, planned_trials=planned_trials,
                                 searched_out=searched_out, confirmations=confirmations, confirm_note=confirm_note,
-                                goal_reached=goal_reached))
+                                goal_reached=goal_reached, answer=answer))
 
 
 def plain(blocks: Sequence[Block]) -> str:
@@ -190,7 +190,7 @@ def summary_blocks(title: str, records: Sequence[TrialRecord], metric: str, mode
                    cost_note: str, ui_command: str, elapsed_s: float, metrics: Optional[MetricSet] = None,
                    objectives: Sequence[tuple[str, str]] = (), planned_trials: Optional[int] = None,
                    searched_out: bool = False, confirmations: Sequence[TrialRecord] = (),
-                   confirm_note: str = "", goal_reached: str = "") -> list[Block]:
+                   confirm_note: str = "", goal_reached: str = "", answer: Optional[Answer] = None) -> list[Block]:
     """``metric``/``mode``: the first objective, whose best trial the table sets against the
     baseline. ``confirmations``: the confirmation phase's trials (confirm.py), whose
     verdict is the sweep's; ``confirm_note``: why there are none, when that was planned.
@@ -199,12 +199,14 @@ def summary_blocks(title: str, records: Sequence[TrialRecord], metric: str, mode
     mode) of the sweep; with more than one, the Pareto set follows the table.
     ``planned_trials``: the sweep's num_samples, to say whether the search finished;
     ``searched_out``: the searcher ended it, having run out of new configs; ``goal_reached``:
-    why Sweep.stop_at_utilisation ended it (sweeps/driver/run/goal.py)."""
+    why Sweep.stop_at_utilisation ended it (sweeps/driver/run/goal.py). ``answer``: the
+    sweep's ``verdict.sweep_answer`` where the caller holds it (the same one it tags and
+    returns); else judged here."""
     objectives = list(objectives) or [(metric, mode)]
     declared = metrics or TRAINING_METRICS
     baseline = next((r for r in records if r.is_baseline), None)
     # One answer: the confirmation's pick when it judged, the search's leader beside it.
-    answer = sweep_answer(records, confirmations, metric, mode)
+    answer = answer or sweep_answer(records, confirmations, metric, mode)
     best, leader, confirmed = answer.best, answer.leader, answer.judgement
     # A kernel grid over several shapes: the baseline is set against the best at its own
     # shape; every shape is ranked against its own baseline below (_per_shape_lines).

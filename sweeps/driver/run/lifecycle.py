@@ -709,7 +709,7 @@ def _finish(plan: Plan, run: _Run, tracker, status: str, elapsed_s: float,
                    list(plan.space.distributions), sweep.cost_note, tracker.ui_command(),
                    elapsed_s, metrics=plan.metrics, objectives=plan.objectives, planned_trials=sweep.num_samples,
                    searched_out=searched_out(run.callback.sweep_token), confirmations=confirmed_records,
-                   confirm_note=confirm_note, goal_reached=run.callback.goal_reached or "")
+                   confirm_note=confirm_note, goal_reached=run.callback.goal_reached or "", answer=answer)
     cluster_line = run.cluster_watch.line() if run.cluster_watch is not None else ""
     for line in (cluster_line, by_node_type(records, first_metric, first_mode)):
         if line:
