@@ -72,9 +72,9 @@ def test_a_declaration_is_checked_when_made():
         KERNEL_METRICS.replace("nope", label="x")
 
 
-def record(result, number=1, measured_by=TRAINING_METRICS.measurement, **fields):
+def record(result, number=1, measured_by=TRAINING_METRICS.measurement, status="finished", **fields):
     return TrialRecord(number, f"t{number}", {"batch_size": 16}, {"batch_size": 16}, {}, number == 1, 0.0,
-                       status="finished", result=result, measured_by=measured_by, **fields)
+                       status=status, result=result, measured_by=measured_by, **fields)
 
 
 def callback(metrics=None, logged=None):
@@ -97,6 +97,12 @@ def test_progress_lines_come_from_the_declaration():
         "[trial 3/4] batch_size=16 -> p50 1.5000 ms, cv 1.0%, max error 0 (interpreted: not ranked) [finished]")
     assert callback(CUSTOM).progress_line(record({"tokens_per_s": 1234.4, "loss": 2.0}, number=2)) == (
         "[trial 2/4] batch_size=16 -> 1234 tok/s, loss 2.000 [finished]")
+    # Cut by the time budget while it started or warmed up: no figure to show, and no row of nan.
+    cut = record({name: float("nan") for name in training}, number=4, status="cut by time budget")
+    assert callback(TRAINING_METRICS).progress_line(cut) == (
+        "[trial 4/4] batch_size=16 -> nothing measured: the time budget ended it before its first window "
+        "[cut by time budget]")
+    assert "-> 40.7 samples/s" in callback().progress_line(record(training, number=4, status="cut by time budget"))
 
 
 def test_summary_rows_come_from_the_declaration():

@@ -670,6 +670,9 @@ class SweepCallback(Callback):
             return f"[reuse] {knobs} -> measured already ({of}): its result stands, not run again"
         if record.status == REJECTED:
             return f"{head} -> rejected after {record.wall_s:.1f} s: {record.result.get('rejection', '')}"
+        if record.status == CUT_BY_BUDGET and not math.isfinite(record.metric(self.metrics.measurement)):
+            # Its figures would all read nan: it was starting, compiling or warming up.
+            return f"{head} -> nothing measured: the time budget ended it before its first window [{record.status}]"
         figures = []
         for name in self.metrics.headline:  # formatted as the trainable declares them
             metric, value = self.metrics[name], record.metric(name)
