@@ -21,8 +21,8 @@ import warnings
 from typing import Callable, Optional
 
 from accelsweep.sweeps.driver.record.history import SweepHistory, load_sweep
-from accelsweep.sweeps.driver.record.trial_record import TrialRecord
 from accelsweep.sweeps.driver.record.optuna_study import quiet_optuna, shared_storage
+from accelsweep.sweeps.driver.record.trial_record import TrialRecord
 from accelsweep.sweeps.driver.reporting import plots
 from accelsweep.sweeps.driver.reporting.plots import PlotStamp
 from accelsweep.sweeps.driver.reporting.roofline_plot import roofline_plot
