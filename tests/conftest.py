@@ -35,6 +35,9 @@ if _TEST_CACHE_MADE:
     os.environ["ACCELSWEEP_TEST_CACHE"] = tempfile.mkdtemp(prefix="accelsweep-test-cache-")
 os.environ["XDG_CACHE_HOME"] = os.environ["ACCELSWEEP_TEST_CACHE"]
 os.environ["XDG_DATA_HOME"] = os.path.join(os.environ["ACCELSWEEP_TEST_CACHE"], "data")
+# And the Tune state of every sweep that names no --storage-path (else ~/ray_results: 47 MB
+# of a hundred-odd experiment folders from a dozen runs, never removed).
+os.environ["ACCELSWEEP_STORAGE_PATH"] = os.path.join(os.environ["ACCELSWEEP_TEST_CACHE"], "ray_results")
 
 from tests import shared_ray as shared_ray_instance
 from tests import worker_zygote, zygote

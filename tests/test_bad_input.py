@@ -112,7 +112,8 @@ ADDRESS_ALLOWED = "a reachable Ray cluster address (host:port, ray://host:port o
 with open(os.path.join(REPO, "README.md"), "rb") as _readme:
     README_START = _readme.read(16)  # how a text file given as a sqlite store is shown
 SEED_RANGE = "seed must be an integer from 0 to 4294967295 (2**32 - 1); "
-STORAGE_ALLOWED = "a writable folder with at least 64 MiB free (--storage-path; default ~/ray_results)"
+STORAGE_ALLOWED = ("a writable folder with at least 64 MiB free (--storage-path; default $ACCELSWEEP_STORAGE_PATH, "
+                   "else ~/ray_results)")
 SQLITE_ALLOWED = "sqlite:///<path> naming the MLflow store (a sqlite file, or a new one in a writable folder)"
 
 CASES = [

@@ -420,13 +420,25 @@ def test_a_read_only_storage_path_is_refused_up_front(resume, tmp_path):
     assert done.returncode == 2, said(done)
     last_line = done.stderr.strip().splitlines()[-1]
     assert last_line.startswith(f"error: storage_path must be a writable folder with at least "
-                                f"{MIN_FREE_BYTES // 2**20} MiB free (--storage-path; default ~/ray_results); got "
-                                f"'{folder / 'ray'}'. {folder} takes no new file: {why}."), said(done)
+                                f"{MIN_FREE_BYTES // 2**20} MiB free (--storage-path; default $ACCELSWEEP_STORAGE_PATH, "
+                                f"else ~/ray_results); got '{folder / 'ray'}'. {folder} takes no new file: {why}."), said(done)
     assert_no_traceback(done)
     assert not (tmp_path / "m.db").exists()  # refused before the store was opened
 
 
 @pytest.mark.slow
+def test_the_default_storage_path_is_the_environments_else_tunes(monkeypatch, tmp_path):
+    from types import SimpleNamespace
+
+    from accelsweep.sweeps.driver.define.resume_check import storage_dir
+
+    monkeypatch.delenv("ACCELSWEEP_STORAGE_PATH", raising=False)
+    assert storage_dir(SimpleNamespace(storage_path=None)) == os.path.expanduser("~/ray_results")
+    monkeypatch.setenv("ACCELSWEEP_STORAGE_PATH", str(tmp_path / "shared"))
+    assert storage_dir(SimpleNamespace(storage_path=None)) == str(tmp_path / "shared")
+    assert storage_dir(SimpleNamespace(storage_path=str(tmp_path / "given"))) == str(tmp_path / "given")
+
+
 def test_a_full_storage_path_is_refused_up_front(tmp_path):
     with mounted(tmp_path / "tiny", "rw", size="1m") as folder:
         done = run_sweep_command(sweep_command(f"sqlite:///{tmp_path}/m.db", folder / "ray"), timeout=120)

@@ -21,6 +21,7 @@ import os
 from typing import Any, Mapping
 
 from accelsweep.trainables.errors import ConfigError
+from accelsweep.sweeps.driver.define.store_checks import default_storage_path
 from accelsweep.sweeps.driver.record.secrets import scrub, shown_uri
 
 __all__ = ["DEFINING", "ResumeMismatch", "check_same_sweep", "defining_flags", "storage_dir"]
@@ -52,8 +53,9 @@ class ResumeMismatch(ConfigError):
 
 
 def storage_dir(sweep: Any) -> str:
-    """Where the sweep's Tune experiments are (Sweep.storage_path; Tune's default)."""
-    return os.path.abspath(os.path.expanduser(sweep.storage_path or "~/ray_results"))
+    """Where the sweep's Tune experiments are (Sweep.storage_path, else the default:
+    store_checks.default_storage_path)."""
+    return os.path.abspath(os.path.expanduser(sweep.storage_path or default_storage_path()))
 
 
 def _located(uri: str) -> str:

@@ -30,8 +30,19 @@ from accelsweep.sweeps.driver.record.database_errors import DRIVER_TIMEOUT_ARGS
 from accelsweep.sweeps.driver.record.secrets import redact_uri, split_http_credentials
 from accelsweep.sweeps.driver.record.sqlite_store import sqlite_file
 
-__all__ = ["ANSWER_TIMEOUT_S", "CONNECT_TIMEOUT_S", "MIN_FREE_BYTES", "check_storage_path", "check_study_storage",
-           "check_tracking_store", "claim_experiment_dir", "free_bytes"]
+__all__ = ["ANSWER_TIMEOUT_S", "CONNECT_TIMEOUT_S", "MIN_FREE_BYTES", "STORAGE_HINT", "STORAGE_PATH_VARIABLE",
+           "check_storage_path", "check_study_storage", "check_tracking_store", "claim_experiment_dir",
+           "default_storage_path", "free_bytes"]
+
+# Where a sweep keeps Tune's state when --storage-path is not given: Tune's own folder,
+# unless the environment names another (a cluster's shared disk, a CI job's scratch
+# folder; the test suite keeps its sweeps out of the user's home with it).
+STORAGE_PATH_VARIABLE = "ACCELSWEEP_STORAGE_PATH"
+STORAGE_HINT = f"--storage-path; default ${STORAGE_PATH_VARIABLE}, else ~/ray_results"
+
+
+def default_storage_path() -> str:
+    return os.environ.get(STORAGE_PATH_VARIABLE) or "~/ray_results"
 
 # A TCP handshake: as preflight.CONNECT_TIMEOUT_S (a lost SYN is sent again after RFC
 # 6298's 1 s and answered). An answer: one small query, which a healthy MLflow server or
@@ -124,7 +135,7 @@ def check_storage_path(path: str, min_free: int = MIN_FREE_BYTES) -> None:
     """Refuse a storage path Tune could not save the sweep's state under: not a folder,
     read-only, or with less than ``min_free`` free. A path that does not exist yet is
     judged by the nearest folder above it (it is created when the sweep starts, not now)."""
-    allowed = f"a writable folder with at least {_mib(min_free)} free (--storage-path; default ~/ray_results)"
+    allowed = f"a writable folder with at least {_mib(min_free)} free ({STORAGE_HINT})"
     where = _nearest_existing(path)
     if not os.path.isdir(where):
         what = "is" if where == path else f"is under {where}, which is"
@@ -456,7 +467,7 @@ def claim_experiment_dir(storage: str, name: str, host_names: Optional[str] = No
             continue
         except OSError as error:
             if error.errno in (errno.EROFS, errno.ENOSPC, errno.EACCES, errno.EDQUOT):
-                raise ConfigError("storage_path", "a writable folder (--storage-path; default ~/ray_results)",
+                raise ConfigError("storage_path", f"a writable folder ({STORAGE_HINT})",
                                   storage, f"{candidate} could not be made: {error.strerror}.") from None
             raise
         if host_names is None:
