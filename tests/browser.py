@@ -212,6 +212,9 @@ class Chromium:
         port_file = profile / "DevToolsActivePort"
         port_file.unlink(missing_ok=True)  # a reused profile's is stale: wait for this browser's
         log = open(Path(workdir) / "chromium.log", "wb")
+        # Its singleton lock folder goes to TMPDIR and outlives the stop: the test's folder, not /tmp.
+        scratch = Path(workdir) / "chromium-tmp"
+        scratch.mkdir(exist_ok=True)
         # --no-sandbox: CI and the dev machines run as root, where Chromium's sandbox
         # refuses to start. Port 0: Chromium picks a free one and writes it to
         # DevToolsActivePort in the profile, so two tests never race for a port.
@@ -220,7 +223,7 @@ class Chromium:
              "--no-first-run", "--no-default-browser-check", "--hide-scrollbars", "--mute-audio",
              "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0",
              f"--user-data-dir={profile}", f"--window-size={width},{height}", "about:blank"],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env={**os.environ, "TMPDIR": str(scratch)})
         page = None
         try:
             port = cls._devtools_port(proc, port_file, Path(log.name), timeout_s)
