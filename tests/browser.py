@@ -19,10 +19,12 @@ import base64
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import struct
 import subprocess
+import tempfile
 import time
 import urllib.parse
 import urllib.request
@@ -212,9 +214,10 @@ class Chromium:
         port_file = profile / "DevToolsActivePort"
         port_file.unlink(missing_ok=True)  # a reused profile's is stale: wait for this browser's
         log = open(Path(workdir) / "chromium.log", "wb")
-        # Its singleton lock folder goes to TMPDIR and outlives the stop: the test's folder, not /tmp.
-        scratch = Path(workdir) / "chromium-tmp"
-        scratch.mkdir(exist_ok=True)
+        # Its singleton lock folder goes to TMPDIR and outlives the stop: a folder of this
+        # browser's own, removed after it. Short, in /tmp: the lock is a Unix socket, whose path
+        # may not pass 107 bytes (a pytest-xdist worker's tmp_path does).
+        scratch = tempfile.mkdtemp(prefix="asw-chromium-")
         # --no-sandbox: CI and the dev machines run as root, where Chromium's sandbox
         # refuses to start. Port 0: Chromium picks a free one and writes it to
         # DevToolsActivePort in the profile, so two tests never race for a port.
@@ -223,7 +226,7 @@ class Chromium:
              "--no-first-run", "--no-default-browser-check", "--hide-scrollbars", "--mute-audio",
              "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0",
              f"--user-data-dir={profile}", f"--window-size={width},{height}", "about:blank"],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env={**os.environ, "TMPDIR": str(scratch)})
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env={**os.environ, "TMPDIR": scratch})
         page = None
         try:
             port = cls._devtools_port(proc, port_file, Path(log.name), timeout_s)
@@ -240,6 +243,7 @@ class Chromium:
                 page.close()
             stop_group(proc)
             log.close()
+            shutil.rmtree(scratch, ignore_errors=True)
 
     @staticmethod
     def _devtools_port(proc: subprocess.Popen, port_file: Path, log: Path, timeout_s: float) -> int:
