@@ -65,13 +65,13 @@ def test_the_clusters_files_are_written_where_the_cache_does_not_exist_yet(tmp_p
     local_cluster.write_files(6390, {"cluster_name": "accelsweep-local"}, "127.0.0.1:6379")
     with open(local_cluster.config_path(6390)) as written:
         assert json.load(written) == {"cluster_name": "accelsweep-local"}
-    with open(local_cluster.config_path(6390) + ".previous-address") as written:
+    with open(local_cluster.previous_address_path(6390)) as written:
         assert written.read() == "127.0.0.1:6379"
     assert local_cluster.config_path(6390).startswith(str(tmp_path / "never-used"))
 
 
 def _files(port: int) -> list[str]:
-    return [path for path in (local_cluster.config_path(port), local_cluster.config_path(port) + ".previous-address")
+    return [path for path in (local_cluster.config_path(port), local_cluster.previous_address_path(port))
             if os.path.exists(path)]
 
 

@@ -26,7 +26,7 @@ from accelsweep.trainables.cost import CostBasis, resolve_cost_basis
 from accelsweep.trainables.platforms import PLATFORM_NAMES, get_platform, resolve_platform
 from accelsweep.trainables.loop.rejection import REJECT_RATIO
 from accelsweep.trainables.process_end import end_process
-from accelsweep.sweeps.driver.define.store_checks import STORAGE_PATH_VARIABLE
+from accelsweep.sweeps.driver.define.store_checks import STORAGE_PATH_VARIABLE, TUNE_STORAGE_PATH
 from accelsweep.sweeps.driver.record.tracking import add_tracking_uri_flag
 from accelsweep.sweeps.driver.record.tracking_buffer import DEFAULT_WAIT_S
 
@@ -77,7 +77,7 @@ def common_parser(description: str, default_samples: int, default_confirm_rounds
                              "are kept in order for up to this long, written when it answers; past it the sweep "
                              f"stops, the writes saved for --resume (default: {DEFAULT_WAIT_S:g})")
     parser.add_argument("--storage-path", default=None,
-                        help=f"Ray Tune storage path (default: ${STORAGE_PATH_VARIABLE}, else ~/ray_results)")
+                        help=f"Ray Tune storage path (default: ${STORAGE_PATH_VARIABLE}, else {TUNE_STORAGE_PATH})")
     parser.add_argument("--address", default=os.environ.get("RAY_ADDRESS") or None,
                         help="Ray cluster address; auto: the cluster `ray start` started on this machine "
                              "(default: $RAY_ADDRESS, else a private local Ray instance that stops with the script)")

@@ -31,18 +31,19 @@ from accelsweep.sweeps.driver.record.secrets import redact_uri, split_http_crede
 from accelsweep.sweeps.driver.record.sqlite_store import sqlite_file
 
 __all__ = ["ANSWER_TIMEOUT_S", "CONNECT_TIMEOUT_S", "MIN_FREE_BYTES", "STORAGE_HINT", "STORAGE_PATH_VARIABLE",
-           "check_storage_path", "check_study_storage", "check_tracking_store", "claim_experiment_dir",
-           "default_storage_path", "free_bytes"]
+           "TUNE_STORAGE_PATH", "check_storage_path", "check_study_storage", "check_tracking_store",
+           "claim_experiment_dir", "default_storage_path", "free_bytes"]
 
 # Where a sweep keeps Tune's state when --storage-path is not given: Tune's own folder,
 # unless the environment names another (a cluster's shared disk, a CI job's scratch
 # folder; the test suite keeps its sweeps out of the user's home with it).
 STORAGE_PATH_VARIABLE = "ACCELSWEEP_STORAGE_PATH"
-STORAGE_HINT = f"--storage-path; default ${STORAGE_PATH_VARIABLE}, else ~/ray_results"
+TUNE_STORAGE_PATH = "~/ray_results"  # Tune's own default (ray.train.constants.DEFAULT_STORAGE_PATH)
+STORAGE_HINT = f"--storage-path; default ${STORAGE_PATH_VARIABLE}, else {TUNE_STORAGE_PATH}"
 
 
 def default_storage_path() -> str:
-    return os.environ.get(STORAGE_PATH_VARIABLE) or "~/ray_results"
+    return os.environ.get(STORAGE_PATH_VARIABLE) or TUNE_STORAGE_PATH
 
 # A TCP handshake: as preflight.CONNECT_TIMEOUT_S (a lost SYN is sent again after RFC
 # 6298's 1 s and answered). An answer: one small query, which a healthy MLflow server or

@@ -83,13 +83,18 @@ def config_path(port: int) -> str:
     return cache_file(f"local-cluster-{port}.json")
 
 
+def previous_address_path(port: int) -> str:
+    """The address recorded before ``up`` on ``port``, which ``down`` puts back."""
+    return config_path(port) + ".previous-address"
+
+
 def write_files(port: int, config: Mapping[str, Any], previous: Optional[str]) -> None:
     """The cluster's files in the user's cache (made if this is its first use): its
     autoscaler's config, and the address ``down`` puts back."""
     os.makedirs(os.path.dirname(config_path(port)), exist_ok=True)
     with open(config_path(port), "w") as config_file:
         json.dump(config, config_file, indent=1)
-    with open(config_path(port) + ".previous-address", "w") as previous_file:
+    with open(previous_address_path(port), "w") as previous_file:
         previous_file.write(previous or "")
 
 
@@ -150,8 +155,7 @@ def up(cluster_yaml: Optional[str] = None, port: int = DEFAULT_PORT,
         # that raised, a Ctrl-C) would hold the port and Ray's recorded address with no one
         # to stop it. The port was free a moment ago, so a GCS on it now is this one's, its
         # autoscaler up or not (`find` asks for both).
-        session_dir = _gcs_session(port)
-        stop_processes(instance_processes(session_dir) if session_dir else [])
+        _stop_session(_gcs_session(port))
         _forget(port, ours=True)
         raise
 
@@ -211,9 +215,15 @@ def down(port: int = DEFAULT_PORT) -> int:
     and nothing else; how many there were. Never ``ray stop``: it stops every Ray process
     of the machine."""
     cluster = find(port)
-    pids = instance_processes(cluster.session_dir) if cluster is not None else []
-    stop_processes(pids)
+    stopped = _stop_session(cluster.session_dir if cluster is not None else None)
     _forget(port, ours=cluster is not None)
+    return stopped
+
+
+def _stop_session(session_dir: Optional[str]) -> int:
+    """Stop the processes of a Ray session (None: none); how many there were."""
+    pids = instance_processes(session_dir) if session_dir else []
+    stop_processes(pids)
     return len(pids)
 
 
@@ -221,7 +231,7 @@ def _forget(port: int, ours: bool) -> None:
     """Put back the address recorded before ``up`` on ``port`` and remove the cluster's
     files. ``ours``: a cluster of ``up`` was found there; else only a cluster that left its
     files (one that crashed, or an ``up`` that failed) is forgotten."""
-    previous_path = config_path(port) + ".previous-address"
+    previous_path = previous_address_path(port)
     if not ours and not os.path.exists(previous_path):
         return  # never ours: a `ray start` of someone else's may have recorded this address
     if _recorded_address() == f"{LOOPBACK}:{port}":  # else someone's `ray start` came since: theirs
