@@ -292,7 +292,7 @@ def test_a_contended_window_stops_no_trial_the_next_trustworthy_one_is_judged():
     wrapped = TrustedWindowsOnly(asha())
     assert run(wrapped) == (TrialScheduler.CONTINUE, TrialScheduler.CONTINUE)
     assert wrapped.skipped == 1 and "contended windows skipped: 1" in wrapped.debug_string()
-    # ASHA recorded the quiet window at rung 1: a slow trial is still stopped there.
+    # The quiet window was judged at rung 2 (the highest it reached); rung 1 still stops a slow trial.
     slow = Trial("slow")
     wrapped.on_trial_add(None, slow)
     assert wrapped.on_trial_result(None, slow, {"training_iteration": 1, "score": 10.0}) == TrialScheduler.STOP
@@ -365,6 +365,60 @@ def test_the_spared_margin_is_the_windows_own_noise_once_three_trials_reported_i
     # One window on a loaded host (its probe 60% slow) is not the host's drift between trials.
     decision, wrapped = spared(0.01, [100.0, 99.0, 98.0, 95.0], probes=[0.01, 0.01, 0.016, 0.01])
     assert wrapped.margin == pytest.approx(2 * math.sqrt(2) * 0.01) and decision == TrialScheduler.STOP
+
+
+def test_a_resumed_scheduler_is_fed_the_ended_trials_windows_and_stops_as_before():
+    """Tune restores the scheduler as it was built: without the saved windows, ASHA's
+    rungs and the best window start empty and the first trial after a resume is stopped
+    by nothing. Replayed, a slow trial is stopped as it would have been without the
+    resume; a trial that runs again is not fed its old windows; a contended window stays
+    skipped."""
+    from ray.tune.experiment import Trial as TuneTrial
+    from ray.tune.schedulers import ASHAScheduler, TrialScheduler
+
+    from accelsweep.sweeps.driver.run.schedulers import TrustedWindowsOnly
+
+    class Trial:
+        def __init__(self, trial_id, status=TuneTrial.TERMINATED):
+            self.trial_id, self.status = trial_id, status
+
+        def is_finished(self):
+            return self.status in (TuneTrial.TERMINATED, TuneTrial.ERROR)
+
+    def wrapped():
+        return TrustedWindowsOnly(ASHAScheduler(time_attr="training_iteration", metric="score", mode="max", max_t=4,
+                                                grace_period=1, reduction_factor=2), ("score", "max"))
+
+    def window(step, score, contended=0.0):
+        return {"training_iteration": step, "score": score, "window_contended": contended,
+                "throughput_cv": 0.01, "host_probe_s": 0.01}
+
+    saved = {"a": {1: window(1, 100.0), 2: window(2, 101.0)}, "b": {1: window(1, 98.0), 2: window(2, 99.0)},
+             "c": {1: window(1, 20.0, contended=1.0), 2: window(2, 97.0)},
+             "again": {1: window(1, 5.0)}}  # was running at the kill: Tune runs it again from its start
+
+    def slow_trial_after(scheduler):
+        for trial in (Trial("a"), Trial("b"), Trial("c", TuneTrial.ERROR), Trial("again", TuneTrial.PENDING)):
+            scheduler.on_trial_add(None, trial)
+        slow = Trial("slow", TuneTrial.RUNNING)
+        scheduler.on_trial_add(None, slow)
+        return scheduler.on_trial_result(None, slow, window(1, 50.0))
+
+    assert slow_trial_after(wrapped()) == TrialScheduler.CONTINUE  # nothing recorded at rung 1: nothing stops it
+    resumed = wrapped()
+    resumed.replay(saved)
+    assert slow_trial_after(resumed) == TrialScheduler.STOP
+    assert resumed.best == 101.0 and set(resumed.noise_seen) == {"a", "b", "c", "slow"}
+    assert resumed.skipped == 1 and resumed.spared == 0  # c's contended window; the replay overrules nothing
+    rungs = dict(resumed.scheduler._brackets[0]._rungs)
+    assert set(rungs[1]) == {"a", "b", "slow"} and set(rungs[2]) == {"a", "b", "c"}  # c's quiet window at rung 2
+    assert "again" not in rungs[1]  # it reports its windows anew
+    again = Trial("again", TuneTrial.RUNNING)
+    assert resumed.on_trial_result(None, again, window(1, 99.5)) == TrialScheduler.CONTINUE
+    # A scheduler pickled by a sweep started before it kept windows is resumed as it was.
+    old = wrapped()
+    del old._replay
+    assert slow_trial_after(old) == TrialScheduler.CONTINUE
 
 
 # ---- process-wide settings and Ray ---------------------------------------------------

@@ -177,6 +177,57 @@ def test_tunes_saved_experiment_is_read_repaired_and_set_aside_where_a_save_is_c
     assert restored._local_tuner._is_restored is False
 
 
+def two_windows(config):
+    from ray import tune
+
+    for step in (1, 2):
+        tune.report({"score": float(config["x"] + step)})
+
+
+@pytest.mark.slow
+def test_a_restored_tuner_runs_the_scheduler_it_gives_back_after_its_callbacks_state(ray_session, tmp_path):
+    """What --resume's replay of the windows rests on (lifecycle._resume): the scheduler
+    ``restored_scheduler`` returns is the one fit() uses, and Tune hands its callbacks
+    their saved state before it adds the saved trials back to that scheduler."""
+    from ray import tune
+    from ray.tune.schedulers import ASHAScheduler
+
+    from accelsweep.sweeps.driver.run.schedulers import TrustedWindowsOnly
+
+    class WindowKeeper(tune.Callback):
+        def __init__(self):
+            self.windows, self.scheduler = {}, None
+
+        def on_trial_result(self, iteration, trials, trial, result, **info):
+            self.windows.setdefault(trial.trial_id, {})[result["training_iteration"]] = {
+                "training_iteration": result["training_iteration"], "score": result["score"]}
+
+        def get_state(self):
+            return {"windows": self.windows}
+
+        def set_state(self, state):
+            self.windows = state["windows"]
+            if self.scheduler is not None:
+                self.scheduler.replay(self.windows)
+
+    def rung(scheduler, milestone):
+        return dict(scheduler.scheduler._brackets[0]._rungs)[milestone]
+
+    asha = ASHAScheduler(time_attr="training_iteration", metric="score", mode="max", max_t=2, grace_period=1)
+    tune.Tuner(two_windows, param_space={"x": tune.grid_search([1, 2])},
+               tune_config=tune.TuneConfig(scheduler=TrustedWindowsOnly(asha, ("score", "max"))),
+               run_config=tune.RunConfig(name="saved", storage_path=str(tmp_path), verbose=0,
+                                         callbacks=[WindowKeeper()])).fit()
+    restored = tune.Tuner.restore(str(tmp_path / "saved"), two_windows)
+    scheduler = ray_adapter.restored_scheduler(restored)
+    [keeper] = ray_adapter.restored_callbacks(restored)
+    assert isinstance(scheduler, TrustedWindowsOnly) and rung(scheduler, 1) == {} and keeper.windows == {}
+    keeper.scheduler = scheduler
+    restored.fit()  # both trials ended: nothing runs again
+    assert len(keeper.windows) == 2 and scheduler.best == 4.0
+    assert sorted(rung(scheduler, 1).values()) == [2.0, 3.0]
+
+
 def test_keep_loopback_stops_ray_rewriting_a_loopback_address(monkeypatch):
     import ray
     from ray._private import ray_constants, services

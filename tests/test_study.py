@@ -74,10 +74,11 @@ def test_where_the_study_is_kept():
 
 
 class FlakyStudy:
-    """A SweepStudy whose database answers or not (``up``), the trials it took in order."""
+    """A SweepStudy whose database answers or not (``up``), the trials it took in order
+    and their per-window values."""
 
     def __init__(self):
-        self.up, self.taken = True, []
+        self.up, self.taken, self.windows = True, [], {}
 
     def record(self, record, intermediate=()):
         from sqlalchemy.exc import OperationalError
@@ -86,6 +87,7 @@ class FlakyStudy:
             raise optuna.exceptions.StorageInternalError("An exception is raised during the commit.") from \
                 OperationalError("INSERT ...", {}, Exception("connection to server failed: Connection refused"))
         self.taken.append(record.run_id)
+        self.windows[record.run_id] = dict(intermediate)
         return True
 
     def describe(self):
@@ -98,7 +100,8 @@ def study_callback(study, said):
     from accelsweep.sweeps.driver.run.callbacks import SweepCallback
 
     tracker = SimpleNamespace(tracking_uri="sqlite:///unused.db", experiment="e", parent_run_id="p",
-                              buffer=SimpleNamespace(run_id_of=lambda run_id: run_id))
+                              buffer=SimpleNamespace(run_id_of=lambda run_id: run_id),
+                              log_metrics=lambda run_id, metrics, step: None)
     return SweepCallback(tracker, dict, lambda searched: {}, {}, None, {}, 4, print_line=said.append, study=study)
 
 
@@ -141,3 +144,36 @@ def test_a_study_that_refuses_a_write_is_given_up_once_and_the_pending_kept_for_
                      "study_pending": ["t1"]})
     other.write_pending_study(force=True)
     assert other.study.taken == ["run-1"] and other.study_pending == []
+
+
+def test_each_windows_figures_travel_with_tunes_state_to_the_study_and_the_scheduler():
+    """Tune saves the callback's state, not the scheduler's: --resume gives the restored
+    scheduler every trial's windows (schedulers.TrustedWindowsOnly.replay), and a study
+    write left pending by the stopped driver still has the trial's per-window values."""
+    import pickle
+    from types import SimpleNamespace
+
+    callback = study_callback(FlakyStudy(), [])
+    callback.records["t1"] = record(1, "finished", 110.0)
+    trial = SimpleNamespace(trial_id="t1")
+    for step, figure in ((1, 90.0), (2, 110.0)):
+        callback.on_trial_result(step, [], trial, {"training_iteration": step, "throughput_samples_per_s": figure,
+                                                   "window_contended": 0.0, "node_ip": "10.0.0.1", "date": "today"})
+    state = pickle.loads(pickle.dumps(callback.get_state()))  # as Tune saves it
+
+    class Scheduler:
+        replayed = None
+
+        def replay(self, windows):
+            self.replayed = windows
+
+    resumed = study_callback(FlakyStudy(), [])
+    resumed.scheduler = Scheduler()
+    resumed.set_state({**state, "study_pending": ["t1"]})
+    assert resumed.scheduler.replayed == {"t1": {1: {"training_iteration": 1, "throughput_samples_per_s": 90.0,
+                                                     "window_contended": 0.0},
+                                                 2: {"training_iteration": 2, "throughput_samples_per_s": 110.0,
+                                                     "window_contended": 0.0}}}
+    resumed.write_pending_study(force=True)
+    assert resumed.study.windows == {"run-1": {1: 90.0, 2: 110.0}}
+    assert "scheduler" not in {k for k, v in resumed.__getstate__().items() if v is not None}  # this driver's

@@ -28,6 +28,12 @@ def restored_callbacks(tuner) -> list:
     return list(tuner._local_tuner.get_run_config().callbacks or [])
 
 
+def restored_scheduler(tuner):
+    """The trial scheduler of a Tuner made by ``Tuner.restore``: the one the sweep started
+    with, as it was built (Tune saves none of its state), the object fit() then uses."""
+    return tuner._local_tuner._tune_config.scheduler
+
+
 def resolve_auto_address() -> str:
     """What ``ray.init(address="auto")`` would connect to: $RAY_ADDRESS, else the
     cluster the last ``ray start`` on this machine recorded. Raises ConnectionError

@@ -158,8 +158,10 @@ class SweepCallback(Callback):
         self.study_pending: list[str] = []
         self._study_tried_at = -math.inf
         self._study_lost_said = False
-        self._windows: dict[str, dict[int, float]] = {}
-        self._contended: dict[str, dict[int, bool]] = {}  # trial id -> window -> contended
+        # trial id -> window -> the numbers its result held: kept with Tune's state, so that
+        # --resume hands the scheduler (which Tune does not save) and the study what they had.
+        self.window_results: dict[str, dict[int, dict[str, float]]] = {}
+        self.scheduler = None  # on --resume, the restored scheduler (lifecycle._resume): replays them
         self._peak: dict[str, float] = {}  # trial id -> the most contention_cpus of its windows
         self._beside: dict[str, int] = {}  # trial id -> most trials seen running beside it on its node
         # Sweep.stop_at_utilisation (set by run_sweep): the first trial to end at or above this
@@ -184,7 +186,7 @@ class SweepCallback(Callback):
         # database URI's password stays here (a server's is not in the URI: secrets.py):
         # --resume gets the URI from its flag again (lifecycle._resume).
         return {**self.__dict__, "_tracker": None, "print_line": None, "_board": None, "_progress": None,
-                "tracking_uri": redact_uri(self.tracking_uri)}
+                "scheduler": None, "tracking_uri": redact_uri(self.tracking_uri)}
 
     def _offer_best(self, record: TrialRecord) -> None:
         """A measured result: the board keeps the best for the trials that start next."""
@@ -212,12 +214,16 @@ class SweepCallback(Callback):
     # Tune checkpoints this with the experiment and hands it back on --resume: which
     # trial has which MLflow run, so a resumed trial continues its own run.
     def get_state(self) -> Optional[dict]:
-        return {"records": self.records, "parent_run_id": self.parent_run_id, "study_pending": self.study_pending}
+        return {"records": self.records, "parent_run_id": self.parent_run_id, "study_pending": self.study_pending,
+                "window_results": self.window_results}
 
     def set_state(self, state: dict) -> None:
         self.records = state["records"]
         self.parent_run_id = state["parent_run_id"]
         self.study_pending = list(state.get("study_pending", ()))  # a state saved before it had them: none
+        self.window_results = state.get("window_results", {})
+        if self.scheduler is not None:  # Tune adds the trials back after this (TuneController.resume)
+            self.scheduler.replay(self.window_results)
         self.adopt_run_ids()  # before the runs Tune never saved are told apart by run id
         now = time.monotonic()  # clocks of the old driver mean nothing here
         for record in self.records.values():
@@ -446,9 +452,8 @@ class SweepCallback(Callback):
         record.result = {**{k: record.result[k] for k in ("local_step",) if k in record.result}, **result}
         if not result.get("rejected"):
             self._offer_best(record)
-        if self.measured_by in result:
-            self._windows.setdefault(trial.trial_id, {})[_step_of(result)] = result[self.measured_by]
-        self._contended.setdefault(trial.trial_id, {})[_step_of(result)] = bool(result.get("window_contended"))
+        self.window_results.setdefault(trial.trial_id, {})[_step_of(result)] = {
+            name: value for name, value in result.items() if isinstance(value, (int, float))}
         excess = result.get("contention_cpus")
         if isinstance(excess, (int, float)) and math.isfinite(excess):
             self._peak[trial.trial_id] = max(excess, self._peak.get(trial.trial_id, 0.0))
@@ -577,15 +582,21 @@ class SweepCallback(Callback):
             figures["max_contention_cpus"] = self._peak[record.trial_id]
         if "windows_done" not in record.result and record.result.get("training_iteration"):
             figures["windows_done"] = float(record.result["training_iteration"])
-        contended = self._contended.get(record.trial_id, {})
+        windows = self.window_results.get(record.trial_id, {})
+        contended = {step: bool(result.get("window_contended")) for step, result in windows.items()}
         if "contended_windows" not in record.result and contended:
             figures["contended_windows"] = float(sum(contended.values()))
         if not any(math.isfinite(record.metric(name)) for name in NOISE_METRICS):
-            values = self._windows.get(record.trial_id, {})
+            values = self.objective_windows(record.trial_id)
             quiet = [value for step, value in sorted(values.items()) if not contended.get(step)]
             if len(quiet) >= 2 and all(math.isfinite(v) for v in quiet) and statistics.fmean(quiet) != 0:
                 figures["objective_cv"] = abs(statistics.pstdev(quiet) / statistics.fmean(quiet))
         return figures
+
+    def objective_windows(self, trial_id: str) -> dict[int, float]:
+        """A trial's first objective, window by window (those that reported it)."""
+        return {step: result[self.measured_by] for step, result in self.window_results.get(trial_id, {}).items()
+                if self.measured_by in result}
 
     @staticmethod
     def contention_text(record: TrialRecord) -> str:
@@ -625,7 +636,7 @@ class SweepCallback(Callback):
             if record.run_id is None or record.run_id.startswith(PLACEHOLDER_PREFIX):
                 return  # its run's id comes when MLflow's store answers (adopt_run_ids)
             try:
-                self.study.record(record, self._windows.get(record.trial_id, {}))
+                self.study.record(record, self.objective_windows(record.trial_id))
             except Exception as error:  # a database error of any kind: the study is a copy
                 said = redact_text(one_line(_first_cause(error)), secret_values())[:300]
                 if database_unanswered(error):

@@ -560,6 +560,8 @@ def _resume(plan: Plan, trainable, storage: str, tracker, say: Callable[[str], N
     tuner = tune.Tuner.restore(experiment_dir, trainable, resume_unfinished=True, resume_errored=False)
     callback = _callback_of(tuner)
     callback._tracker, callback.print_line = tracker, sweep.print_line
+    scheduler = ray_adapter.restored_scheduler(tuner)
+    callback.scheduler = scheduler if isinstance(scheduler, TrustedWindowsOnly) else None  # FIFO keeps no state
     # Pickled without a database password (secrets.py): this command's, checked the same
     # store in preflight (resume_check.py).
     callback.tracking_uri = tracker.tracking_uri

@@ -7,8 +7,11 @@ within the run's own window noise of the best window so far (``NEAR_BEST`` until
 dominate it: ASHA and the median rule rank by one metric, and with two objectives
 (throughput, $ per 1M samples) would stop a cheap, slow trial that may be on the Pareto set.
 
-A module of its own, because Tune pickles the scheduler with the experiment state: its
-class must be importable by name.
+Tune saves no scheduler state with the experiment: on --resume ``TrustedWindowsOnly.replay``
+gets each ended trial's windows back (the sweep callback keeps them with Tune's state).
+
+A module of its own, because Tune pickles the scheduler with the tuner: its class must be
+importable by name.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import math
 from typing import Mapping, Sequence
 
+from ray.tune.experiment import Trial
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
 from accelsweep.sweeps.driver.record.trial_record import NOISE_METRICS
@@ -76,9 +80,9 @@ class ParetoStoppingRule(FIFOScheduler):
 class TrustedWindowsOnly(TrialScheduler):
     """``scheduler``, fed only results whose window was not contended (``window_contended``
     0 or absent); every other call passes through. Counts what it kept from it. A disturbed
-    moment would otherwise stop a good config at its rung; ASHA records a trial at a rung by
-    the first result it sees at or past it, so the next trustworthy window stands in for a
-    skipped one. ``objective`` (metric, mode): a stop of a trial whose window is within
+    moment would otherwise stop a good config at its rung; ASHA judges a trial at the highest
+    rung its result reaches and it has no record at, so a trial whose window at a rung was
+    skipped is judged by its next trustworthy window, at the next rung. ``objective`` (metric, mode): a stop of a trial whose window is within
     ``near_best`` of the best trusted window so far is overruled (None: every stop stands):
     a config that close to the leader is a contender the search and the confirmation must
     see measured in full (ASHA at reduction factor 2 can stop one at its first window).
@@ -94,6 +98,7 @@ class TrustedWindowsOnly(TrialScheduler):
         self.best = None  # the best trusted window's figure so far
         self.spared = 0  # stops overruled: the trial was near the best
         self.noise_seen: dict[str, tuple[float, float]] = {}  # trial id -> (window cv, host probe s)
+        self._replay: dict[str, list[dict]] = {}  # trial id -> its saved windows, fed as Tune adds it back
 
     @property
     def margin(self) -> float:
@@ -124,31 +129,55 @@ class TrustedWindowsOnly(TrialScheduler):
     def set_search_properties(self, metric, mode, **spec) -> bool:
         return self.scheduler.set_search_properties(metric, mode, **spec)
 
+    def replay(self, windows: Mapping[str, Mapping[int, Mapping[str, float]]]) -> None:
+        """--resume: each trial's saved results by window (trial id -> window -> result).
+        Tune restores this scheduler as it was built, before any trial: without them, the
+        rungs (and the best window, the noise seen) start empty, and no trial after the
+        resume is stopped until new trials fill them again. A trial that had ended is fed
+        its windows as Tune adds it back (on_trial_add); one that runs again reports anew."""
+        self._replay = {trial_id: [dict(steps[step]) for step in sorted(steps)]
+                        for trial_id, steps in windows.items() if steps}
+
     def on_trial_add(self, tune_controller, trial) -> None:
         self.scheduler.on_trial_add(tune_controller, trial)
+        saved = getattr(self, "_replay", {}).pop(trial.trial_id, None)  # a scheduler pickled before it had one
+        if not saved or not trial.is_finished():
+            return
+        for result in saved:
+            self._feed(tune_controller, trial, result)  # its decisions were taken when it ran
+        if trial.status == Trial.ERROR:
+            self.scheduler.on_trial_error(tune_controller, trial)
+        else:
+            self.scheduler.on_trial_complete(tune_controller, trial, saved[-1])
 
     def on_trial_error(self, tune_controller, trial) -> None:
         self.scheduler.on_trial_error(tune_controller, trial)
 
     def on_trial_result(self, tune_controller, trial, result: dict) -> str:
-        if result.get("window_contended"):
-            self.skipped += 1
-            return TrialScheduler.CONTINUE
-        self._note_noise(trial, result)
-        decision = self.scheduler.on_trial_result(tune_controller, trial, result)
-        if self.objective is None:
-            return decision
-        metric, mode = self.objective
-        value = result.get(metric)
-        if not isinstance(value, (int, float)) or value != value:  # absent or NaN: nothing to compare
-            return decision
-        near = self.best is not None and self._near(value)
-        if self.best is None or (value > self.best if mode == "max" else value < self.best):
-            self.best = value
+        decision, near = self._feed(tune_controller, trial, result)
         if decision == TrialScheduler.STOP and near:
             self.spared += 1
             return TrialScheduler.CONTINUE
         return decision
+
+    def _feed(self, tune_controller, trial, result: Mapping) -> tuple[str, bool]:
+        """The wrapped scheduler's decision on a trusted window (CONTINUE for a contended
+        one, skipped), and whether the window is near the best before it."""
+        if result.get("window_contended"):
+            self.skipped += 1
+            return TrialScheduler.CONTINUE, False
+        self._note_noise(trial, result)
+        decision = self.scheduler.on_trial_result(tune_controller, trial, result)
+        if self.objective is None:
+            return decision, False
+        metric, mode = self.objective
+        value = result.get(metric)
+        if not isinstance(value, (int, float)) or value != value:  # absent or NaN: nothing to compare
+            return decision, False
+        near = self.best is not None and self._near(value)
+        if self.best is None or (value > self.best if mode == "max" else value < self.best):
+            self.best = value
+        return decision, near
 
     def _near(self, value: float) -> bool:
         metric, mode = self.objective
