@@ -222,8 +222,10 @@ class SweepCallback(Callback):
         self.parent_run_id = state["parent_run_id"]
         self.study_pending = list(state.get("study_pending", ()))  # a state saved before it had them: none
         self.window_results = state.get("window_results", {})
-        if self.scheduler is not None:  # Tune adds the trials back after this (TuneController.resume)
+        if self.scheduler is not None and self.window_results:  # Tune adds the trials back after this
             self.scheduler.replay(self.window_results)
+            self._say(f"early stopping given back the windows of {len(self.window_results)} trials "
+                      f"(Tune saves none of its state): it stops as it did before the stop")
         self.adopt_run_ids()  # before the runs Tune never saved are told apart by run id
         now = time.monotonic()  # clocks of the old driver mean nothing here
         for record in self.records.values():
