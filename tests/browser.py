@@ -213,37 +213,33 @@ class Chromium:
         profile.mkdir(parents=True, exist_ok=True)
         port_file = profile / "DevToolsActivePort"
         port_file.unlink(missing_ok=True)  # a reused profile's is stale: wait for this browser's
-        log = open(Path(workdir) / "chromium.log", "wb")
-        # Its singleton lock folder goes to TMPDIR and outlives the stop: a folder of this
-        # browser's own, removed after it. Short, in /tmp: the lock is a Unix socket, whose path
-        # may not pass 107 bytes (a pytest-xdist worker's tmp_path does).
-        scratch = tempfile.mkdtemp(prefix="asw-chromium-")
-        # --no-sandbox: CI and the dev machines run as root, where Chromium's sandbox
-        # refuses to start. Port 0: Chromium picks a free one and writes it to
-        # DevToolsActivePort in the profile, so two tests never race for a port.
-        proc = subprocess.Popen(
-            [binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-             "--no-first-run", "--no-default-browser-check", "--hide-scrollbars", "--mute-audio",
-             "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0",
-             f"--user-data-dir={profile}", f"--window-size={width},{height}", "about:blank"],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env={**os.environ, "TMPDIR": scratch})
-        page = None
-        try:
+        with contextlib.ExitStack() as cleanup:  # undone in reverse, also when a step fails
+            # Its singleton lock folder goes to TMPDIR and outlives the stop: a folder of this
+            # browser's own, removed after it. Short, in /tmp: the lock is a Unix socket, whose path
+            # may not pass 107 bytes (a pytest-xdist worker's tmp_path does).
+            scratch = tempfile.mkdtemp(prefix="asw-chromium-")
+            cleanup.callback(shutil.rmtree, scratch, ignore_errors=True)
+            log = cleanup.enter_context(open(Path(workdir) / "chromium.log", "wb"))
+            # --no-sandbox: CI and the dev machines run as root, where Chromium's sandbox
+            # refuses to start. Port 0: Chromium picks a free one and writes it to
+            # DevToolsActivePort in the profile, so two tests never race for a port.
+            proc = subprocess.Popen(
+                [binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--no-first-run", "--no-default-browser-check", "--hide-scrollbars", "--mute-audio",
+                 "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0",
+                 f"--user-data-dir={profile}", f"--window-size={width},{height}", "about:blank"],
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env={**os.environ, "TMPDIR": scratch})
+            cleanup.callback(stop_group, proc)
             port = cls._devtools_port(proc, port_file, Path(log.name), timeout_s)
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=timeout_s) as reply:
                 targets = json.load(reply)
             tab = next(t for t in targets if t.get("type") == "page")
             page = Page(tab["webSocketDebuggerUrl"], timeout_s)
+            cleanup.callback(page.close)
             page.call("Page.enable")
             page.call("Emulation.setDeviceMetricsOverride", width=width, height=height,
                       deviceScaleFactor=1, mobile=False)
             yield page
-        finally:
-            if page is not None:
-                page.close()
-            stop_group(proc)
-            log.close()
-            shutil.rmtree(scratch, ignore_errors=True)
 
     @staticmethod
     def _devtools_port(proc: subprocess.Popen, port_file: Path, log: Path, timeout_s: float) -> int:

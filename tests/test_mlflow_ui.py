@@ -238,3 +238,15 @@ def test_the_parent_run_artifacts_show_the_report_and_a_plot_that_renders(page, 
     if UPDATE_SCREENSHOT and served.client_uri.startswith("sqlite"):  # the README's: a newcomer's store
         SCREENSHOT.parent.mkdir(exist_ok=True)
         SCREENSHOT.write_bytes(page.screenshot())
+
+
+def test_a_browser_that_cannot_start_leaves_no_folder_behind(tmp_path, monkeypatch):
+    """Chromium.start's scratch folder (its TMPDIR) and log are undone when the browser's
+    binary is missing, as when it stops."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where mkdtemp makes the scratch folder
+    with pytest.raises(FileNotFoundError):
+        with Chromium.start(tmp_path / "work", binary=str(tmp_path / "no-chromium")):
+            pass
+    assert not list(tmp_path.glob("asw-chromium-*"))
