@@ -74,6 +74,56 @@ def test_every_flag_of_every_study_is_in_the_reference(site):
 
 
 @pytest.mark.slow
+def shell_blocks(text: str) -> list[str]:
+    """The fenced blocks of a Markdown page marked bash, sh or console (or not marked)."""
+    blocks, lines, language = [], None, None
+    for line in text.splitlines():
+        fence = re.match(r"\s*```(\w*)", line)
+        if fence and lines is None:
+            lines, language = [], fence.group(1)
+        elif fence:
+            if language in ("", "bash", "sh", "console"):
+                blocks.append("\n".join(lines))
+            lines = None
+        elif lines is not None:
+            lines.append(line)
+    return blocks
+
+
+def study_command_lines(text: str) -> list[tuple[str, str]]:
+    """(study, the rest of its command line) for each study a shell block runs, by
+    ``accelsweep run NAME`` or ``python sweeps/NAME.py``; continued lines joined, the
+    comment after `` #`` left out."""
+    commands = []
+    for block in shell_blocks(text):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = line.split(" #", 1)[0]
+            for found in re.finditer(r"(?:accelsweep run |sweeps/)([a-z_]+)(?:\.py)?([^&|;]*)", line):
+                commands.append((found.group(1), found.group(2)))
+    return commands
+
+
+def test_every_flag_a_shown_command_uses_is_the_studys_own_by_its_whole_name():
+    """argparse takes an unambiguous prefix of a flag (``--max-concurrent`` for
+    ``--max-concurrent-trials``): a command the docs show with one works until a second
+    flag shares the prefix. Each must be a flag of its study, spelled out."""
+    from accelsweep.sweeps.driver.define.studies import STUDIES, study_parser
+
+    flags = {name: {flag for action in study_parser(name)._actions for flag in action.option_strings}
+             for name in STUDIES}
+    checked, wrong = 0, []
+    for page in [README, *sorted(DOCS.glob("*.md"))]:
+        for study, rest in study_command_lines(page.read_text()):
+            if study not in flags:
+                continue  # a path such as sweeps/driver/, not a study
+            for flag in re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", rest):
+                checked += 1
+                if flag not in flags[study]:
+                    wrong.append(f"{page.name}: {study} {flag}")
+    assert checked > 20, checked  # the pages show many commands: the reading found them
+    assert not wrong, wrong
+
+
 def test_every_declared_metric_is_in_the_reference(site):
     from accelsweep.trainables import metrics
 
