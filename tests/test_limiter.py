@@ -21,8 +21,14 @@ QUICK = dict(platform="cpu", warmup_steps=2, window_min_steps=3, window_min_s=0.
 class SlowItems(torch.utils.data.Dataset):
     """Each item takes 4 ms to make (a decode, an augmentation): the loader's work."""
 
+    loaded = 0  # items the DataLoader fetched in this process (no loader workers)
+
     def __len__(self):
         return 10_000
+
+    def __getitems__(self, indices):  # what DataLoader calls for a batch (FLOP counting reads items alone)
+        SlowItems.loaded += len(indices)
+        return [self[index] for index in indices]
 
     def __getitem__(self, index):
         time.sleep(0.004)
@@ -64,22 +70,44 @@ class Wide(Tiny):
         return torch.utils.data.TensorDataset(torch.randn(1024, 1024), torch.randint(0, 4, (1024,)))
 
 
-def limits(workload: str, batch_size: int) -> dict:
+def limits(workload: str, batch_size: int, **fields) -> dict:
     threads = torch.get_num_threads()
     try:
         result = run_training(TrialConfig.make(workload=f"{__name__}:{workload}", batch_size=batch_size,
-                                               num_workers=0, **QUICK))
+                                               num_workers=0, **QUICK, **fields))
     finally:
         torch.set_num_threads(threads)
     shares = {limit: result[f"limit_{limit}_share"] for limit in LIMITS}
     assert 0.8 < sum(shares.values()) < 1.2, shares  # the split covers the profiled steps' time
-    return {"largest": max(shares, key=shares.get), "shares": shares, "line": result["limiter"]}
+    return {"largest": max(shares, key=shares.get), "shares": shares, "line": result["limiter"], "result": result}
 
 
 def test_a_loader_bound_config_is_told_to_add_loader_workers():
     found = limits("LoaderBound", 16)
     assert found["largest"] == "data" and found["shares"]["data"] > 0.5, found
     assert found["line"].startswith("waiting for data ") and "more loader workers (num_workers)" in found["line"]
+    assert "resident_batches" in found["line"]
+
+
+def test_resident_batches_take_the_loader_out_of_every_step():
+    """The same loader-bound workload with 3 batches kept on the device: the loader makes
+    those 3 batches and no more, nothing waits for data, and every step's samples count."""
+    SlowItems.loaded = 0
+    found = limits("LoaderBound", 16, resident_batches=3)
+    assert SlowItems.loaded == 3 * 16, SlowItems.loaded
+    assert found["largest"] != "data" and found["shares"]["data"] < 0.05, found
+    assert found["result"]["measured_steps"] > 3  # the kept batches went round, each step with its counts
+
+
+def test_resident_batches_want_no_loader_processes_and_no_xla_platform():
+    from accelsweep.trainables.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="num_workers must be 0 when resident_batches is set; got 2"):
+        TrialConfig.make(workload=f"{__name__}:LoaderBound", resident_batches=4, num_workers=2)
+    with pytest.raises(ConfigError, match="resident_batches must be an integer >= 0; got -1"):
+        TrialConfig.make(workload=f"{__name__}:LoaderBound", resident_batches=-1)
+    with pytest.raises(ConfigError, match="resident_batches must be 0 on platform 'xla'; got 2"):
+        TrialConfig.make(platform="xla", resident_batches=2)  # its graph cuts wrap the loader's uploads
 
 
 # The profiled split of a batch-1 step between dispatch gaps and small operators moves with

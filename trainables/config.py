@@ -69,6 +69,11 @@ class TrialConfig:
     workload: str = DEFAULT_WORKLOAD
     batch_size: int = 32
     num_workers: int = 0  # DataLoader worker processes
+    # 0: each step takes the loader's next batch, as training does. N: the loader's first N
+    # batches, drawn before the warm-up, stay on the device in the model's input dtype and
+    # layout, and the steps cycle through them: no loading, no copy, no cast in a step. What
+    # the model itself reaches (its ceiling), apart from what the input pipeline costs.
+    resident_batches: int = 0
     precision: str = "fp32"  # trainables/precision.py says what each one means
     torch_compile: str = "none"
     workers: int = 1  # data-parallel workers (processes); > 1 runs a Ray Train TorchTrainer
@@ -118,6 +123,11 @@ class TrialConfig:
                                                 f"{self.workload!r})", self.workload_knobs)
         positive_int("batch_size", self.batch_size)
         positive_int("num_workers", self.num_workers, minimum=0)
+        positive_int("resident_batches", self.resident_batches, minimum=0)
+        if self.resident_batches and self.num_workers:
+            raise ConfigError("num_workers", "0 when resident_batches is set", self.num_workers,
+                              "Resident batches are drawn once, before the warm-up: loader processes "
+                              "would have no batch to make while the trial is timed.")
         one_of("precision", self.precision, PRECISION_NAMES)
         one_of("torch_compile", self.torch_compile, COMPILE_MODES)
         positive_int("workers", self.workers)

@@ -16,9 +16,10 @@ from __future__ import annotations
 import collections
 import contextlib
 import importlib
+import itertools
 import math
 import time
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Iterator, Mapping, Optional
 
 from accelsweep.trainables.batches import map_tensors
 from accelsweep.trainables.trial_progress import phase
@@ -400,6 +401,8 @@ class _Trial:
         self.profiling = False  # the limiter's steps (timing/limiter.py) mark their batches
         counted = _counted(loader, workload, self.batch_counts)
         self.batches = iter(platform.device_batches(counted, device, config))
+        if config.resident_batches:
+            self.batches = self._resident(config.resident_batches)
         self.group = platform.steps_per_execution(config)  # steps per XLA execution (1 elsewhere)
         self.last_loss: list = []  # device tensor of the latest step's loss; read only after a sync
         self.initial_loss = float("nan")
@@ -448,6 +451,22 @@ class _Trial:
             return value
         value = value.to(dtype=self.input_dtype)
         return value.to(memory_format=self.memory_format) if value.dim() == 4 else value
+
+    def _resident(self, count: int) -> Iterator:
+        """The next ``count`` batches, as the model takes them, kept, then handed out in
+        turn for good; each one's counts go to ``batch_counts`` as it is handed out, as
+        the loader's do."""
+        kept = [(map_tensors(self._as_input, inputs), targets)
+                for inputs, targets in itertools.islice(self.batches, count)]  # epoch after epoch: always count
+        kept_counts = [self.batch_counts.popleft() for _ in kept]
+        self.batch_counts.clear()  # a loader that reads ahead: batches no step takes
+
+        def cycle():
+            while True:
+                for batch, counts in zip(kept, kept_counts):
+                    self.batch_counts.append(counts)
+                    yield batch
+        return cycle()
 
     def step(self) -> None:
         if self.profiling:

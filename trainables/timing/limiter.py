@@ -35,7 +35,7 @@ ADVICE = {
     "compute": "the math itself: faster kernels; the config is compute-bound",
     "ops": "many small operators: compilation (torch_compile) fuses them",
     "optimizer": "a fused or foreach optimizer, or a larger batch (fewer steps per sample)",
-    "data": "the loader: more loader workers (num_workers), or data already on the device",
+    "data": "the loader: more loader workers (num_workers); resident_batches shows the model's own ceiling",
     "host": "per-operator overhead: a larger batch spreads it over more samples; compilation removes calls",
 }
 _COMPUTE = re.compile(r"^aten::(addmm|mm|bmm|baddbmm|_addmm_activation|matmul|linear)$|conv|attention"
