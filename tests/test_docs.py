@@ -73,7 +73,6 @@ def test_every_flag_of_every_study_is_in_the_reference(site):
         assert not missing, f"study {name}: flags not in the reference page: {missing}"
 
 
-@pytest.mark.slow
 def shell_blocks(text: str) -> list[str]:
     """The fenced blocks of a Markdown page marked bash, sh or console (or not marked)."""
     blocks, lines, language = [], None, None
@@ -98,7 +97,7 @@ def study_command_lines(text: str) -> list[tuple[str, str]]:
     for block in shell_blocks(text):
         for line in block.replace("\\\n", " ").splitlines():
             line = line.split(" #", 1)[0]
-            for found in re.finditer(r"(?:accelsweep run |sweeps/)([a-z_]+)(?:\.py)?([^&|;]*)", line):
+            for found in re.finditer(r"(?:accelsweep run (?:--detach )?|sweeps/)([a-z_]+)(?:\.py)?([^&|;]*)", line):
                 commands.append((found.group(1), found.group(2)))
     return commands
 
@@ -124,6 +123,7 @@ def test_every_flag_a_shown_command_uses_is_the_studys_own_by_its_whole_name():
     assert not wrong, wrong
 
 
+@pytest.mark.slow
 def test_every_declared_metric_is_in_the_reference(site):
     from accelsweep.trainables import metrics
 

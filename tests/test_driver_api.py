@@ -367,6 +367,30 @@ def test_the_spared_margin_is_the_windows_own_noise_once_three_trials_reported_i
     assert wrapped.margin == pytest.approx(2 * math.sqrt(2) * 0.01) and decision == TrialScheduler.STOP
 
 
+def test_a_trial_ending_on_a_contended_window_leaves_that_window_out_of_the_rungs():
+    """Tune hands the scheduler a trial's last result again as it ends: a contended one is
+    no more a figure to judge by then than when it was reported."""
+    from ray.tune.schedulers import ASHAScheduler
+
+    from accelsweep.sweeps.driver.run.schedulers import TrustedWindowsOnly
+
+    class Trial:
+        def __init__(self, trial_id):
+            self.trial_id = trial_id
+
+    wrapped = TrustedWindowsOnly(ASHAScheduler(time_attr="training_iteration", metric="score", mode="max", max_t=4,
+                                               grace_period=1, reduction_factor=2))
+    quiet, disturbed = Trial("quiet"), Trial("disturbed")
+    for trial in (quiet, disturbed):
+        wrapped.on_trial_add(None, trial)
+    wrapped.on_trial_result(None, quiet, {"training_iteration": 1, "score": 100.0})
+    last = {"training_iteration": 1, "score": 10.0, "window_contended": 1.0}
+    wrapped.on_trial_result(None, disturbed, last)
+    wrapped.on_trial_complete(None, disturbed, last)  # e.g. cut by the time budget after it
+    assert dict(wrapped.scheduler._brackets[0]._rungs)[1] == {"quiet": 100.0}
+    assert "disturbed" not in wrapped.scheduler._trial_info  # forgotten, as a completed trial is
+
+
 def test_a_resumed_scheduler_is_fed_the_ended_trials_windows_and_stops_as_before():
     """Tune restores the scheduler as it was built: without the saved windows, ASHA's
     rungs and the best window start empty and the first trial after a resume is stopped

@@ -99,7 +99,8 @@ def test_resident_batches_take_the_loader_out_of_every_step():
     assert found["result"]["measured_steps"] > 3  # the kept batches went round, each step with its counts
 
 
-def test_resident_batches_want_no_loader_processes_and_no_xla_platform():
+def test_resident_batches_want_no_loader_processes_no_xla_platform_and_no_search(tmp_path):
+    from accelsweep import Objective, Sweep, plan_sweep, train_trainable
     from accelsweep.trainables.errors import ConfigError
 
     with pytest.raises(ConfigError, match="num_workers must be 0 when resident_batches is set; got 2"):
@@ -108,6 +109,23 @@ def test_resident_batches_want_no_loader_processes_and_no_xla_platform():
         TrialConfig.make(workload=f"{__name__}:LoaderBound", resident_batches=-1)
     with pytest.raises(ConfigError, match="resident_batches must be 0 on platform 'xla'; got 2"):
         TrialConfig.make(platform="xla", resident_batches=2)  # its graph cuts wrap the loader's uploads
+
+    def sweep(space, **base):
+        return Sweep(name="ceiling", trainable=train_trainable, space=space, num_samples=4,
+                     base=TrialConfig.make(workload=f"{__name__}:LoaderBound", batch_size=8, **base),
+                     objectives=[Objective("throughput_samples_per_s", "max")],
+                     tracking_uri=f"sqlite:///{tmp_path}/m.db")
+
+    def searched(trial):
+        if trial.suggest_categorical("resident_batches", [0, 4]) == 0:
+            trial.suggest_categorical("num_workers", [0, 1])
+
+    def batches(trial):
+        trial.suggest_categorical("batch_size", [8, 16])
+
+    with pytest.raises(ConfigError, match="search space knob resident_batches must be not searched"):
+        plan_sweep(sweep(searched))
+    assert plan_sweep(sweep(batches, resident_batches=4)).base_dict["resident_batches"] == 4  # a ceiling sweep
 
 
 # The profiled split of a batch-1 step between dispatch gaps and small operators moves with

@@ -101,7 +101,7 @@ def study_callback(study, said):
 
     tracker = SimpleNamespace(tracking_uri="sqlite:///unused.db", experiment="e", parent_run_id="p",
                               buffer=SimpleNamespace(run_id_of=lambda run_id: run_id),
-                              log_metrics=lambda run_id, metrics, step: None)
+                              log_metrics=lambda run_id, metrics, step: None, reopen=lambda run_id, tags: None)
     return SweepCallback(tracker, dict, lambda searched: {}, {}, None, {}, 4, print_line=said.append, study=study)
 
 
@@ -148,17 +148,25 @@ def test_a_study_that_refuses_a_write_is_given_up_once_and_the_pending_kept_for_
 
 def test_each_windows_figures_travel_with_tunes_state_to_the_study_and_the_scheduler():
     """Tune saves the callback's state, not the scheduler's: --resume gives the restored
-    scheduler every trial's windows (schedulers.TrustedWindowsOnly.replay), and a study
-    write left pending by the stopped driver still has the trial's per-window values."""
+    scheduler the windows of every trial that had ended (schedulers.TrustedWindowsOnly.replay),
+    and a study write left pending by the stopped driver still has the trial's per-window
+    values. A window keeps only what they read; a trial that starts again reports anew."""
     import pickle
     from types import SimpleNamespace
 
+    import numpy
+
     callback = study_callback(FlakyStudy(), [])
     callback.records["t1"] = record(1, "finished", 110.0)
-    trial = SimpleNamespace(trial_id="t1")
-    for step, figure in ((1, 90.0), (2, 110.0)):
+    callback.records["t2"] = record(2, "running", 50.0)  # running at the stop: Tune runs it again
+    trial, running = SimpleNamespace(trial_id="t1"), SimpleNamespace(trial_id="t2")
+    for step, figure in ((1, 90.0), (2, numpy.float32(110.0))):  # a user's trainable may report numpy's
         callback.on_trial_result(step, [], trial, {"training_iteration": step, "throughput_samples_per_s": figure,
-                                                   "window_contended": 0.0, "node_ip": "10.0.0.1", "date": "today"})
+                                                   "window_contended": 0.0, "node_ip": "10.0.0.1", "date": "today",
+                                                   "step_time_p50_s": 0.1})
+    callback.on_trial_result(3, [], trial, {"training_iteration": 3, "windows_done": 2, "nan_capture_path": "x",
+                                            "throughput_samples_per_s": 0.0})  # a NaN capture's: not a window
+    callback.on_trial_result(1, [], running, {"training_iteration": 1, "throughput_samples_per_s": 50.0})
     state = pickle.loads(pickle.dumps(callback.get_state()))  # as Tune saves it
 
     class Scheduler:
@@ -177,3 +185,14 @@ def test_each_windows_figures_travel_with_tunes_state_to_the_study_and_the_sched
     resumed.write_pending_study(force=True)
     assert resumed.study.windows == {"run-1": {1: 90.0, 2: 110.0}}
     assert "scheduler" not in {k for k, v in resumed.__getstate__().items() if v is not None}  # this driver's
+    assert set(resumed.window_results) == {"t1", "t2"}
+    resumed.on_trial_start(1, [], running)  # t2 runs again, in its run, from its first window
+    assert set(resumed.window_results) == {"t1"}
+    # A callback pickled before it kept windows (a sweep an earlier version started) still takes results.
+    saved_then = {k: v for k, v in callback.__getstate__().items()
+                  if k not in ("window_results", "window_figures", "scheduler")}
+    old = type(callback).__new__(type(callback))
+    old.__setstate__(saved_then)  # what unpickling it does
+    old._tracker = callback._tracker
+    old.on_trial_result(1, [], trial, {"training_iteration": 1, "throughput_samples_per_s": 1.0})
+    assert old.window_results == {"t1": {1: {"training_iteration": 1.0, "throughput_samples_per_s": 1.0}}}

@@ -360,6 +360,13 @@ def plan_sweep(sweep: Sweep) -> Plan:
         capabilities = not_known(capabilities.hardware, f"read on this driver, but trials run on the cluster at "
                                                         f"{sweep.address}, whose nodes may have other hardware")
     space = SearchSpace(sweep.space, remove=None if sweep.keep_emulated else capabilities.emulated, keep=base_dict)
+    if isinstance(sweep.base, TrialConfig) and "resident_batches" in space.distributions:
+        # Kept batches measure the model's ceiling, the loader the pipeline: in one ranking,
+        # one board of the best to beat and one verdict, the ceiling would win every time.
+        raise ConfigError("search space knob resident_batches", "not searched: one value for the whole sweep, "
+                          "set in its base config", space.distributions["resident_batches"],
+                          "A sweep with resident batches finds each config's ceiling; run it beside the "
+                          "sweep with the loader and compare the two.")
     plan = Plan(sweep=sweep, space=space, baseline_point={}, base_dict=base_dict, metrics=metrics,
                 capabilities=capabilities)
     # Proposals first: a knob the platform refuses is named with the platform's reason,

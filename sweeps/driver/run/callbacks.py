@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import os
 import statistics
 import time
@@ -29,7 +30,7 @@ from accelsweep.trainables.cost import CostBasis, trial_cost_usd
 from accelsweep.trainables.loop.failures import ERROR, failure_cause, one_line
 from accelsweep.trainables.metrics import CONTENTION_METRICS, TRAINING_METRICS, MetricSet
 from accelsweep.trainables.harness.microbench import NOISY_CV
-from accelsweep.sweeps.driver.record.resumed_runs import run_for, take_over
+from accelsweep.sweeps.driver.record.resumed_runs import ENDED_STATUSES, run_for, take_over
 from accelsweep.sweeps.driver.record.secrets import redact_text, redact_uri, secret_values
 from accelsweep.sweeps.driver.record.tracking import SweepTracker
 from accelsweep.sweeps.driver.record.tracking_buffer import PLACEHOLDER_PREFIX, RETRY_EVERY_S
@@ -105,6 +106,14 @@ def _first_cause(error: BaseException) -> BaseException:
     return getattr(error, "orig", None) or error
 
 
+def window_figure_names(curves: Sequence[str]) -> tuple[str, ...]:
+    """What a window's result keeps for --resume (SweepCallback.window_results): what the
+    schedulers (schedulers.py) and the study read of it, not all of its figures: it is
+    pickled at each of Tune's saves."""
+    return tuple(dict.fromkeys(["training_iteration", "windows_done", "window_contended", "host_probe_s",
+                                *NOISE_METRICS, *curves]))
+
+
 def _searched_key(searched: Mapping[str, Any]) -> str:
     return json.dumps(dict(searched), sort_keys=True, default=str)
 
@@ -124,6 +133,7 @@ class SweepCallback(Callback):
         # Every trial's windows carry their contention (trainables/contention.py), whatever its trainable declares.
         self.curves = tuple(dict.fromkeys([*self.metrics.curves, *objective_metrics,
                                            *(m.name for m in CONTENTION_METRICS if m.curve)]))
+        self.window_figures = window_figure_names([self.measured_by, *self.curves])
         self.tracking_uri, self.experiment = tracker.tracking_uri, tracker.experiment
         self.parent_run_id = tracker.parent_run_id
         self.time_budget_s = time_budget_s
@@ -188,6 +198,12 @@ class SweepCallback(Callback):
         return {**self.__dict__, "_tracker": None, "print_line": None, "_board": None, "_progress": None,
                 "scheduler": None, "tracking_uri": redact_uri(self.tracking_uri)}
 
+    def __setstate__(self, state: dict) -> None:
+        # A callback pickled by an earlier accelsweep (a sweep it started, resumed by this one).
+        self.__dict__.update({"window_results": {}, "scheduler": None, **state})
+        if "window_figures" not in state:
+            self.window_figures = window_figure_names([self.measured_by, *self.curves])
+
     def _offer_best(self, record: TrialRecord) -> None:
         """A measured result: the board keeps the best for the trials that start next."""
         import ray
@@ -222,9 +238,11 @@ class SweepCallback(Callback):
         self.parent_run_id = state["parent_run_id"]
         self.study_pending = list(state.get("study_pending", ()))  # a state saved before it had them: none
         self.window_results = state.get("window_results", {})
-        if self.scheduler is not None and self.window_results:  # Tune adds the trials back after this
-            self.scheduler.replay(self.window_results)
-            self._say(f"early stopping given back the windows of {len(self.window_results)} trials "
+        ended = {trial_id: windows for trial_id, windows in self.window_results.items()
+                 if trial_id in self.records and self.records[trial_id].status in ENDED_STATUSES}
+        if self.scheduler is not None and ended:  # Tune adds the trials back after this
+            self.scheduler.replay(ended)
+            self._say(f"early stopping given back the windows of the {len(ended)} trials that had ended "
                       f"(Tune saves none of its state): it stops as it did before the stop")
         self.adopt_run_ids()  # before the runs Tune never saved are told apart by run id
         now = time.monotonic()  # clocks of the old driver mean nothing here
@@ -393,6 +411,7 @@ class SweepCallback(Callback):
             # killed driver started after Tune's last save, proposed again): same run.
             record.status, record.created_at = "running", time.monotonic()
             record.placed_at = record.created_at
+            self.window_results.pop(trial.trial_id, None)  # it reports from its first window again
             self.tracker.reopen(record.run_id, tags={"status": "running", "retries": str(record.retries),
                                                      "trial_id": trial.trial_id})
             return
@@ -454,8 +473,10 @@ class SweepCallback(Callback):
         record.result = {**{k: record.result[k] for k in ("local_step",) if k in record.result}, **result}
         if not result.get("rejected"):
             self._offer_best(record)
-        self.window_results.setdefault(trial.trial_id, {})[_step_of(result)] = {
-            name: value for name, value in result.items() if isinstance(value, (int, float))}
+        if "nan_capture_path" not in result:  # a capture's report is not a window (trainables/loop/nan_capture.py)
+            self.window_results.setdefault(trial.trial_id, {})[_step_of(result)] = {
+                name: float(result[name]) for name in self.window_figures
+                if isinstance(result.get(name), numbers.Real)}  # numpy's included (a user's trainable)
         excess = result.get("contention_cpus")
         if isinstance(excess, (int, float)) and math.isfinite(excess):
             self._peak[trial.trial_id] = max(excess, self._peak.get(trial.trial_id, 0.0))

@@ -148,7 +148,7 @@ class TrustedWindowsOnly(TrialScheduler):
         if trial.status == Trial.ERROR:
             self.scheduler.on_trial_error(tune_controller, trial)
         else:
-            self.scheduler.on_trial_complete(tune_controller, trial, saved[-1])
+            self.on_trial_complete(tune_controller, trial, saved[-1])
 
     def on_trial_error(self, tune_controller, trial) -> None:
         self.scheduler.on_trial_error(tune_controller, trial)
@@ -186,7 +186,10 @@ class TrustedWindowsOnly(TrialScheduler):
         return value <= self.best * (1 + self.margin)
 
     def on_trial_complete(self, tune_controller, trial, result: dict) -> None:
-        self.scheduler.on_trial_complete(tune_controller, trial, result)
+        if result.get("window_contended"):  # its last window is not one to judge by: only its end
+            self.scheduler.on_trial_remove(tune_controller, trial)
+        else:
+            self.scheduler.on_trial_complete(tune_controller, trial, result)
 
     def on_trial_remove(self, tune_controller, trial) -> None:
         self.scheduler.on_trial_remove(tune_controller, trial)
