@@ -158,16 +158,16 @@ class XlaPlatform(Platform):
 
     def validate(self, config: "TrialConfig") -> None:
         super().validate(config)
-        # Tried with torch-xla 2.9 on PJRT_DEVICE=CPU (CPU_NUM_DEVICES=2, torch_xla.launch,
-        # dist "xla" backend): the all-reduce waits for a second participant in the same
-        # process and XLA aborts after its rendezvous timeout. The CPU client's collectives
-        # are in-process only, so a process per worker cannot all-reduce on it.
         if config.resident_batches:
             # Not built here: the steps' graph cuts (_ExecutionGroups) wrap MpDeviceLoader's
             # uploads, and a cycle of kept device batches would have to be cut alike.
             raise ConfigError("resident_batches", f"0 on platform {self.name!r}", config.resident_batches,
                               "Batches kept on the device are built for the cpu and cuda platforms; here "
                               "MpDeviceLoader already uploads them in the background.")
+        # Tried with torch-xla 2.9 on PJRT_DEVICE=CPU (CPU_NUM_DEVICES=2, torch_xla.launch,
+        # dist "xla" backend): the all-reduce waits for a second participant in the same
+        # process and XLA aborts after its rendezvous timeout. The CPU client's collectives
+        # are in-process only, so a process per worker cannot all-reduce on it.
         if self.name == "xla" and config.workers > 1:
             raise ConfigError("workers", "1 on platform 'xla'", config.workers,
                               "Several XLA workers need a device backend: use platform 'neuron' (Ray's Neuron "

@@ -79,10 +79,11 @@ class ParetoStoppingRule(FIFOScheduler):
 
 class TrustedWindowsOnly(TrialScheduler):
     """``scheduler``, fed only results whose window was not contended (``window_contended``
-    0 or absent); every other call passes through. Counts what it kept from it. A disturbed
-    moment would otherwise stop a good config at its rung; ASHA judges a trial at the highest
-    rung its result reaches and it has no record at, so a trial whose window at a rung was
-    skipped is judged by its next trustworthy window, at the next rung. ``objective`` (metric, mode): a stop of a trial whose window is within
+    0 or absent, also as the trial ends); every other call passes through. Counts what it
+    kept from it. A disturbed moment would otherwise stop a good config at its rung; ASHA
+    judges a trial at the highest rung its result reaches and it has no record at, so a
+    trial whose window at a rung was skipped is judged by its next trustworthy window, at
+    the next rung. ``objective`` (metric, mode): a stop of a trial whose window is within
     ``near_best`` of the best trusted window so far is overruled (None: every stop stands):
     a config that close to the leader is a contender the search and the confirmation must
     see measured in full (ASHA at reduction factor 2 can stop one at its first window).
@@ -186,7 +187,7 @@ class TrustedWindowsOnly(TrialScheduler):
         return value <= self.best * (1 + self.margin)
 
     def on_trial_complete(self, tune_controller, trial, result: dict) -> None:
-        if result.get("window_contended"):  # its last window is not one to judge by: only its end
+        if result.get("window_contended"):  # not a window to judge by: the trial is only forgotten
             self.scheduler.on_trial_remove(tune_controller, trial)
         else:
             self.scheduler.on_trial_complete(tune_controller, trial, result)
