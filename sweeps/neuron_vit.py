@@ -21,7 +21,7 @@ import os
 
 from accelsweep import (ConfigError, Objective, Sweep, TRAINING_METRICS, TrialConfig, common_parser, cost_basis,
                         main_guard, plan_sweep, platform_from_args, run_sweep, sweep_options, train_trainable)
-from accelsweep.sweeps.driver.define.cli import at_least_one
+from accelsweep.sweeps.driver.define.cli import at_least_one, at_least_zero
 from accelsweep.sweeps.driver.define.measurement_flags import add_measurement_flags, with_measurement_flags
 from accelsweep.sweeps.driver.run.neuron_precompile import (check_precompile, describe_plan, first_proposals,
                                                             run_precompile)
@@ -50,15 +50,17 @@ def batch_sizes(platform: str, smoke: bool) -> list[int]:
 
 
 def make_space(platform: str, smoke: bool, cpus: int, instance_type=None, nan_capture: bool = False,
-               instance_types=None):
+               instance_types=None, resident: bool = False):
     """The seed's knobs, then the platform's own (``Platform.study_space``). ``instance_types``:
-    CPU node types searched too; a trial owns the node it draws (its CPUs, as threads)."""
+    CPU node types searched too; a trial owns the node it draws (its CPUs, as threads).
+    ``resident``: batches kept on the device (--resident-batches): no loader to search."""
     study = TrainingStudy(smoke=smoke, cpus=cpus, instance_type=instance_type, nan_capture=nan_capture,
                           instance_types=tuple(instance_types or ()))
 
     def space(trial):
         trial.suggest_categorical("batch_size", batch_sizes(platform, smoke))
-        trial.suggest_categorical("num_workers", [0, 1, 2])
+        if not resident:
+            trial.suggest_categorical("num_workers", [0, 1, 2])
         precision = trial.suggest_categorical("precision", list(get_platform(platform).precisions))
         trial.suggest_categorical("patch_embed", ["conv", "linear"])
         return get_platform(platform).study_space(trial, precision, study)
@@ -124,6 +126,10 @@ def parser() -> argparse.ArgumentParser:
                         help="on a cluster (--address), search the node type too (cpu platform, types of the price "
                              "table, e.g. c7i.xlarge,c7i.2xlarge): each trial runs on, owns and is priced by the type "
                              "it draws; the sweep ranks throughput and $ per 1M samples together (their Pareto front)")
+    parser.add_argument("--resident-batches", type=at_least_zero, default=0, metavar="N",
+                        help="keep the loader's first N batches on the device and cycle through them: each config's "
+                             "own ceiling, apart from its input pipeline (num_workers leaves the space; cpu and cuda "
+                             "platforms); compare with the same sweep without it (default: 0, the loader every step)")
     add_measurement_flags(parser)
     return parser
 
@@ -153,9 +159,10 @@ def build_sweep(args: argparse.Namespace) -> Sweep:
         base=with_measurement_flags(base_config(platform, args.smoke, cpus, instance_type, args.seed,
                                                 args.compile_cache,
                                                 pin_instance_type=args.instance_type if args.address else None,
-                                                nan_capture=args.nan_capture), args),
+                                                nan_capture=args.nan_capture), args).replace(
+            resident_batches=args.resident_batches),
         space=make_space(platform, args.smoke, cpus, instance_type, nan_capture=args.nan_capture,
-                         instance_types=instance_types),
+                         instance_types=instance_types, resident=bool(args.resident_batches)),
         objectives=[Objective("throughput_samples_per_s", "max"),
                     *([Objective("usd_per_1m_samples", "min")] if instance_types else [])],
         metrics=TRAINING_METRICS,

@@ -88,3 +88,48 @@ def test_the_cuda_platform_starts_cuda_before_the_loop_reads_memory_statistics(m
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "init", lambda: started.append(True))
     assert CudaPlatform().torch_device() == torch.device("cuda", 0) and started == [True]
+
+
+def test_the_main_jobs_resident_batches_keep_its_loader_out_of_the_space(tmp_path):
+    """--resident-batches N: the main job finds each config's ceiling (the ViT-B/16 a lent
+    GPU ran loader-bound). Its base keeps N batches on the device, num_workers leaves the
+    space (no loader while timed), every proposal is valid; not on an XLA platform."""
+    parse = neuron_vit.parser().parse_args
+    flags = ["--tracking-uri", f"sqlite:///{tmp_path}/m.db", "--storage-path", str(tmp_path / "ray"),
+             "--dry-run"]  # planned for hardware this machine lacks
+    for platform in ("cuda", "cpu"):
+        sweep = neuron_vit.build_sweep(parse(["--platform", platform, "--resident-batches", "8", *flags]))
+        assert sweep.base.resident_batches == 8 and sweep.base.num_workers == 0
+        trial = FirstChoice(1)
+        fixed = sweep.space(trial) or {}
+        assert "num_workers" not in trial.choices and "batch_size" in trial.choices
+        sweep.base.replace(**{name: choices[1 % len(choices)] for name, choices in trial.choices.items()}, **fixed)
+    assert neuron_vit.build_sweep(parse(["--platform", "cuda", *flags])).base.resident_batches == 0
+    from accelsweep import plan_sweep
+
+    plan = plan_sweep(neuron_vit.build_sweep(parse(["--platform", "cpu", "--resident-batches", "8", *flags])))
+    said = "8 batches kept on the device and cycled (resident_batches): each config's own ceiling"
+    assert any(line.startswith(f"input: {said}") for line in plan.capability_lines())  # its start and --dry-run
+    assert plan.capability_tags()["input"].startswith(said)  # the parent run's tag
+    assert "input" not in plan_sweep(neuron_vit.build_sweep(parse(["--platform", "cpu", *flags]))).capability_tags()
+    with pytest.raises(ConfigError, match="resident_batches must be 0 on platform 'neuron'"):
+        neuron_vit.build_sweep(parse(["--platform", "neuron", "--resident-batches", "8", *flags]))
+    with pytest.raises(SystemExit):
+        parse(["--resident-batches", "-1"])
+
+
+def test_every_knob_row_a_lent_gpu_runs_is_a_valid_cuda_config():
+    """env/gpu_checks.py's rows are checked here, where the time is free, not on a GPU
+    machine's few minutes."""
+    import importlib.util
+
+    from tests.conftest import REPO
+
+    spec = importlib.util.spec_from_file_location("gpu_checks", f"{REPO}/env/gpu_checks.py")
+    gpu_checks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_checks)
+    base = neuron_vit.base_config("cuda", False, 1, None, 0)
+    names = [name for name, _ in gpu_checks.KNOB_ROWS]
+    assert len(set(names)) == len(names) and any("resident" in name for name in names)
+    for name, changes in gpu_checks.KNOB_ROWS:
+        assert base.replace(**changes).platform == "cuda", name

@@ -54,6 +54,7 @@ def checked(convert: Callable, accept: Callable, allowed: str) -> Callable[[str]
 
 
 at_least_one = checked(int, lambda n: n >= 1, "an integer >= 1")
+at_least_zero = checked(int, lambda n: n >= 0, "an integer >= 0")
 positive_seconds = checked(float, lambda s: s > 0 and math.isfinite(s), "a number of seconds > 0")
 above_one = checked(float, lambda r: r > 1 and math.isfinite(r), "a number > 1")
 round_count = checked(int, lambda n: n == 0 or n >= 2, "0 (no confirmation), or an integer >= 2")

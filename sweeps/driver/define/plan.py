@@ -136,7 +136,15 @@ class Plan:
             lines.append("removed from the space: nothing"
                          + ("" if self.capabilities.known else " (what this hardware emulates is not known)"))
         lines += [f"kept in the space: {knob} {describe_reasons(values)}" for knob, values in kept.items()]
+        if self.resident_input():
+            lines.append(f"input: {self.resident_input()}")
         return lines
+
+    def resident_input(self) -> str:
+        """What a sweep with batches kept on the device measures, in words ("": the loader's)."""
+        count = getattr(self.sweep.base, "resident_batches", 0) if isinstance(self.sweep.base, TrialConfig) else 0
+        return (f"{count} batches kept on the device and cycled (resident_batches): each config's own ceiling, "
+                "not its input pipeline's; compare with the same sweep without it") if count else ""
 
     def capability_tags(self) -> dict[str, str]:
         """The parent MLflow run's record of the same: hardware, source, and each removed
@@ -149,6 +157,8 @@ class Plan:
                 or "none"}
         tags.update({f"removed.{knob}": describe_reasons(values) for knob, values in removed.items()})
         tags.update({f"kept.{knob}": describe_reasons(values) for knob, values in self.kept_emulated().items()})
+        if self.resident_input():
+            tags["input"] = self.resident_input()
         return tags
 
     @property
