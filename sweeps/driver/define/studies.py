@@ -21,6 +21,7 @@ import os
 import runpy
 import sys
 import threading
+import warnings
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
@@ -105,7 +106,11 @@ def study_parser(target: str) -> argparse.ArgumentParser:
         argparse.ArgumentParser.parse_args = hand_back
         try:
             if kind == "module":  # as its own __main__, as run_study runs it
-                runpy.run_module(where, run_name="__main__", alter_sys=True)
+                with warnings.catch_warnings():
+                    # A process that imported the study already (a test, a notebook): runpy warns,
+                    # yet runs its code afresh as __main__, which is all that is read here.
+                    warnings.filterwarnings("ignore", message=".*found in sys.modules", category=RuntimeWarning)
+                    runpy.run_module(where, run_name="__main__", alter_sys=True)
             else:
                 runpy.run_path(where, run_name="__main__")
         except _ParserReady as ready:

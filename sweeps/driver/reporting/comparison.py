@@ -23,6 +23,7 @@ import math
 import os
 import re
 import tempfile
+import textwrap
 from dataclasses import MISSING, dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
@@ -365,7 +366,10 @@ def comparison_plot(comparison: Comparison, path: str) -> str:
                 ax.text(value, y, shown, va="center", fontsize=8)
             else:
                 why = (e.no_cost_reason if ax is cost_ax else "") or "not measured"
-                ax.text(0, y, f" n/a: {why}", va="center", fontsize=8, color="tab:red")
+                # The reason's first clause: its whole text (how to give a price basis) is the
+                # table's, and at full length it ran across the other panel.
+                ax.text(0, y, f" n/a: {textwrap.shorten(why.split(' (')[0], 48, placeholder='...')}", va="center",
+                        fontsize=8, color="tab:red")
         ax.set_xlim(0, max(finite) * 1.35 if finite else 1)
         ax.set_title(title, fontsize=10)
         ax.grid(axis="x", alpha=0.3)
