@@ -68,6 +68,19 @@ def test_the_knob_that_makes_the_best_trials_ranks_first_in_every_direction(tmp_
     assert importances["a"] > 2 * importances["b"], importances
 
 
+@pytest.mark.slow  # Optuna's importance module (scikit-learn)
+def test_importances_from_no_more_trials_than_knobs_say_they_are_a_hint(tmp_path):
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    study = optuna.create_study(storage=url, study_name="few", directions=["maximize"])
+    for a, b, c in ((0, 1, 2), (1, 2, 0), (2, 0, 1)):  # three trials, three knobs
+        study.add_trial(optuna.trial.create_trial(
+            params={"a": a, "b": b, "c": c}, values=[float(a)],
+            distributions={name: optuna.distributions.CategoricalDistribution([0, 1, 2]) for name in "abc"}))
+    importances, _, note = knob_importances(history(tags={"optuna_storage": url, "optuna_study": "few"}))
+    assert set(importances) == {"a", "b", "c"}
+    assert note == "from 3 complete trials of study few\nno more trials than the 3 knobs: a hint, not a ranking"
+
+
 def test_a_kernel_sweeps_report_has_its_roofline_figure_and_line(tmp_path):
     import os
 

@@ -92,7 +92,12 @@ def knob_importances(history: SweepHistory, study_url: Optional[str] = None) -> 
                                                                       target=_first_objective_target(study))
     except (KeyError, ValueError, RuntimeError) as error:  # no study there
         return {}, evaluator_name, f"no importances: {error}"
-    return dict(importances), evaluator_name, f"from {complete} complete trials of study {name}"
+    note = f"from {complete} complete trials of study {name}"
+    if complete <= len(importances):
+        # Each knob's share of the spread needs more trials than knobs to be told apart from
+        # the others': with fewer, the bars say more of which configs ran than of the knobs.
+        note += f"\nno more trials than the {len(importances)} knobs: a hint, not a ranking"
+    return dict(importances), evaluator_name, note
 
 
 def _first_objective_target(study):
