@@ -71,8 +71,8 @@ def test_the_clusters_files_are_written_where_the_cache_does_not_exist_yet(tmp_p
 
 
 def _files(port: int) -> list[str]:
-    return [path for path in (local_cluster.config_path(port), local_cluster.previous_address_path(port))
-            if os.path.exists(path)]
+    return [path for path in (local_cluster.config_path(port), local_cluster.previous_address_path(port),
+                              local_cluster.session_path(port)) if os.path.exists(path)]
 
 
 def test_an_up_stopped_after_ray_started_leaves_nothing_running(monkeypatch):
@@ -333,3 +333,28 @@ def test_a_detached_driver_outlives_its_terminal_and_resume_finishes_it_after_a_
     assert sorted(numbers) == sorted(set(numbers)) and len(numbers) <= 3
     assert all(t.info.status != "RUNNING" for t in trials)
     assert all(t.data.tags.get("node_type") == "c7i.2xlarge" for t in trials if t.data.tags["status"] == "finished")
+
+
+@pytest.mark.slow
+def test_down_after_its_gcs_died_stops_what_outlived_it(cluster):
+    """Last of the module's tests on the cluster: its GCS killed (the OOM killer's usual
+    pick, the biggest process), `down` finds no GCS on the port, yet stops the raylet,
+    autoscaler and the rest of its session, which `up` recorded; the fixture then checks
+    that nothing of it is left."""
+    import signal
+
+    from accelsweep.sweeps.driver.run.local_ray import instance_processes
+    from accelsweep.trainables.processes import command_line
+
+    [gcs] = [pid for pid in process_table(include_zombies=False)
+             if os.path.basename((command_line(pid) or [""])[0]) == "gcs_server"
+             and f"--gcs_server_port={cluster.port}" in command_line(pid)]
+    os.kill(gcs, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while local_cluster._gcs_session(cluster.port) is not None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert local_cluster._gcs_session(cluster.port) is None
+    assert instance_processes(cluster.session_dir), "nothing outlived the GCS: nothing to test"
+    assert local_cluster.down(cluster.port) > 0
+    assert not instance_processes(cluster.session_dir)
+    assert not _files(cluster.port)

@@ -88,6 +88,12 @@ def previous_address_path(port: int) -> str:
     return config_path(port) + ".previous-address"
 
 
+def session_path(port: int) -> str:
+    """The session folder of the cluster ``up`` started on ``port``: how ``down`` finds what
+    is left of it once its GCS, which names it otherwise, is gone."""
+    return config_path(port) + ".session"
+
+
 def write_files(port: int, config: Mapping[str, Any], previous: Optional[str]) -> None:
     """The cluster's files in the user's cache (made if this is its first use): its
     autoscaler's config, and the address ``down`` puts back."""
@@ -147,6 +153,8 @@ def up(cluster_yaml: Optional[str] = None, port: int = DEFAULT_PORT,
         running = find(port)
         if started.returncode != 0 or running is None:
             raise RuntimeError(f"`{' '.join(command)}` failed (exit {started.returncode}):\n{started.stderr[-2000:]}")
+        with open(session_path(port), "w") as session_file:
+            session_file.write(running.session_dir)
         if not record_address:
             _record_address(previous)
         return running
@@ -215,9 +223,19 @@ def down(port: int = DEFAULT_PORT) -> int:
     and nothing else; how many there were. Never ``ray stop``: it stops every Ray process
     of the machine."""
     cluster = find(port)
-    stopped = _stop_session(cluster.session_dir if cluster is not None else None)
+    # Its GCS gone (killed, the OOM killer), its raylets, autoscaler and workers may outlive
+    # it for a while: the session ``up`` recorded names them.
+    stopped = _stop_session(cluster.session_dir if cluster is not None else _recorded_session(port))
     _forget(port, ours=cluster is not None)
     return stopped
+
+
+def _recorded_session(port: int) -> Optional[str]:
+    try:
+        with open(session_path(port)) as session_file:
+            return session_file.read().strip() or None
+    except OSError:
+        return None
 
 
 def _stop_session(session_dir: Optional[str]) -> int:
@@ -242,7 +260,7 @@ def _forget(port: int, ours: bool) -> None:
             _record_address(None)
     # Its autoscaler's config and the address to put back are its own: no other cluster
     # reads them, and each port's would otherwise stay in the user's cache for good.
-    for leftover in (config_path(port), previous_path):
+    for leftover in (config_path(port), previous_path, session_path(port)):
         with contextlib.suppress(FileNotFoundError):
             os.remove(leftover)
 
