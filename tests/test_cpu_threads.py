@@ -50,7 +50,9 @@ def test_a_busy_neighbour_costs_the_trial_a_thread_and_a_quiet_machine_none():
     busy = _fit_beside(1.0)
     assert busy.threads == 1 and busy.cut and len(busy.readings) == 2 and min(busy.readings) > 0.5, busy
     assert busy.figures()["intra_op_threads"] == 1 and busy.figures()["threads_asked"] == 2
-    assert busy.note().startswith("1 intra-op thread(s), not the 2 asked: other processes kept 1.")
+    # The reading as measured (c92 read 0.95 of a core for a full busy loop: the host's own load).
+    assert busy.note().startswith(f"1 intra-op thread(s), not the 2 asked: other processes kept "
+                                  f"{min(busy.readings):.1f} of the 2 cores busy as it started")
     quiet = _fit_beside(0.0)
     assert quiet.threads == 2 and len(quiet.readings) == 1 and quiet.note() == "", quiet  # read once: no wait
     assert torch.get_num_threads() >= 1
